@@ -1,0 +1,69 @@
+"""kernelbay: one runtime for kernels on CUDA GPUs, TPUs and CPUs, with backends as plugins.
+
+>>> import numpy as np, kernelbay as kb
+>>> dev = kb.device()                      # KERNELBAY_DEVICE, or the best available device
+>>> x = kb.asarray(np.arange(4, dtype=np.float32), device=dev)
+"""
+
+from __future__ import annotations
+
+from ._api import asarray, backends, buffer, compile, copy, device, devices, empty, register, unregister, zeros
+from ._plugins import Backend
+from .errors import (
+    ArgumentTypeError,
+    BackendBrokenError,
+    BackendError,
+    BackendNotInstalledError,
+    BackendUnavailableError,
+    CompileError,
+    InvalidArgumentError,
+    KernelbayError,
+    LaunchError,
+    NoDeviceError,
+    OutOfMemoryError,
+    UnsupportedError,
+    UseAfterFreeError,
+)
+from .hookspecs import API_VERSION, hookimpl
+from .types import Array, BackendSpec, Buffer, Device, Kernel, LaunchConfig, MemoryStats, Source
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "API_VERSION",
+    "Array",
+    "ArgumentTypeError",
+    "Backend",
+    "BackendBrokenError",
+    "BackendError",
+    "BackendNotInstalledError",
+    "BackendSpec",
+    "BackendUnavailableError",
+    "Buffer",
+    "CompileError",
+    "Device",
+    "InvalidArgumentError",
+    "Kernel",
+    "KernelbayError",
+    "LaunchConfig",
+    "LaunchError",
+    "MemoryStats",
+    "NoDeviceError",
+    "OutOfMemoryError",
+    "Source",
+    "UnsupportedError",
+    "UseAfterFreeError",
+    "__version__",
+    "asarray",
+    "backends",
+    "buffer",
+    "compile",
+    "copy",
+    "device",
+    "devices",
+    "empty",
+    "hookimpl",
+    "register",
+    "unregister",
+    "zeros",
+]

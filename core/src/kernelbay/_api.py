@@ -1,0 +1,395 @@
+"""The public functions behind ``import kernelbay as kb``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from . import _select
+from ._plugins import Backend, Binding, binding, runtime
+from .errors import (
+    ArgumentTypeError,
+    BackendBrokenError,
+    BackendError,
+    InvalidArgumentError,
+    NoDeviceError,
+)
+from .types import Array, Buffer, Device, Kernel, Source
+
+DeviceLike = Device | str | None
+
+# --- backends and devices ---------------------------------------------------------------
+
+
+def backends() -> list[Backend]:
+    """Installed backends (those KERNELBAY_BACKENDS allows), by name.
+
+    Reads entry-point metadata only: no backend is imported until you read a record's
+    ``status``, ``reason``, ``priority``, ``languages`` or ``devices``.
+    """
+    return [runtime.records()[n] for n in sorted(runtime.records())]
+
+
+def _by_priority() -> list[Binding | BackendBrokenError]:
+    out: list[Any] = []
+    for name in sorted(runtime.records()):
+        try:
+            out.append(runtime.load(name))
+        except BackendBrokenError as exc:
+            out.append(exc)
+    return sorted(out, key=lambda b: -(b.spec.priority) if isinstance(b, Binding) else 0)
+
+
+def devices() -> list[Device]:
+    """Every device of every available backend, highest-priority backend first."""
+    out: list[Device] = []
+    for b in _by_priority():
+        if isinstance(b, Binding):
+            try:
+                out.extend(b.devices())
+            except BackendError:
+                pass
+    return out
+
+
+_default_cache: dict[str | None, Device] = {}
+
+
+def device(selector: str | Device | None = None) -> Device:
+    """Pick a device.
+
+    :param selector: a selector (``"cuda:1,cpu"``, ``"!tpu"``, ``"*"``...) that overrides
+        ``KERNELBAY_DEVICE``; a :class:`Device` is returned as is. ``None``: the variable, or
+        the best available device when it is unset.
+    :raises NoDeviceError: (or a more specific :class:`BackendError`) saying what is installed,
+        what is available and why each other backend is not.
+    """
+    if isinstance(selector, Device):
+        return selector
+    text = os.environ.get(_select.ENV_DEVICE) if selector is None else selector
+    dev = _default_cache.get(text)
+    if dev is not None and dev.backend in runtime.bindings:
+        return dev
+    dev = select(_select.parse(text), source="kb.device()" if selector is not None else _select.ENV_DEVICE)
+    _default_cache[text] = dev
+    return dev
+
+
+def select(sel: _select.Selector, source: str = _select.ENV_DEVICE) -> Device:
+    """Resolve a parsed selector to a device (see :mod:`kernelbay._select`)."""
+    records = runtime.records()
+    failures: list[tuple[str, BaseException | str]] = []
+    for term in sel.terms:
+        if term.backend is None:
+            for b in _by_priority():
+                if isinstance(b, BackendBrokenError):
+                    continue
+                if sel.excluded(b.name):
+                    continue
+                try:
+                    devs = b.devices()
+                except BackendError:
+                    continue
+                for d in devs:
+                    if not sel.excluded(d.backend, d.index):
+                        return d
+            failures.append((str(term), "no available device" + (" outside the exclusions" if sel.exclusions else "")))
+            continue
+        if term.backend not in records:
+            failures.append((str(term), runtime.not_installed(term.backend)))
+            continue
+        if sel.excluded(term.backend, term.index):
+            failures.append((str(term), f"excluded by {', '.join(map(str, sel.exclusions))}"))
+            continue
+        try:
+            devs = runtime.load(term.backend).devices()
+        except BackendError as exc:
+            failures.append((str(term), exc))
+            continue
+        for d in devs:
+            if term.matches(d.backend, d.index) and not sel.excluded(d.backend, d.index):
+                return d
+        have = ", ".join(str(d) for d in devs)
+        failures.append((str(term), f"no such device; {term.backend} has {len(devs)}: {have}"))
+    raise _no_device(sel, source, failures)
+
+
+def _no_device(sel: _select.Selector, source: str, failures: list[tuple[str, BaseException | str]]) -> BackendError:
+    records = runtime.records()
+    what = f"{source}={sel.text!r}" if sel.text else "the default selection"
+    if not records:
+        installed = runtime.installed_names()
+        if installed:
+            return NoDeviceError(
+                f"no kernelbay backend is allowed: KERNELBAY_BACKENDS={os.environ.get('KERNELBAY_BACKENDS')!r} "
+                f"leaves out every installed one ({', '.join(installed)}); unset it or name one"
+            )
+        return NoDeviceError(f"no kernelbay backend is installed; {_install_hint()}")
+    # One explicit term: raise its own error, cause chained, so callers can catch the kind.
+    if len(failures) == 1 and isinstance(failures[0][1], BaseException) and len(sel.terms) == 1:
+        exc = failures[0][1]
+        err = type(exc)(f"{exc}\n{_summary()}")
+        err.__cause__ = exc.__cause__ or exc
+        return err
+    lines = [f"no device matches {what}:"]
+    for term, why in failures:
+        lines.append(f"  {term}: {why}")
+    lines.append(_summary())
+    return NoDeviceError("\n".join(lines))
+
+
+def _install_hint() -> str:
+    return "install one, e.g. `pip install 'kernelbay[cpu]'` (or kernelbay-cuda, kernelbay-tpu)"
+
+
+def _summary() -> str:
+    """What is installed and available, one backend a line, and a suggestion."""
+    lines = ["installed backends:"]
+    available: list[str] = []
+    for rec in backends():
+        status = rec.status
+        if status == "available":
+            devs = ", ".join(str(d) for d in rec.devices)
+            available.append(devs.split(",")[0])
+            lines.append(f"  {rec.name} ({rec.label}): available: {devs}")
+        else:
+            reason = (rec.reason or "").splitlines()[0]
+            lines.append(f"  {rec.name} ({rec.label}): {status}: {reason}")
+    if available:
+        lines.append(f"set KERNELBAY_DEVICE to one of the available devices, e.g. KERNELBAY_DEVICE={available[0]}")
+    else:
+        lines.append("no backend is available here; " + _install_hint())
+    return "\n".join(lines)
+
+
+def _resolve(device_like: DeviceLike) -> tuple[Device, Binding]:
+    dev = device_like if isinstance(device_like, Device) else device(device_like)
+    return dev, binding(dev.backend)
+
+
+# --- arrays -----------------------------------------------------------------------------
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    if type(shape) is int:
+        shp: tuple[int, ...] = (shape,)
+    else:
+        try:
+            shp = tuple(int(s) for s in shape)
+        except TypeError:
+            raise ArgumentTypeError(f"shape must be an int or a sequence of ints, not {shape!r}") from None
+    for s in shp:
+        if s < 0:
+            raise InvalidArgumentError(f"shape must not have negative sizes, got {shp}")
+    return shp
+
+
+def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Array:
+    """A new uninitialised array of ``shape`` and ``dtype`` on ``device``."""
+    import numpy as np
+
+    dev, b = _resolve(device)
+    shp = _shape(shape)
+    dt = np.dtype(dtype)
+    n = dt.itemsize
+    for s in shp:
+        n *= s
+    return Array(dev, n, b.allocate(dev, n), b, shp, dt)
+
+
+def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Array:
+    """A new array filled with zeros."""
+    import numpy as np
+
+    out = empty(shape, dtype, device)
+    try:
+        out._b.memset(out, 0, out.nbytes, None)
+    except NotImplementedError:
+        copy(out, np.zeros(out.shape, out.dtype))
+    return out
+
+
+def buffer(nbytes: int, device: DeviceLike = None) -> Buffer:
+    """A new untyped buffer of ``nbytes`` bytes."""
+    if not isinstance(nbytes, int) or nbytes < 0:
+        raise InvalidArgumentError(f"nbytes must be an int >= 0, got {nbytes!r}")
+    dev, b = _resolve(device)
+    return Buffer(dev, nbytes, b.allocate(dev, nbytes), b)
+
+
+def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None) -> Array:
+    """An array on ``device`` holding ``obj``'s data.
+
+    ``obj`` may be a kernelbay array (returned as is when already there with that dtype, else
+    copied), a numpy array or anything numpy accepts (copied), or a foreign device array
+    (CuPy, PyTorch, JAX...) that a backend adopts without a copy through DLPack or the CUDA
+    array interface.
+    """
+    import numpy as np
+
+    if isinstance(obj, Array):
+        src = obj
+        src.checked_handle()
+        dev, _ = _resolve(device if device is not None else src.device)
+        if dev == src.device and (dtype is None or np.dtype(dtype) == src.dtype):
+            return src
+        host = to_numpy(src)
+        return asarray(host if dtype is None else host.astype(dtype), device=dev)
+    if not isinstance(obj, np.ndarray) and (hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")):
+        adopted = _adopt(obj, device)
+        if adopted is not None:
+            return adopted if dtype is None or np.dtype(dtype) == adopted.dtype else asarray(adopted, dtype, adopted.device)
+    host = np.ascontiguousarray(obj if not hasattr(obj, "__dlpack__") or isinstance(obj, np.ndarray) else np.from_dlpack(obj), dtype=dtype)
+    out = empty(host.shape, host.dtype, device)
+    out._b.copy(out, host, host.nbytes, None)
+    return out
+
+
+def _adopt(obj: Any, device_like: DeviceLike) -> Array | None:
+    import numpy as np
+
+    if device_like is not None:
+        dev, b = _resolve(device_like)
+        candidates = [(dev, b)]
+    else:
+        candidates = [(None, b) for b in _by_priority() if isinstance(b, Binding)]
+    for dev, b in candidates:
+        got = b.from_external(obj, dev)
+        if got is not None:
+            handle, shape, dt = got
+            dt = np.dtype(dt)
+            target = dev
+            if target is None:
+                target = getattr(handle, "device", None)
+                if not isinstance(target, Device):
+                    target = b.devices()[0]
+            nbytes = dt.itemsize
+            for s in shape:
+                nbytes *= s
+            return Array(target, nbytes, handle, b, tuple(shape), dt)
+    return None
+
+
+def to_numpy(array: Array):
+    """``array``'s contents on the host: a shared view where the backend allows, else a copy."""
+    import numpy as np
+
+    array.checked_handle()
+    view = array._b.host_view(array)
+    if view is not None:
+        return view
+    out = np.empty(array.shape, array.dtype)
+    array._b.copy(out, array, array.nbytes, None)
+    return out
+
+
+def _nbytes_dtype(x: Any, side: str) -> tuple[int, Any]:
+    import numpy as np
+
+    if isinstance(x, Buffer):
+        x.checked_handle()
+        return x.nbytes, getattr(x, "dtype", None)
+    if isinstance(x, np.ndarray):
+        return x.nbytes, x.dtype
+    raise ArgumentTypeError(
+        f"copy {side} must be a kernelbay Array/Buffer or a numpy array, not {type(x).__name__}; "
+        "convert it with kb.asarray() or np.asarray() first"
+    )
+
+
+def copy(dst: Any, src: Any, stream: Any = None) -> Any:
+    """Copy ``src`` into ``dst`` and return ``dst``.
+
+    Either side may be a kernelbay array/buffer or a numpy array (at least one must be
+    kernelbay's). Copies between devices of two backends go through host memory.
+
+    :raises InvalidArgumentError: when the sizes or dtypes differ.
+    :raises UseAfterFreeError: when either side was closed.
+    """
+    import numpy as np
+
+    dn, dd = _nbytes_dtype(dst, "destination")
+    sn, sd = _nbytes_dtype(src, "source")
+    if dn != sn:
+        raise InvalidArgumentError(
+            f"copy between different sizes: destination has {dn} bytes{_desc(dst)}, source has {sn} bytes{_desc(src)}"
+        )
+    if dd is not None and sd is not None and dd != sd:
+        raise InvalidArgumentError(
+            f"copy between different dtypes: destination is {dd}, source is {sd}; convert with "
+            "kb.asarray(x, dtype=...) or numpy's astype first"
+        )
+    dbuf, sbuf = isinstance(dst, Buffer), isinstance(src, Buffer)
+    if not dbuf and not sbuf:
+        raise ArgumentTypeError("copy needs at least one kernelbay Array/Buffer; use numpy to copy host to host")
+    if dbuf and sbuf:
+        if dst._b is src._b:
+            dst._b.copy(dst, src, dn, stream)
+        else:  # two backends: through the host
+            tmp = np.empty(dn, np.uint8)
+            src._b.copy(tmp, src, dn, stream)
+            dst._b.copy(dst, tmp, dn, stream)
+        return dst
+    if dbuf:
+        host = np.ascontiguousarray(src)
+        dst._b.copy(dst, host, dn, stream)
+        return dst
+    if dst.flags.c_contiguous and dst.flags.writeable:
+        src._b.copy(dst, src, dn, stream)
+    elif not dst.flags.writeable:
+        raise InvalidArgumentError("copy destination numpy array is read-only")
+    else:
+        tmp = np.empty(dst.shape, dst.dtype)
+        src._b.copy(tmp, src, dn, stream)
+        dst[...] = tmp
+    return dst
+
+
+def _desc(x: Any) -> str:
+    shape = getattr(x, "shape", None)
+    return "" if shape is None else f" (shape {tuple(shape)}, dtype {getattr(x, 'dtype', None)})"
+
+
+# --- code -------------------------------------------------------------------------------
+
+
+def compile(source: Source | Sequence[Source], device: DeviceLike = None) -> Kernel:  # noqa: A001
+    """Compile a kernel for ``device``.
+
+    :param source: one :class:`Source`, or alternatives in several languages; the first whose
+        language the device's backend accepts is used.
+    :raises InvalidArgumentError: when the backend accepts none of the sources' languages.
+    :raises CompileError: with the compiler's log and the source lines it points at.
+    """
+    dev, b = _resolve(device)
+    sources: Iterable[Source] = (source,) if isinstance(source, Source) else tuple(source)
+    langs = b.spec.languages if b.spec is not None else ()
+    chosen = None
+    for s in sources:
+        if not isinstance(s, Source):
+            raise ArgumentTypeError(f"kb.compile takes kb.Source objects, not {type(s).__name__}")
+        if s.lang in langs:
+            chosen = s
+            break
+    if chosen is None:
+        given = ", ".join(sorted({s.lang for s in sources})) or "none"
+        raise InvalidArgumentError(
+            f"backend {b.name!r} ({dev}) accepts the languages {', '.join(langs)}; the source(s) given "
+            f"are in: {given}. Add a Source in one of its languages, or pick another device"
+        )
+    return Kernel(dev, chosen, b.compile(dev, chosen), b)
+
+
+# --- extensions -------------------------------------------------------------------------
+
+
+def register(plugin: object, name: str | None = None) -> None:
+    """Register an extension plugin (e.g. ``wrapper=True`` hooks that trace every launch)."""
+    runtime.register(plugin, name)
+
+
+def unregister(plugin: object) -> None:
+    """Remove an extension registered with :func:`register`."""
+    runtime.unregister(plugin)
+

@@ -1,0 +1,417 @@
+"""The values kernelbay passes between the user, the core and the backends.
+
+Frozen attrs classes for values (:class:`Device`, :class:`Source`, :class:`LaunchConfig`,
+:class:`BackendSpec`, :class:`MemoryStats`); ``attrs.define`` for things with state
+(:class:`Buffer`, :class:`Array`, :class:`Kernel`). numpy is imported only where an array's
+dtype or contents are touched, so ``import kernelbay`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import types as _pytypes
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .errors import ArgumentTypeError, InvalidArgumentError, UseAfterFreeError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+    from ._plugins import Binding
+
+__all__ = [
+    "BackendSpec",
+    "Device",
+    "Buffer",
+    "Array",
+    "Source",
+    "Kernel",
+    "LaunchConfig",
+    "MemoryStats",
+    "dim3",
+]
+
+
+def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return _pytypes.MappingProxyType(dict(value or {}))
+
+
+# --- backend and device -----------------------------------------------------------------
+
+
+@attrs.frozen
+class BackendSpec:
+    """What a backend declares about itself (returned by ``kernelbay_backend``).
+
+    :ivar name: the backend's name, equal to its entry-point name (``cuda``, ``cpu``...).
+    :ivar priority: higher wins when the user lets kernelbay choose (cuda 300, tpu 200, cpu 100).
+    :ivar languages: source languages accepted, most preferred first (``("cuda", "ptx")``).
+    :ivar api_version: the core API version the backend was built for
+        (:data:`kernelbay.hookspecs.API_VERSION`).
+    :ivar description: one line for ``kernelbay info``.
+    """
+
+    name: str
+    priority: int
+    languages: tuple[str, ...] = attrs.field(converter=tuple)
+    api_version: int
+    description: str = ""
+
+
+@attrs.frozen
+class Device:
+    """One device of one backend, e.g. ``cuda:0``. Compare and hash by ``(backend, index)``.
+
+    :ivar backend: the backend's name.
+    :ivar index: the device's ordinal within its backend.
+    :ivar name: a human name ("NVIDIA H100 80GB HBM3", "x86_64, 16 threads").
+    :ivar properties: backend-specific facts (compute capability, memory...), read-only.
+    """
+
+    backend: str
+    index: int = 0
+    name: str = attrs.field(default="", eq=False)
+    properties: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping, eq=False, repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.backend}:{self.index}"
+
+    def synchronize(self, stream: Any = None) -> None:
+        """Block until all work queued on this device (or on ``stream``) has finished."""
+        from . import _plugins
+
+        _plugins.binding(self.backend).synchronize(self, stream)
+
+    def memory_stats(self) -> MemoryStats:
+        """The backend's allocator figures for this device (:class:`MemoryStats`)."""
+        from . import _plugins
+
+        return _plugins.binding(self.backend).memory_stats(self)
+
+    def clear_cache(self) -> None:
+        """Return memory the backend's allocator keeps cached for reuse to the device."""
+        from . import _plugins
+
+        _plugins.binding(self.backend).clear_cache(self)
+
+
+@attrs.frozen
+class MemoryStats:
+    """Allocator figures in bytes. ``limit`` is ``None`` where the backend sets none."""
+
+    active: int
+    peak: int
+    cached: int
+    limit: int | None = None
+
+
+# --- memory -----------------------------------------------------------------------------
+
+
+@attrs.define(eq=False, slots=True, weakref_slot=True)
+class Buffer:
+    """Untyped device memory owned by kernelbay.
+
+    Freed by :meth:`close`, on leaving a ``with`` block, or when collected. Any use after
+    ``close()`` raises :class:`~kernelbay.errors.UseAfterFreeError`.
+
+    :ivar device: where the memory lives.
+    :ivar nbytes: its size.
+    :ivar handle: the backend's own object for the memory (a pointer, a ctypes buffer, a JAX
+        array...). Backends may replace it (the TPU backend swaps in a kernel's result).
+    """
+
+    device: Device
+    nbytes: int
+    handle: Any
+    _b: Binding = attrs.field(repr=False, alias="binding")
+
+    @property
+    def closed(self) -> bool:
+        return self.handle is None
+
+    def checked_handle(self) -> Any:
+        """The backend handle; raises :class:`UseAfterFreeError` once closed."""
+        h = self.handle
+        if h is None:
+            raise UseAfterFreeError(f"{type(self).__name__} on {self.device} was used after close()")
+        return h
+
+    def close(self) -> None:
+        """Give the memory back to the backend. Closing twice is harmless."""
+        h = self.handle
+        if h is not None:
+            self.handle = None
+            self._b.free(self.device, h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown or a dead device: nothing left to tell
+            pass
+
+
+@attrs.define(eq=False, slots=True, weakref_slot=True)
+class Array(Buffer):
+    """A C-contiguous typed array in device memory (a :class:`Buffer` with shape and dtype)."""
+
+    shape: tuple[int, ...] = ()
+    dtype: np.dtype = None  # type: ignore[assignment]
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numpy(self):
+        """The contents as a numpy array.
+
+        Backends whose memory the host can address (cpu) return a view that shares memory;
+        the others return a copy (after waiting for queued work that writes this array).
+        """
+        from . import _api
+
+        return _api.to_numpy(self)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d kernelbay Array")
+        return self.shape[0]
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None):
+        return self._b.to_dlpack(self, stream)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._b.dlpack_device(self)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        # AttributeError (so hasattr() is False) on backends that are not CUDA-like.
+        try:
+            return self._b.cuda_array_interface(self)
+        except NotImplementedError as exc:
+            raise AttributeError("__cuda_array_interface__") from exc
+
+    def __repr__(self) -> str:
+        state = "closed" if self.handle is None else f"{self.nbytes} bytes"
+        return f"kernelbay.Array(shape={self.shape}, dtype={self.dtype}, device={self.device}, {state})"
+
+
+# --- code -------------------------------------------------------------------------------
+
+_SUFFIX_LANG = {
+    ".cu": "cuda",
+    ".cuh": "cuda",
+    ".cpp": "c++",
+    ".cc": "c++",
+    ".cxx": "c++",
+    ".ptx": "ptx",
+    ".cubin": "cubin",
+    ".fatbin": "fatbin",
+}
+_BINARY_LANGS = {"cubin", "fatbin"}
+
+
+@attrs.frozen
+class Source:
+    """Kernel source in one language.
+
+    :ivar code: the text (``str``), a binary image (``bytes``, for ``cubin``/``fatbin``), or a
+        Python function (``pallas``).
+    :ivar lang: the language: ``cuda``, ``c++``, ``ptx``, ``cubin``, ``fatbin``, ``pallas``, or
+        whatever a third-party backend accepts.
+    :ivar name: the kernel's entry name (``None``: the backend's default, where it has one).
+    :ivar options: compiler options, passed through (``-DN=4``, ``--std=c++17``, ``-O2``...).
+    :ivar headers: extra header files by include name, for ``#include "name"``.
+    :ivar name_expressions: template instantiations to compile, e.g. ``("axpy<float>",)``;
+        launch one with ``kernel = kb.compile(src)["axpy<float>"]``... see the backend docs.
+    :ivar meta: language-specific settings (Pallas output-only and in-place arguments, block
+        specs...), read-only.
+    """
+
+    code: str | bytes | Callable[..., Any] = attrs.field()
+    lang: str = attrs.field(converter=str.lower)
+    name: str | None = None
+    options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    headers: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False)
+    name_expressions: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    meta: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False)
+
+    @code.validator
+    def _check_code(self, _attr: attrs.Attribute, value: object) -> None:
+        if not isinstance(value, (str, bytes)) and not callable(value):
+            raise ArgumentTypeError(
+                f"Source code must be str, bytes or a function, not {type(value).__name__}"
+            )
+
+    @lang.validator
+    def _check_lang(self, _attr: attrs.Attribute, value: str) -> None:
+        if not value:
+            raise InvalidArgumentError("Source lang must be a language name such as 'cuda' or 'c++'")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], lang: str | None = None, **kwargs: Any) -> Source:
+        """Read a source file; ``lang`` defaults from the suffix (.cu, .cpp, .ptx, .cubin...)."""
+        path = os.fspath(path)
+        suffix = os.path.splitext(path)[1].lower()
+        if lang is None:
+            if suffix not in _SUFFIX_LANG:
+                raise InvalidArgumentError(
+                    f"cannot tell the language of {path!r} from its suffix; pass lang= "
+                    f"(known suffixes: {', '.join(sorted(_SUFFIX_LANG))})"
+                )
+            lang = _SUFFIX_LANG[suffix]
+        try:
+            if lang.lower() in _BINARY_LANGS:
+                with open(path, "rb") as fb:
+                    code: str | bytes = fb.read()
+            else:
+                with open(path, encoding="utf-8") as ft:
+                    code = ft.read()
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot read kernel source {path!r}: {exc.strerror}") from exc
+        return cls(code, lang=lang, **kwargs)
+
+    @property
+    def text(self) -> str:
+        """The code as text (binary images and functions give an empty string)."""
+        return self.code if isinstance(self.code, str) else ""
+
+    def digest(self) -> str:
+        """A sha256 over everything that defines the compiled result, for cache keys.
+
+        A Python function (Pallas) has no stable text: it is keyed by its identity instead and
+        is not meant for the disk cache.
+        """
+        h = hashlib.sha256()
+        code = self.code
+        if isinstance(code, str):
+            h.update(b"s" + code.encode())
+        elif isinstance(code, bytes):
+            h.update(b"b" + code)
+        else:
+            h.update(f"f{getattr(code, '__module__', '')}.{getattr(code, '__qualname__', '')}:{id(code)}".encode())
+        for part in (
+            self.lang,
+            self.name or "",
+            *self.options,
+            *[f"{k}\0{v}" for k, v in sorted(self.headers.items())],
+            *self.name_expressions,
+        ):
+            h.update(b"\0" + part.encode())
+        return h.hexdigest()
+
+
+def dim3(value: Any, what: str = "grid") -> tuple[int, int, int]:
+    """Normalise a grid or block size (int, or a tuple of 1 to 3 ints) to a 3-tuple.
+
+    Backends call this on the launch path: it is kept to plain Python for speed.
+
+    :raises InvalidArgumentError: for a size of zero or less, or more than three dimensions.
+    """
+    t = type(value)
+    if t is tuple and len(value) == 3:
+        x, y, z = value
+    elif t is int:
+        x, y, z = value, 1, 1
+    else:
+        try:
+            dims = [int(v) for v in (value if isinstance(value, (tuple, list)) else (value,))]
+        except (TypeError, ValueError):
+            raise ArgumentTypeError(f"{what} must be an int or a tuple of 1 to 3 ints, not {value!r}") from None
+        if not 1 <= len(dims) <= 3:
+            raise InvalidArgumentError(f"{what} must have 1 to 3 dimensions, got {len(dims)}: {value!r}")
+        x, y, z = (dims + [1, 1])[:3]
+    if x < 1 or y < 1 or z < 1:
+        raise InvalidArgumentError(f"{what} dimensions must all be >= 1, got {(x, y, z)}")
+    return (x, y, z)
+
+
+@attrs.frozen
+class LaunchConfig:
+    """A validated launch geometry, reusable across launches: ``k.launch(config=cfg, args=...)``.
+
+    :ivar grid: blocks in x, y, z.
+    :ivar block: threads per block in x, y, z, or ``None`` for the backend's choice.
+    :ivar shared_mem: dynamic shared memory per block, in bytes.
+    """
+
+    grid: tuple[int, int, int] = attrs.field(converter=lambda v: dim3(v, "grid"))
+    block: tuple[int, int, int] | None = attrs.field(
+        default=None, converter=lambda v: None if v is None else dim3(v, "block")
+    )
+    shared_mem: int = attrs.field(default=0)
+
+    @shared_mem.validator
+    def _check_shared(self, _attr: attrs.Attribute, value: int) -> None:
+        if not isinstance(value, int) or value < 0:
+            raise InvalidArgumentError(f"shared_mem must be an int >= 0, got {value!r}")
+
+
+@attrs.define(eq=False, slots=True, weakref_slot=True)
+class Kernel:
+    """A compiled kernel bound to one device. Launch it with :meth:`launch`.
+
+    :ivar device: the device it was compiled for.
+    :ivar source: the source it came from.
+    :ivar handle: the backend's compiled object.
+    """
+
+    device: Device
+    source: Source
+    handle: Any
+    _b: Binding = attrs.field(repr=False, alias="binding")
+
+    @property
+    def name(self) -> str:
+        return self.source.name or "<kernel>"
+
+    def launch(
+        self,
+        grid: Any = None,
+        block: Any = None,
+        args: Sequence[Any] = (),
+        shared_mem: int = 0,
+        stream: Any = None,
+        *,
+        config: LaunchConfig | None = None,
+    ) -> Any:
+        """Queue one launch of the kernel on its device.
+
+        :param grid: blocks (int or 1-3 tuple). Required unless ``config`` is given.
+        :param block: threads per block; ``None`` lets the backend choose.
+        :param args: kernel arguments, in the kernel's order: kernelbay arrays/buffers, numpy
+            scalars, or Python numbers where the parameter's size makes them unambiguous.
+        :param shared_mem: dynamic shared memory per block in bytes.
+        :param stream: a backend stream (``None``: the device's default stream).
+        :param config: a :class:`LaunchConfig` instead of grid/block/shared_mem.
+        :raises InvalidArgumentError: for a bad geometry or bad arguments.
+        :raises LaunchError: if the backend could not launch it.
+        """
+        if config is not None:
+            grid, block, shared_mem = config.grid, config.block, config.shared_mem
+        elif grid is None:
+            raise InvalidArgumentError(f"launch of {self.name!r} needs grid= (or config=)")
+        return self._b.launch(self, grid, block, args, shared_mem, stream)
+
+    __call__ = launch
