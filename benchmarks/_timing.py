@@ -1,0 +1,92 @@
+"""Timing helpers shared by every benchmark module.
+
+Method: warm up first; time many repetitions in batches; report the median batch (per call)
+and the spread (10th/90th percentiles). Peers that are compared are timed *interleaved* in one
+process -- A, B, C, A, B, C... -- so machine noise hits them alike and the ratio is honest.
+
+A benchmark module ``benchmarks/bench_<name>.py`` defines::
+
+    SUITE = "cpu"          # or "gpu": which entry point runs it
+    def run(quick: bool) -> list[dict]   # records, see record() below
+    def goals(records: list[dict]) -> list[dict]  # see goal() below
+
+``quick=True`` (the smoke test) uses tiny sizes and few repetitions.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def stats(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+    n = len(s)
+    return {
+        "median": statistics.median(s),
+        "p10": s[max(0, int(n * 0.1) - (1 if n > 1 else 0))] if n else float("nan"),
+        "p90": s[min(n - 1, int(n * 0.9))] if n else float("nan"),
+        "n": n,
+    }
+
+
+def per_call_us(fn: Callable[[], object], number: int) -> float:
+    """Microseconds per call of ``fn`` over one batch of ``number`` calls."""
+    t0 = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - t0) / number * 1e6
+
+
+def interleaved(
+    cases: dict[str, Callable[[], object]],
+    *,
+    number: int = 1000,
+    repeat: int = 30,
+    warmup: int = 2,
+    after_batch: Callable[[], object] | None = None,
+) -> dict[str, dict[str, float]]:
+    """Time each case in batches of ``number`` calls, cases interleaved batch by batch.
+
+    ``after_batch`` runs after each batch, untimed (e.g. a device synchronise so the launch
+    queue never fills). Returns per-case stats of microseconds per call.
+    """
+    for _ in range(warmup):
+        for fn in cases.values():
+            per_call_us(fn, number)
+            if after_batch:
+                after_batch()
+    samples: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(repeat):
+        for name, fn in cases.items():
+            samples[name].append(per_call_us(fn, number))
+            if after_batch:
+                after_batch()
+    return {k: stats(v) for k, v in samples.items()}
+
+
+def record(group: str, name: str, st: dict[str, float], unit: str = "us", **extra: object) -> dict:
+    """One figure: ``group`` is what is measured ("launch"), ``name`` who ("kernelbay", "cupy")."""
+    return {"group": group, "name": name, "unit": unit, **st, **extra}
+
+
+def goal(text: str, value: float, limit: float, higher_is_better: bool = False) -> dict:
+    """One target: ``value`` (a ratio or a time) against ``limit``."""
+    met = value >= limit if higher_is_better else value <= limit
+    return {"goal": text, "value": value, "limit": limit, "met": bool(met)}
+
+
+def find(records: list[dict], group: str, name: str) -> dict | None:
+    for r in records:
+        if r["group"] == group and r["name"] == name:
+            return r
+    return None
+
+
+def ratio(records: list[dict], group: str, a: str, b: str) -> float | None:
+    """median(a) / median(b) within ``group``, or None when either is missing."""
+    ra, rb = find(records, group, a), find(records, group, b)
+    if not ra or not rb or not rb["median"]:
+        return None
+    return ra["median"] / rb["median"]
