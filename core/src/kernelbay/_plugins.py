@@ -49,7 +49,7 @@ REQUIRED_HOOKS = (
 #: Every hook, in the order of hookspecs.py.
 ALL_HOOKS = tuple(n for n in vars(hookspecs) if n.startswith("kernelbay_"))
 
-_INSTALL_HINT = "install one, e.g. `pip install 'kernelbay[cpu]'` (or kernelbay-cuda, kernelbay-tpu)"
+_FIRST_PARTY = ("cpu", "cuda", "tpu")
 
 
 def _hook_attr(hook: str) -> str:
@@ -322,9 +322,10 @@ class Runtime:
                 f"leaves it out; add it there or unset {ENV_BACKENDS}"
             )
         have = ", ".join(installed) or "none"
+        how = f"`pip install 'kernelbay[{name}]'`" if name in _FIRST_PARTY else f"`pip install kernelbay-{name}`"
         return BackendNotInstalledError(
-            f"backend {name!r} is not installed (installed: {have}); install kernelbay-{name} "
-            f"(`pip install 'kernelbay[{name}]'`) or pick another with KERNELBAY_DEVICE"
+            f"backend {name!r} is not installed (installed: {have}); install it with {how}, "
+            "or pick another with KERNELBAY_DEVICE"
         )
 
     def _load(self, rec: Backend) -> Binding:

@@ -1,0 +1,25 @@
+"""Test support for kernelbay backends, third-party ones included.
+
+* :class:`BackendConformance`: the conformance suite. A backend runs it with a few lines::
+
+      # tests/test_conformance.py
+      from kernelbay.testing import BackendConformance
+
+      class TestMyBackend(BackendConformance):
+          backend = "mybackend"
+
+  The defaults compile CUDA C++ test kernels; a backend in another language overrides
+  :meth:`BackendConformance.saxpy_source` (and :meth:`~BackendConformance.saxpy_launch`,
+  :meth:`~BackendConformance.bad_source`). Capability flags switch optional checks off.
+
+* The pytest plugin (installed with kernelbay, see :mod:`kernelbay.testing.plugin`):
+  ``--kernelbay-require=cuda,tpu`` or ``KERNELBAY_REQUIRE=cuda`` turns "no such device"
+  skips into failures, so a GPU run cannot pass having run nothing.
+"""
+
+from __future__ import annotations
+
+from .conformance import SAXPY_CUDA, BackendConformance
+from .plugin import require_device, required_backends
+
+__all__ = ["BackendConformance", "SAXPY_CUDA", "require_device", "required_backends"]

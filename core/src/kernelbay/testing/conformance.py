@@ -1,0 +1,279 @@
+"""The backend conformance suite: what every kernelbay backend must do, as pytest tests.
+
+Subclass :class:`BackendConformance` in a test module and set ``backend``. The class's tests
+skip (or fail, under ``--kernelbay-require``) when the backend has no device here.
+
+What a subclass may override:
+
+* :meth:`saxpy_source` -- a kernel computing ``y[i] = a * x[i] + y[i]`` for ``i < n``, launched
+  with ``args=(x, y, np.float32(a), np.int32(n))`` where x and y are float32 arrays of length n.
+  Default: CUDA C++ (:data:`SAXPY_CUDA`), which the cuda and cpu backends accept.
+* :meth:`saxpy_launch` -- the launch geometry for ``n`` elements (default: blocks of 256).
+* :meth:`bad_source` -- a source that must fail to compile with a ``CompileError``.
+* capability flags: ``validates_arg_count`` (a launch with a missing argument raises
+  ``InvalidArgumentError`` before running), ``dtypes`` and ``sizes`` for the copy round trips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+import kernelbay as kb
+from kernelbay.hookspecs import API_VERSION
+
+from .plugin import require_device
+
+SAXPY_CUDA = r"""
+extern "C" __global__ void saxpy(const float* x, float* y, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+BAD_CUDA = r"""
+extern "C" __global__ void broken(float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x
+    if (i < n) y[i] = undeclared_name;
+}
+"""
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng()
+
+
+def _sample(dtype: np.dtype, size: int, rng: np.random.Generator) -> np.ndarray:
+    if dtype.kind == "f":
+        return rng.standard_normal(size).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -1000), min(info.max, 1000), size, endpoint=True).astype(dtype)
+
+
+class BackendConformance:
+    """The conformance suite. Set ``backend`` in a subclass."""
+
+    backend: ClassVar[str] = ""
+    dtypes: ClassVar[Sequence[str]] = ("float32", "float64", "int32", "int64", "uint8", "int16", "float16")
+    sizes: ClassVar[Sequence[int]] = (0, 1, 7, 4096, 1 << 20)
+    validates_arg_count: ClassVar[bool] = True
+
+    # --- what a backend may override ------------------------------------------------
+
+    def saxpy_source(self) -> kb.Source | Sequence[kb.Source]:
+        return kb.Source(SAXPY_CUDA, lang="cuda", name="saxpy")
+
+    def saxpy_launch(self, n: int) -> dict[str, Any]:
+        return {"grid": (max(1, -(-n // 256)),), "block": (256,)}
+
+    def bad_source(self) -> kb.Source:
+        return kb.Source(BAD_CUDA, lang="cuda", name="broken")
+
+    # --- fixtures -------------------------------------------------------------------
+
+    @pytest.fixture
+    def device(self) -> kb.Device:
+        if not self.backend:
+            pytest.fail("BackendConformance subclasses must set `backend`", pytrace=False)
+        return require_device(self.backend)
+
+    @pytest.fixture
+    def saxpy(self, device: kb.Device) -> kb.Kernel:
+        return kb.compile(self.saxpy_source(), device=device)
+
+    def _run_saxpy(self, kernel: kb.Kernel, device: kb.Device, a: float, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        n = xs.size
+        x = kb.asarray(xs, device=device)
+        y = kb.asarray(ys, device=device)
+        kernel.launch(**self.saxpy_launch(n), args=(x, y, np.float32(a), np.int32(n)))
+        device.synchronize()
+        return np.array(y.numpy(), copy=True)
+
+    # --- identity -------------------------------------------------------------------
+
+    def test_backend_declares_itself(self, device: kb.Device) -> None:
+        rec = {b.name: b for b in kb.backends()}[self.backend]
+        assert rec.status == "available"
+        assert rec.reason is None
+        spec = rec.spec
+        assert spec is not None and spec.name == self.backend
+        assert spec.api_version == API_VERSION
+        assert spec.languages, "a backend must accept at least one language"
+        assert isinstance(spec.priority, int)
+
+    def test_devices_are_numbered_and_selectable(self, device: kb.Device) -> None:
+        devs = [d for d in kb.devices() if d.backend == self.backend]
+        assert [d.index for d in devs] == list(range(len(devs)))
+        assert device == devs[0]
+        assert kb.device(str(devs[-1])) == devs[-1]
+        assert str(device) == f"{self.backend}:0"
+
+    # --- memory ---------------------------------------------------------------------
+
+    @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "uint8", "int16", "float16"])
+    def test_round_trip_dtypes(self, device: kb.Device, dtype: str) -> None:
+        if dtype not in self.dtypes:
+            pytest.skip(f"{self.backend} does not take {dtype}")
+        host = _sample(np.dtype(dtype), 1000, _rng())
+        arr = kb.asarray(host, device=device)
+        assert arr.device == device and arr.shape == host.shape and arr.dtype == host.dtype
+        assert arr.nbytes == host.nbytes
+        np.testing.assert_array_equal(arr.numpy(), host)
+
+    def test_round_trip_sizes(self, device: kb.Device) -> None:
+        rng = _rng()
+        for n in self.sizes:
+            host = _sample(np.dtype("float32"), n, rng)
+            arr = kb.empty(n, "float32", device=device)
+            kb.copy(arr, host)
+            back = np.full(n, np.nan, np.float32)
+            kb.copy(back, arr)
+            np.testing.assert_array_equal(back, host)
+
+    def test_multidimensional_shape(self, device: kb.Device) -> None:
+        host = _sample(np.dtype("int32"), 60, _rng()).reshape(3, 4, 5)
+        arr = kb.asarray(host, device=device)
+        assert arr.shape == (3, 4, 5) and arr.ndim == 3 and arr.size == 60
+        np.testing.assert_array_equal(arr.numpy(), host)
+
+    def test_device_to_device_copy(self, device: kb.Device) -> None:
+        host = _sample(np.dtype("float32"), 5000, _rng())
+        a = kb.asarray(host, device=device)
+        b = kb.empty(host.shape, host.dtype, device=device)
+        assert kb.copy(b, a) is b
+        device.synchronize()
+        np.testing.assert_array_equal(b.numpy(), host)
+
+    def test_zeros(self, device: kb.Device) -> None:
+        z = kb.zeros((17, 3), "float64", device=device)
+        np.testing.assert_array_equal(z.numpy(), np.zeros((17, 3)))
+
+    def test_copy_rejects_size_and_dtype_mismatch(self, device: kb.Device) -> None:
+        a = kb.empty(8, "float32", device=device)
+        with pytest.raises(kb.InvalidArgumentError, match="size"):
+            kb.copy(a, np.zeros(9, np.float32))
+        with pytest.raises(kb.InvalidArgumentError, match="dtype"):
+            kb.copy(a, np.zeros(8, np.int32))
+
+    def test_use_after_free_raises(self, device: kb.Device) -> None:
+        a = kb.asarray(np.arange(4, dtype=np.float32), device=device)
+        a.close()
+        a.close()  # twice is harmless
+        assert a.closed
+        with pytest.raises(kb.UseAfterFreeError):
+            a.numpy()
+        with pytest.raises(kb.UseAfterFreeError):
+            kb.copy(a, np.zeros(4, np.float32))
+
+    def test_context_manager_frees(self, device: kb.Device) -> None:
+        with kb.empty(16, "uint8", device=device) as buf:
+            assert not buf.closed
+        assert buf.closed
+
+    def test_many_allocations_are_released(self, device: kb.Device) -> None:
+        for _ in range(200):
+            a = kb.empty(1 << 16, "uint8", device=device)
+            a.close()
+        for _ in range(200):
+            kb.empty(1 << 16, "uint8", device=device)  # freed when collected
+
+    def test_memory_stats_or_unsupported(self, device: kb.Device) -> None:
+        try:
+            stats = device.memory_stats()
+        except kb.UnsupportedError:
+            return
+        assert isinstance(stats, kb.MemoryStats)
+        assert 0 <= stats.active <= stats.peak
+
+    # --- compile and launch ---------------------------------------------------------
+
+    def test_compile_error_carries_the_log(self, device: kb.Device) -> None:
+        with pytest.raises(kb.CompileError) as info:
+            kb.compile(self.bad_source(), device=device)
+        assert info.value.log.strip(), "CompileError.log must hold the compiler's output"
+
+    def test_unsupported_language_is_named(self, device: kb.Device) -> None:
+        with pytest.raises(kb.InvalidArgumentError, match="languages"):
+            kb.compile(kb.Source("x", lang="no-such-language"), device=device)
+
+    @pytest.mark.parametrize("n", [1, 1000, 100_003])
+    def test_saxpy_matches_numpy(self, device: kb.Device, saxpy: kb.Kernel, n: int) -> None:
+        rng = _rng()
+        xs, ys = _sample(np.dtype("float32"), n, rng), _sample(np.dtype("float32"), n, rng)
+        got = self._run_saxpy(saxpy, device, 2.5, xs, ys)
+        np.testing.assert_allclose(got, np.float32(2.5) * xs + ys, rtol=1e-6, atol=1e-6)
+
+    def test_repeated_launches_see_new_arguments(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        n = 4096
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        y = kb.zeros(n, "float32", device=device)
+        geo = self.saxpy_launch(n)
+        for a in (1.0, 2.0, 3.0):
+            saxpy.launch(**geo, args=(x, y, np.float32(a), np.int32(n)))
+        device.synchronize()
+        np.testing.assert_array_equal(y.numpy(), np.full(n, 6.0, np.float32))
+
+    def test_compile_twice_gives_a_working_kernel(self, device: kb.Device) -> None:
+        k1 = kb.compile(self.saxpy_source(), device=device)
+        k2 = kb.compile(self.saxpy_source(), device=device)
+        rng = _rng()
+        xs, ys = _sample(np.dtype("float32"), 300, rng), _sample(np.dtype("float32"), 300, rng)
+        np.testing.assert_allclose(self._run_saxpy(k2, device, -1.0, xs, ys), ys - xs, rtol=1e-6, atol=1e-6)
+        assert k1.device == k2.device
+
+    def test_bad_geometry_is_rejected(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        x = kb.zeros(4, "float32", device=device)
+        y = kb.zeros(4, "float32", device=device)
+        with pytest.raises(kb.InvalidArgumentError):
+            saxpy.launch(grid=(0,), block=(1,), args=(x, y, np.float32(1), np.int32(4)))
+
+    def test_wrong_argument_count_is_rejected(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        if not self.validates_arg_count:
+            pytest.skip(f"{self.backend} does not check argument counts")
+        x = kb.zeros(4, "float32", device=device)
+        with pytest.raises(kb.InvalidArgumentError):
+            saxpy.launch(**self.saxpy_launch(4), args=(x, np.float32(1)))
+
+    def test_closed_array_argument_is_rejected(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        x = kb.zeros(4, "float32", device=device)
+        y = kb.zeros(4, "float32", device=device)
+        x.close()
+        with pytest.raises(kb.UseAfterFreeError):
+            saxpy.launch(**self.saxpy_launch(4), args=(x, y, np.float32(1), np.int32(4)))
+
+    def test_synchronize(self, device: kb.Device) -> None:
+        device.synchronize()
+        kb.device(str(device)).synchronize()
+
+    # --- across backends (needs the cpu backend as the other side) -------------------
+
+    def _other(self) -> kb.Device:
+        if self.backend == "cpu":
+            pytest.skip("needs a second backend besides cpu")
+        try:
+            return kb.device("cpu")
+        except kb.BackendError:
+            pytest.skip("needs the cpu backend as a second backend")
+
+    def test_copy_across_backends(self, device: kb.Device) -> None:
+        other = self._other()
+        host = _sample(np.dtype("float32"), 1000, _rng())
+        src = kb.asarray(host, device=other)
+        dst = kb.empty(host.shape, host.dtype, device=device)
+        kb.copy(dst, src)
+        np.testing.assert_array_equal(dst.numpy(), host)
+        moved = kb.asarray(dst, device=other)
+        assert moved.device == other
+        np.testing.assert_array_equal(moved.numpy(), host)
+
+    def test_array_of_another_device_is_rejected(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        other = self._other()
+        x = kb.zeros(4, "float32", device=other)
+        y = kb.zeros(4, "float32", device=device)
+        with pytest.raises(kb.InvalidArgumentError, match=str(other)):
+            saxpy.launch(**self.saxpy_launch(4), args=(x, y, np.float32(1), np.int32(4)))
