@@ -1,0 +1,210 @@
+"""The ``kernelbay`` command: ``info``, ``demo`` and ``cache``.
+
+User errors print one line (``kernelbay: error: ...``) and exit 1; ``--debug`` shows the
+traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from typing import Any
+
+from . import __version__
+from .errors import KernelbayError
+
+EXIT_ERROR = 1
+EXIT_MISMATCH = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kernelbay",
+        description="kernelbay: run kernels on CUDA GPUs, TPUs and CPUs through pluggable backends.",
+        epilog="Environment: KERNELBAY_DEVICE picks the device (e.g. 'cuda:1,cpu', '!tpu'); "
+        "KERNELBAY_BACKENDS limits which installed backends load; KERNELBAY_CACHE_DIR moves the "
+        "compile cache. See docs/configuration.md.",
+    )
+    p.add_argument("--version", action="version", version=f"kernelbay {__version__}")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    info = sub.add_parser("info", help="installed backends, their status and devices")
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+
+    demo = sub.add_parser("demo", help="run saxpy on the selected device and check it against numpy")
+    demo.add_argument("--device", default=None, help="device selector (default: $KERNELBAY_DEVICE or the best)")
+
+    cache = sub.add_parser("cache", help="the disk compile cache")
+    csub = cache.add_subparsers(dest="cache_command", metavar="ACTION")
+    ci = csub.add_parser("info", help="where the cache is and what it holds")
+    ci.add_argument("--json", action="store_true", help="machine-readable output")
+    csub.add_parser("clear", help="delete every cached compile result")
+    return p
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, dict) or hasattr(v, "items"):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return str(v)
+
+
+def _info_data() -> dict[str, Any]:
+    import platform
+
+    from . import _api
+    from ._plugins import runtime
+
+    out: dict[str, Any] = {
+        "kernelbay": __version__,
+        "python": platform.python_version(),
+        "backends": [],
+    }
+    allowed = runtime.allowlist()
+    for name in runtime.installed_names():
+        if allowed is not None and name not in allowed:
+            out["backends"].append({"name": name, "status": "disabled", "reason": "left out by KERNELBAY_BACKENDS"})
+    for rec in _api.backends():
+        status = rec.status
+        entry: dict[str, Any] = {
+            "name": rec.name,
+            "distribution": rec.distribution,
+            "version": rec.version,
+            "status": status,
+            "reason": rec.reason,
+        }
+        spec = rec.spec
+        if spec is not None:
+            entry.update(priority=spec.priority, languages=list(spec.languages), description=spec.description)
+        entry["devices"] = [
+            {"device": str(d), "name": d.name, "properties": _jsonable(dict(d.properties))} for d in rec.devices
+        ]
+        out["backends"].append(entry)
+    out["backends"].sort(key=lambda e: (-(e.get("priority") or 0), e["name"]))
+    try:
+        out["default_device"] = str(_api.device())
+    except KernelbayError as exc:
+        out["default_device"] = None
+        out["default_device_error"] = str(exc).splitlines()[0]
+    return out
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    data = _info_data()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"kernelbay {data['kernelbay']} (Python {data['python']})")
+    if not data["backends"]:
+        print("no backend installed: install one, e.g. pip install 'kernelbay[cpu]'")
+    for b in data["backends"]:
+        head = f"  {b['name']:<6} {b['status']:<11}"
+        if b.get("distribution"):
+            head += f" {b['distribution']} {b.get('version') or ''}".rstrip()
+        if b.get("languages"):
+            head += f"  languages: {', '.join(b['languages'])}"
+        print(head)
+        if b.get("reason"):
+            for line in str(b["reason"]).splitlines()[:3]:
+                print(f"           {line}")
+        for d in b.get("devices", []):
+            props = ", ".join(f"{k}={v}" for k, v in d["properties"].items())
+            print(f"           {d['device']}: {d['name']}" + (f" ({props})" if props else ""))
+    dd = data.get("default_device")
+    print(f"default device: {dd}" if dd else f"default device: none ({data.get('default_device_error')})")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from . import _api, _demo
+
+    dev = _api.device(args.device)
+    print(f"device: {dev} ({dev.name})")
+    t0 = time.perf_counter()
+    kernel = _api.compile(_demo.sources(), device=dev)
+    t_compile = time.perf_counter() - t0
+    lang = kernel.source.lang
+    n = _demo.size_for(lang)
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal(n).astype(np.float32)
+    ys = rng.standard_normal(n).astype(np.float32)
+    a = np.float32(2.0)
+    x = _api.asarray(xs, device=dev)
+    y = _api.asarray(ys, device=dev)
+    geo = _demo.geometry(lang, n)
+    kernel.launch(**geo, args=(x, y, a, np.int32(n)))  # warm-up (and the result checked below)
+    dev.synchronize()
+    got = y.numpy()
+    want = a * xs + ys
+    ok = bool(np.allclose(got, want, rtol=1e-5, atol=1e-5))
+    y2 = _api.asarray(ys, device=dev)
+    t0 = time.perf_counter()
+    kernel.launch(**geo, args=(x, y2, a, np.int32(n)))
+    dev.synchronize()
+    t_run = time.perf_counter() - t0
+    print(f"kernel: saxpy ({lang}), n={n}: compile {t_compile * 1e3:.1f} ms, launch+sync {t_run * 1e6:.0f} us")
+    if not ok:
+        bad = int(np.sum(~np.isclose(got, want, rtol=1e-5, atol=1e-5)))
+        print(f"MISMATCH: {bad} of {n} elements differ from numpy (first: got {got[0]}, expected {want[0]})")
+        return EXIT_MISMATCH
+    print("result matches numpy: OK")
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .cache import DiskCache
+
+    c = DiskCache()
+    if args.cache_command == "clear":
+        n = c.clear()
+        print(f"removed {n} entries from {c.directory}")
+        return 0
+    info = c.info()
+    if getattr(args, "json", False):
+        print(json.dumps(info, indent=2))
+    else:
+        print(f"directory: {info['directory']}")
+        print(f"entries:   {info['entries']}")
+        print(f"size:      {info['bytes']} bytes (limit {info['max_bytes']})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    if args.command == "cache" and args.cache_command is None:
+        args.cache_command = "info"
+    handler = {"info": cmd_info, "demo": cmd_demo, "cache": cmd_cache}[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("kernelbay: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one clear line; the traceback only on request
+        if args.debug:
+            traceback.print_exc()
+        else:
+            msg = str(exc) if isinstance(exc, KernelbayError) else f"{type(exc).__name__}: {exc}"
+            first, *rest = msg.splitlines() or [type(exc).__name__]
+            print(f"kernelbay: error: {first}", file=sys.stderr)
+            for line in rest:
+                print(f"  {line}", file=sys.stderr)
+            if not isinstance(exc, KernelbayError):
+                print("  (this looks like a bug; run with --debug for the traceback and report it)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
