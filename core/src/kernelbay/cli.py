@@ -67,9 +67,9 @@ def _info_data() -> dict[str, Any]:
         "python": platform.python_version(),
         "backends": [],
     }
-    allowed = runtime.allowlist()
+    records = runtime.records()
     for name in runtime.installed_names():
-        if allowed is not None and name not in allowed:
+        if name not in records:
             out["backends"].append({"name": name, "status": "disabled", "reason": "left out by KERNELBAY_BACKENDS"})
     for rec in _api.backends():
         status = rec.status

@@ -1,0 +1,1 @@
+"""Shared fixtures. Backend-specific fixtures live beside their tests."""

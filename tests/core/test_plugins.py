@@ -1,0 +1,166 @@
+import sys
+
+import numpy as np
+import pluggy
+import pytest
+
+import kernelbay as kb
+from kernelbay._plugins import Backend, runtime
+
+from .conftest import FakeBackend
+
+
+def _binding(name):
+    return runtime.load(name)
+
+
+def test_hot_path_calls_the_backend_function_directly(fake):
+    b = _binding("fake")
+    assert b.launch.__func__ is FakeBackend.kernelbay_launch
+    assert b.allocate.__func__ is FakeBackend.kernelbay_allocate
+    assert not b.wrapped
+
+
+class Tracer:
+    def __init__(self):
+        self.seen = []
+
+    @kb.hookimpl(wrapper=True)
+    def kernelbay_launch(self, kernel, grid, block, args, shared_mem, stream):
+        self.seen.append((kernel.name, grid))
+        return (yield)
+
+
+def test_wrapper_runs_while_registered_and_not_after(fake):
+    k = kb.compile(kb.Source(lambda v: v * 2, lang="python", name="double"), device="fake")
+    tracer = Tracer()
+    kb.register(tracer)
+    try:
+        assert k.launch(4, args=(21,)) == 42
+        assert tracer.seen == [("double", 4)]
+        assert _binding("fake").wrapped
+    finally:
+        kb.unregister(tracer)
+    assert k.launch(1, args=(1,)) == 2
+    assert tracer.seen == [("double", 4)]
+    assert _binding("fake").launch.__func__ is FakeBackend.kernelbay_launch
+
+
+def test_wrapper_registered_before_backend_loads(add_backend):
+    tracer = Tracer()
+    kb.register(tracer)
+    add_backend(FakeBackend("late"))
+    k = kb.compile(kb.Source(lambda: 7, lang="python", name="seven"), device="late")
+    assert k.launch(1) == 7
+    assert tracer.seen == [("seven", 1)]
+
+
+def test_backends_only_see_their_own_calls(add_backend):
+    a, b = add_backend(FakeBackend("a")), add_backend(FakeBackend("b"))
+    ka = kb.compile(kb.Source(lambda: "a", lang="python", name="k"), device="a")
+    kb_ = kb.compile(kb.Source(lambda: "b", lang="python", name="k"), device="b")
+    assert (ka.launch(1), kb_.launch(1)) == ("a", "b")
+    assert a.calls == ["launch"] and b.calls == ["launch"]
+
+
+def test_misspelt_hook_marks_backend_broken_and_others_work(add_backend):
+    class Misspelt(FakeBackend):
+        @kb.hookimpl
+        def kernelbay_lauch(self):  # typo
+            pass
+
+    add_backend(Misspelt("typo"))
+    add_backend(FakeBackend("good"))
+    with pytest.raises(kb.BackendBrokenError, match="kernelbay_lauch") as info:
+        kb.device("typo")
+    assert isinstance(info.value.__cause__, pluggy.PluginValidationError)
+    assert str(kb.device()) == "good:0"
+    rec = {r.name: r for r in kb.backends()}
+    assert rec["typo"].status == "broken" and rec["good"].status == "available"
+
+
+def test_wrong_signature_is_broken(add_backend):
+    class WrongArgs(FakeBackend):
+        @kb.hookimpl
+        def kernelbay_allocate(self, device, nbytes, alignment):
+            return bytearray(nbytes)
+
+    add_backend(WrongArgs("wrong"))
+    with pytest.raises(kb.BackendBrokenError, match="do not match kernelbay's hookspecs"):
+        kb.device("wrong")
+    assert not runtime.pm.get_plugins() or all("wrong" not in str(n) for n, _ in runtime.pm.list_name_plugin())
+
+
+def test_api_version_mismatch_is_broken(add_backend):
+    class Future(FakeBackend):
+        @kb.hookimpl
+        def kernelbay_backend(self):
+            return kb.BackendSpec("future", 1, ("python",), kb.API_VERSION + 1)
+
+    add_backend(Future("future"))
+    with pytest.raises(kb.BackendBrokenError, match=f"built for kernelbay API version {kb.API_VERSION + 1}"):
+        kb.device("future")
+
+
+def test_missing_required_hook_is_broken(add_backend):
+    class NoLaunch:
+        @kb.hookimpl
+        def kernelbay_backend(self):
+            return kb.BackendSpec("nolaunch", 1, ("python",), kb.API_VERSION)
+
+    add_backend(NoLaunch(), "nolaunch")
+    with pytest.raises(kb.BackendBrokenError, match="lacks the required hooks.*kernelbay_launch"):
+        kb.device("nolaunch")
+
+
+def test_probe_crash_is_broken_with_cause(add_backend):
+    class Crashing(FakeBackend):
+        @kb.hookimpl
+        def kernelbay_devices(self):
+            raise RuntimeError("driver exploded")
+
+    add_backend(Crashing("crash"))
+    add_backend(FakeBackend("ok"))
+    with pytest.raises(kb.BackendBrokenError, match="driver exploded") as info:
+        kb.device("crash")
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert str(kb.device("crash,ok")) == "ok:0"
+
+
+def test_import_failure_is_broken_with_cause(monkeypatch):
+    def load():
+        import kernelbay_no_such_module  # noqa: F401
+
+    runtime._extra["ghost"] = Backend("ghost", "kernelbay-ghost", "1.0", "kernelbay_no_such_module", load=load)
+    with pytest.raises(kb.BackendBrokenError, match="importing kernelbay_no_such_module failed") as info:
+        kb.device("ghost")
+    assert isinstance(info.value.__cause__, ModuleNotFoundError)
+    assert {r.name: r.status for r in kb.backends()} == {"ghost": "broken"}
+
+
+def test_listing_loads_nothing(add_backend):
+    loaded = []
+    runtime._extra["lazy"] = Backend("lazy", None, None, "x", load=lambda: loaded.append(1) or FakeBackend("lazy"))
+    recs = kb.backends()
+    assert [r.name for r in recs] == ["lazy"] and loaded == []
+    assert recs[0].status == "available" and loaded == [1]
+
+
+def test_unsupported_optional_capability(fake):
+    dev = kb.device("fake")
+    with pytest.raises(kb.UnsupportedError, match="memory stats"):
+        dev.memory_stats()
+    a = kb.asarray(np.arange(3, dtype=np.int32), device=dev)
+    assert not hasattr(a, "__cuda_array_interface__")
+
+
+def test_import_is_cheap_and_lazy():
+    import subprocess
+
+    code = (
+        "import sys, kernelbay as kb; kb.backends(); "
+        "heavy = [m for m in ('numpy', 'jax', 'cuda', 'cuda.bindings', 'kernelbay_cpu', 'kernelbay_cuda', "
+        "'kernelbay_tpu', 'kernelbay_pyref') if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
