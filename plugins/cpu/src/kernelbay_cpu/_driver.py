@@ -1,0 +1,231 @@
+"""The native layer: finding the C++ compiler, probing it once, loading shared objects, and the
+one ``check`` that turns native failures into kernelbay errors.
+
+A probe (compiler version, OpenMP support, CPU identity) costs a few compiler runs; its result is
+kept in the core disk cache under the compiler binary's identity (path, size, mtime), so a fresh
+process that hits the compile cache runs no subprocess at all.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from typing import Any
+
+import attrs
+
+from kernelbay.errors import BackendUnavailableError, CacheError, CompileError, LaunchError
+
+ENV_CXX = "CXX"
+ENV_THREADS = "KERNELBAY_CPU_THREADS"
+_CANDIDATES = ("c++", "g++", "clang++")
+NO_COMPILER = "no C++ compiler: install g++ or set CXX"
+PROBE_SCHEMA = "1"
+
+
+@attrs.frozen
+class Toolchain:
+    """What defines the code the compiler produces on this machine.
+
+    :ivar argv: the compiler command (``$CXX`` may carry arguments, e.g. ``ccache g++``).
+    :ivar path: the resolved compiler binary.
+    :ivar version: the first line of ``--version``.
+    :ivar openmp: whether ``-fopenmp`` works.
+    :ivar cpu_name: the CPU model, for the device name.
+    :ivar cpu_id: model and feature flags: ``-march=native`` output depends on them.
+    """
+
+    argv: tuple[str, ...]
+    path: str
+    version: str
+    openmp: bool
+    cpu_name: str
+    cpu_id: str
+
+
+def find_compiler() -> tuple[str, ...]:
+    """The compiler command: ``$CXX``, else the first of c++, g++, clang++ on PATH.
+
+    :raises BackendUnavailableError: when there is none.
+    """
+    raw = os.environ.get(ENV_CXX, "").strip()
+    if raw:
+        argv = shlex.split(raw)
+        exe = shutil.which(argv[0])
+        if exe is None:
+            raise BackendUnavailableError(f"{NO_COMPILER} (CXX={raw!r} was not found)")
+        return (exe, *argv[1:])
+    for name in _CANDIDATES:
+        exe = shutil.which(name)
+        if exe is not None:
+            return (exe,)
+    raise BackendUnavailableError(f"{NO_COMPILER} (none of {', '.join(_CANDIDATES)} is on PATH)")
+
+
+def cpu_identity() -> tuple[str, str]:
+    """``(model name, identity)`` of the CPU: the model, vendor and feature flags of core 0."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor is enough
+                k, _, v = line.partition(":")
+                fields[k.strip()] = v.strip()
+    except OSError:
+        pass
+    name = fields.get("model name") or fields.get("Model") or platform.processor() or platform.machine()
+    ident = "|".join(
+        [platform.machine(), name]
+        + [fields.get(k, "") for k in ("vendor_id", "cpu family", "model", "flags", "Features", "CPU part")]
+    )
+    return name, ident
+
+
+_lock = threading.Lock()
+_toolchain: Toolchain | None = None
+_toolchain_error: BackendUnavailableError | None = None
+
+
+def toolchain() -> Toolchain:
+    """The process's toolchain, probed once.
+
+    :raises BackendUnavailableError: no compiler, or one that cannot build a shared object.
+    """
+    global _toolchain, _toolchain_error
+    if _toolchain is None and _toolchain_error is None:
+        with _lock:
+            if _toolchain is None and _toolchain_error is None:
+                try:
+                    _toolchain = _probe()
+                except BackendUnavailableError as exc:
+                    _toolchain_error = exc
+    if _toolchain_error is not None:
+        raise _toolchain_error
+    assert _toolchain is not None
+    return _toolchain
+
+
+def _probe() -> Toolchain:
+    argv = find_compiler()
+    cpu_name, cpu_id = cpu_identity()
+    st = os.stat(argv[0])
+    from kernelbay.cache import default_cache, make_key
+
+    key = make_key(
+        backend="cpu-toolchain",
+        compiler=" ".join(argv),
+        compiler_version=f"{os.path.realpath(argv[0])}:{st.st_size}:{st.st_mtime_ns}",
+        arch=cpu_id,
+        extra={"schema": PROBE_SCHEMA},
+    )
+    cache = None
+    try:
+        cache = default_cache()
+        hit = cache.get(key)
+    except (CacheError, OSError):
+        hit = None
+    if hit is not None:
+        try:
+            d = json.loads(hit.payload)
+            return Toolchain(tuple(argv), argv[0], d["version"], bool(d["openmp"]), cpu_name, cpu_id)
+        except (ValueError, KeyError, TypeError):
+            pass
+    version = _version(argv)
+    openmp = _works(argv, ["-fopenmp"])
+    if not openmp and not _works(argv, []):
+        raise BackendUnavailableError(
+            f"{NO_COMPILER} ({' '.join(argv)} cannot build a shared library: {_last_probe_log.strip()[:400]})"
+        )
+    if cache is not None:
+        try:
+            cache.put(key, json.dumps({"version": version, "openmp": openmp}).encode(), {"kind": "toolchain"})
+        except (CacheError, OSError):
+            pass
+    return Toolchain(tuple(argv), argv[0], version, openmp, cpu_name, cpu_id)
+
+
+def _version(argv: tuple[str, ...]) -> str:
+    try:
+        out = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BackendUnavailableError(f"{NO_COMPILER} ({' '.join(argv)} --version failed: {exc})") from exc
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
+
+_last_probe_log = ""
+_PROBE_SRC = "#include <cstdio>\nextern \"C\" int kb_probe(int x) {\n#pragma omp parallel for\nfor (int i = 0; i < x; ++i) {}\nreturn x; }\n"
+
+
+def _works(argv: tuple[str, ...], flags: list[str]) -> bool:
+    global _last_probe_log
+    with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-probe-") as d:
+        src, out = os.path.join(d, "probe.cpp"), os.path.join(d, "probe.so")
+        with open(src, "w") as f:
+            f.write(_PROBE_SRC)
+        try:
+            r = subprocess.run(
+                [*argv, "-shared", "-fPIC", *flags, src, "-o", out], capture_output=True, text=True, timeout=120
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            _last_probe_log = str(exc)
+            return False
+        _last_probe_log = r.stdout + r.stderr
+        if r.returncode != 0:
+            return False
+        try:
+            ctypes.CDLL(out)
+        except OSError as exc:
+            _last_probe_log = str(exc)
+            return False
+    return True
+
+
+def threads() -> int:
+    """``KERNELBAY_CPU_THREADS`` (0: OpenMP's default)."""
+    raw = os.environ.get(ENV_THREADS, "").strip()
+    if not raw:
+        return 0
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0:
+        from kernelbay.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"{ENV_THREADS}={raw!r} must be a number of threads >= 1 (or unset)")
+    return n
+
+
+def load_library(image: bytes) -> ctypes.CDLL:
+    """dlopen a shared object from its bytes: written to a private file, loaded, unlinked."""
+    fd, path = tempfile.mkstemp(prefix="kernelbay-cpu-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(image)
+        try:
+            return ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))
+        except OSError as exc:
+            raise CompileError(f"the compiled kernel module could not be loaded: {exc}") from exc
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def check(status: int, lib: Any, what: str) -> None:
+    """Turn a launcher's status into an exception: 0 is success, anything else a LaunchError."""
+    if status == 0:
+        return
+    msg = lib.kb_error_message() if lib is not None else None  # restype c_char_p, set at load
+    detail = msg.decode(errors="replace") if msg else f"status {status}"
+    raise LaunchError(f"kernel {what!r} failed on cpu: {detail}")

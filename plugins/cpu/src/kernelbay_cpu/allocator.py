@@ -1,0 +1,134 @@
+"""Host memory: 64-byte-aligned buffers owned by numpy, copies by memmove, DLPack both ways.
+
+A buffer's memory is a numpy ``uint8`` array, so a host view (``Array.numpy()``) or a DLPack
+export keeps the memory alive by reference even after the Buffer is closed: no view can dangle.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+from kernelbay.errors import InvalidArgumentError, OutOfMemoryError
+from kernelbay.types import Array, Buffer, Device, MemoryStats
+
+ALIGN = 64
+KDLCPU = 1
+
+
+class HostMemory:
+    """The handle of a cpu buffer: the aligned address and the numpy array that owns it."""
+
+    __slots__ = ("ptr", "array", "nbytes", "owned")
+
+    def __init__(self, ptr: int, array: Any, nbytes: int, owned: bool) -> None:
+        self.ptr = ptr
+        self.array = array  # uint8, exactly nbytes long, starting at ptr
+        self.nbytes = nbytes
+        self.owned = owned  # False for memory adopted through DLPack
+
+    def __repr__(self) -> str:
+        return f"HostMemory(ptr=0x{self.ptr:x}, nbytes={self.nbytes})"
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = 0
+        self.peak = 0
+
+
+_stats = _Stats()
+
+
+def allocate(device: Device, nbytes: int) -> HostMemory:
+    import numpy as np
+
+    try:
+        raw = np.empty(nbytes + ALIGN, np.uint8)
+    except MemoryError:
+        with _stats.lock:
+            active = _stats.active
+        raise OutOfMemoryError(
+            f"cannot allocate {nbytes} bytes of host memory on {device} ({active} bytes in use by kernelbay); "
+            "free some arrays or use smaller ones"
+        ) from None
+    base = raw.ctypes.data
+    off = (-base) % ALIGN
+    arr = raw[off : off + nbytes]
+    with _stats.lock:
+        _stats.active += nbytes
+        if _stats.active > _stats.peak:
+            _stats.peak = _stats.active
+    return HostMemory(base + off, arr, nbytes, True)
+
+
+def free(device: Device, handle: HostMemory) -> None:
+    if handle.owned:
+        with _stats.lock:
+            _stats.active -= handle.nbytes
+    handle.array = None  # memory goes when the last host view of it goes
+
+
+def _ptr(x: Any) -> int:
+    if isinstance(x, Buffer):
+        return x.handle.ptr
+    return x.ctypes.data
+
+
+def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
+    if nbytes:
+        ctypes.memmove(_ptr(dst), _ptr(src), nbytes)
+
+
+def memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
+    if not 0 <= value <= 255:
+        raise InvalidArgumentError(f"memset value must be a byte 0..255, got {value}")
+    if nbytes:
+        ctypes.memset(dst.handle.ptr, value, nbytes)
+
+
+def host_view(array: Array) -> Any:
+    h = array.checked_handle()
+    return h.array.view(array.dtype).reshape(array.shape)
+
+
+def memory_stats(device: Device) -> MemoryStats:
+    with _stats.lock:
+        return MemoryStats(active=_stats.active, peak=_stats.peak, cached=0, limit=None)
+
+
+# --- DLPack -----------------------------------------------------------------------------
+
+
+def from_external(obj: Any, device: Device | None) -> tuple[HostMemory, tuple[int, ...], Any] | None:
+    """Adopt a kDLCPU DLPack producer (numpy, PyTorch, JAX on cpu) without a copy."""
+    dev_fn = getattr(obj, "__dlpack_device__", None)
+    if dev_fn is None or not hasattr(obj, "__dlpack__"):
+        return None
+    try:
+        dev_type, _ = dev_fn()
+    except Exception:
+        return None
+    if int(dev_type) != KDLCPU:
+        return None
+    import numpy as np
+
+    try:
+        view = np.from_dlpack(obj)
+    except (BufferError, TypeError, ValueError, RuntimeError):
+        return None
+    # kernelbay arrays are C-contiguous and writable; anything else is copied by the core.
+    if not view.flags.c_contiguous or not view.flags.writeable:
+        return None
+    flat = view.reshape(-1).view(np.uint8) if view.size else np.empty(0, np.uint8)
+    return HostMemory(view.ctypes.data, flat, view.nbytes, False), tuple(view.shape), view.dtype
+
+
+def to_dlpack(array: Array, stream: Any) -> Any:
+    return host_view(array).__dlpack__()
+
+
+def dlpack_device(array: Array) -> tuple[int, int]:
+    return (KDLCPU, 0)

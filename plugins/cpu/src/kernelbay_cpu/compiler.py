@@ -1,0 +1,314 @@
+"""Compile kernel sources into shared objects, with an in-process and an on-disk cache.
+
+The translation unit is ``kb_main.cpp``::
+
+    #include "kb_cpu_cuda.h"     // or kb_cpu_cxx.h for c++ sources
+    #include "kernel.cu"         // the user's source, unchanged, so diagnostics keep its lines
+    <generated launcher>         // one kb_info_<i>/kb_launch_<i> pair per entry
+
+Each launcher hands the ``void**`` argument array to ``kb_cpu::run_threads<&entry>`` (cuda) or
+``kb_cpu::run_blocks<&entry>`` (c++), which deduce the parameter types from the entry's signature.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from importlib import resources
+
+from kernelbay.cache import default_cache, make_key
+from kernelbay.errors import CacheError, CompileError, InvalidArgumentError
+from kernelbay.types import Device, Source
+
+from . import _driver
+from .launcher import KernelHandle
+
+DEFAULT_OPT = "-O3"
+DEFAULT_STD = "-std=c++17"
+DEFAULT_ARCH = "-march=native"
+_FILE = {"cuda": "kernel.cu", "c++": "kernel.cpp"}
+_PRELUDE = {"cuda": "kb_cpu_cuda.h", "c++": "kb_cpu_cxx.h"}
+_HEADERS = ("kb_cpu_launch.h", "kb_cpu_cuda.h", "kb_cpu_cxx.h")
+
+# --- features the CPU backend cannot honour -----------------------------------------------
+
+_UNSUPPORTED = [
+    (r"\b__syncthreads(?:_count|_and|_or)?\b", "__syncthreads (block barrier)"),
+    (r"\b__shared__\b", "__shared__ memory"),
+    (r"\b__syncwarp\b", "__syncwarp (warp intrinsic)"),
+    (r"\b__shfl\w*", "__shfl* (warp shuffle intrinsic)"),
+    (r"\b__ballot\w*", "__ballot* (warp vote intrinsic)"),
+    (r"\b__(?:any|all|uni)(?:_sync)?\s*\(", "__any/__all (warp vote intrinsic)"),
+    (r"\b__activemask\b", "__activemask (warp intrinsic)"),
+    (r"\b__match_\w+", "__match_* (warp intrinsic)"),
+    (r"\b__reduce_\w+_sync\b", "__reduce_*_sync (warp intrinsic)"),
+    (r"\bwarpSize\b", "warpSize (warps)"),
+    (r"\bcooperative_groups\b", "cooperative_groups"),
+    (r"\b(?:tex[123]D\w*|texture\s*<|surf[123]D\w*)", "textures and surfaces"),
+    (r"\basm\b|\b__asm__\b", "inline PTX assembly (asm)"),
+    (r"<<<", "launching kernels from device code (<<< >>>)"),
+]
+_UNSUPPORTED_RE = [(re.compile(p), what) for p, what in _UNSUPPORTED]
+_STRIP_RE = re.compile(
+    r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""",
+    re.S,
+)
+
+
+def strip_comments_and_strings(text: str) -> str:
+    """``text`` with comments, string and char literals blanked out, newlines kept."""
+
+    def blank(m: re.Match[str]) -> str:
+        s = m.group(0)
+        if s.startswith("/") :
+            return re.sub(r"[^\n]", " ", s)
+        return s[0] + re.sub(r"[^\n]", " ", s[1:-1]) + s[-1]
+
+    return _STRIP_RE.sub(blank, text)
+
+
+def check_features(source: Source) -> None:
+    """Refuse CUDA features the CPU backend cannot run correctly, naming each and its line."""
+    texts = [(_FILE["cuda"], source.text), *sorted(source.headers.items())]
+    found: list[tuple[str, str, int]] = []
+    lines: set[int] = set()
+    for fname, text in texts:
+        clean = strip_comments_and_strings(text)
+        for rx, what in _UNSUPPORTED_RE:
+            m = rx.search(clean)
+            if m:
+                ln = clean.count("\n", 0, m.start()) + 1
+                found.append((what, fname, ln))
+                if fname == _FILE["cuda"]:
+                    lines.add(ln)
+    if found:
+        where = "; ".join(f"{what} at {fname}:{ln}" for what, fname, ln in found)
+        raise CompileError(
+            f"the cpu backend cannot run this kernel correctly: it uses {where}. The cpu backend runs the "
+            "threads of a block one after another, so block barriers, shared memory and warp intrinsics have no "
+            "correct meaning there; write a variant without them (or a 'c++' Source) for cpu, or pick a "
+            "CUDA device",
+            source=source.text,
+            lines=lines,
+        )
+
+
+# --- flags ------------------------------------------------------------------------------
+
+
+def flags(options: Sequence[str], tc: _driver.Toolchain) -> list[str]:
+    """The compiler flags: defaults, each overridable by an option of the same family.
+
+    ``-O*`` replaces ``-O3``; ``-march=``/``-mcpu=``/``-mtune=native`` families replace
+    ``-march=native`` (``-mno-native`` drops it); ``-std=`` replaces ``-std=c++17``;
+    ``-fno-openmp`` drops ``-fopenmp``. Other options are appended.
+    """
+    opt, std, arch = DEFAULT_OPT, DEFAULT_STD, DEFAULT_ARCH
+    openmp = tc.openmp
+    extra: list[str] = []
+    for o in options:
+        if o.startswith("-O"):
+            opt = o
+        elif o.startswith("-std="):
+            std = o
+        elif o.startswith(("-march=", "-mcpu=")):
+            arch = o
+        elif o == "-mno-native":
+            arch = ""
+        elif o == "-fno-openmp":
+            openmp = False
+        elif o == "-fopenmp":
+            openmp = tc.openmp or True
+        else:
+            extra.append(o)
+    out = [opt, std]
+    if arch:
+        out.append(arch)
+    if openmp:
+        out.append("-fopenmp")
+    return [*out, "-shared", "-fPIC", "-fvisibility=hidden", *extra]
+
+
+# --- compile ----------------------------------------------------------------------------
+
+_ENTRY_RE = re.compile(r"^[A-Za-z_][\w:<>,\s*&()\[\]\.\-+]*$")
+_GLOBAL_RE = re.compile(r"\b__global__\s+(?:[\w:<>,\s*&]+?\s+)?void\s+([A-Za-z_]\w*)\s*\(")
+
+
+def entries(source: Source) -> list[str]:
+    """The names to export: ``source.name`` first, then ``source.name_expressions``."""
+    names: list[str] = []
+    if source.name:
+        names.append(source.name.strip())
+    for e in source.name_expressions:
+        if e.strip() and e.strip() not in names:
+            names.append(e.strip())
+    if not names and source.lang == "cuda":
+        found = list(dict.fromkeys(_GLOBAL_RE.findall(strip_comments_and_strings(source.text))))
+        if len(found) == 1:
+            names = found
+        else:
+            kernels = ", ".join(found) or "none"
+            raise InvalidArgumentError(
+                f"Source has no name and {len(found)} __global__ kernels ({kernels}); "
+                "pass Source(..., name='kernel') (templates: name='kernel<float>')"
+            )
+    if not names:
+        raise InvalidArgumentError("a 'c++' Source needs name= (the function to launch)")
+    for n in names:
+        if not _ENTRY_RE.match(n):
+            raise InvalidArgumentError(f"{n!r} is not a C++ function name or template instantiation")
+    return names
+
+
+def _launcher(lang: str, names: list[str]) -> str:
+    runner = "run_threads" if lang == "cuda" else "run_blocks"
+    parts = ["\n// --- generated by kernelbay_cpu ---"]
+    for i, n in enumerate(names):
+        parts.append(
+            f"""
+static constexpr auto kb_entry_{i} = &{n};
+extern "C" __attribute__((visibility("default"))) int kb_info_{i}(long long* sizes, char* kinds, int cap) {{
+    return kb_cpu::sig<decltype(kb_entry_{i})>::info(sizes, kinds, cap);
+}}
+extern "C" __attribute__((visibility("default"))) int kb_launch_{i}(void** a, const int* g) {{
+    return kb_cpu::{runner}<kb_entry_{i}>(a, g[0], g[1], g[2], g[3], g[4], g[5]);
+}}"""
+        )
+    return "\n".join(parts) + "\n"
+
+
+def _prelude_text() -> dict[str, str]:
+    base = resources.files("kernelbay_cpu") / "include"
+    return {h: (base / h).read_text(encoding="utf-8") for h in _HEADERS}
+
+
+_preludes: dict[str, str] | None = None
+
+
+def preludes() -> dict[str, str]:
+    global _preludes
+    if _preludes is None:
+        _preludes = _prelude_text()
+    return _preludes
+
+
+class Module:
+    """A loaded shared object and its kernels by entry name."""
+
+    def __init__(self, lib: ctypes.CDLL, names: list[str], source: Source) -> None:
+        self.lib = lib
+        lib.kb_error_message.restype = ctypes.c_char_p
+        lib.kb_set_threads(_driver.threads())
+        self.kernels = {n: KernelHandle(lib, i, n, source.lang) for i, n in enumerate(names)}
+
+
+_modules: dict[tuple[Source, int], Module] = {}
+_modules_lock = threading.Lock()
+
+
+def compile_source(device: Device, source: Source) -> KernelHandle:
+    """The compiled kernel for ``source`` (from the process cache, the disk cache, or the compiler)."""
+    key = (source, device.index)
+    mod = _modules.get(key)
+    if mod is None:
+        with _modules_lock:
+            mod = _modules.get(key)
+            if mod is None:
+                mod = _modules[key] = _build(source)
+    name = source.name.strip() if source.name else next(iter(mod.kernels))
+    return mod.kernels[name]
+
+
+def _build(source: Source) -> Module:
+    if not isinstance(source.code, str):
+        raise InvalidArgumentError(f"a {source.lang!r} Source must be text, not {type(source.code).__name__}")
+    names = entries(source)
+    if source.lang == "cuda":
+        check_features(source)
+    tc = _driver.toolchain()
+    fl = flags(source.options, tc)
+    pre = preludes()
+    fname = _FILE[source.lang]
+    main = f'#include "{_PRELUDE[source.lang]}"\n#include "{fname}"\n' + _launcher(source.lang, names)
+    key = make_key(
+        backend="cpu",
+        compiler=" ".join(tc.argv),
+        compiler_version=tc.version,
+        arch=tc.cpu_id if any(f.endswith("=native") for f in fl) else os.uname().machine,
+        options=fl,
+        source=source.text,
+        entries=names,
+        extra={
+            "lang": source.lang,
+            "main": main,
+            **{f"prelude:{k}": v for k, v in pre.items()},
+            **{f"header:{k}": v for k, v in source.headers.items()},
+        },
+    )
+    cache = None
+    try:
+        cache = default_cache()
+        hit = cache.get(key)
+    except CacheError:
+        hit = None
+    if hit is not None:
+        try:
+            return Module(_driver.load_library(hit.payload), names, source)
+        except CompileError:
+            pass  # a cached image that no longer loads: rebuild it
+    image = _run_compiler(tc, fl, source, fname, main, pre)
+    if cache is not None:
+        cache.put(key, image, {"backend": "cpu", "entries": names, "compiler": tc.version})
+    return Module(_driver.load_library(image), names, source)
+
+
+_DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s*(?:fatal )?error\b", re.M)
+
+
+def _run_compiler(
+    tc: _driver.Toolchain, fl: list[str], source: Source, fname: str, main: str, pre: dict[str, str]
+) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-build-") as d:
+        files = {**pre, **dict(source.headers), fname: source.text, "kb_main.cpp": main}
+        for n, text in files.items():
+            p = os.path.join(d, n)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "w", encoding="utf-8") as f:
+                f.write(text)
+        out = os.path.join(d, "kernel.so")
+        cmd = [*tc.argv, *fl, "-I", d, "kb_main.cpp", "-o", out]
+        try:
+            r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise CompileError(f"running the C++ compiler ({' '.join(cmd)}) failed: {exc}", source=source.text) from exc
+        if r.returncode != 0:
+            raise _compile_error(r.stdout + r.stderr, source, fname, cmd)
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def _compile_error(log: str, source: Source, fname: str, cmd: list[str]) -> CompileError:
+    lines: set[int] = set()
+    in_launcher = False
+    for m in _DIAG_RE.finditer(log):
+        f = os.path.basename(m.group("file"))
+        if f == fname:
+            lines.add(int(m.group("line")))
+        elif f == "kb_main.cpp":
+            in_launcher = True
+    msg = f"compiling {source.lang} kernel {source.name or '<unnamed>'!r} for cpu failed"
+    if lines:
+        msg += f" at line{'s' if len(lines) > 1 else ''} {', '.join(map(str, sorted(lines)))} of {fname}"
+    if in_launcher:
+        names = ", ".join(entries(source))
+        msg += (
+            f"; the generated launcher could not call {names}: check that the name (and template arguments) "
+            "match a function in the source, that it returns void and is not overloaded"
+        )
+    return CompileError(msg + f" (command: {' '.join(cmd)})", log=log, source=source.text, lines=lines)

@@ -1,0 +1,166 @@
+// kernelbay CPU backend: launch state and grid runners shared by the cuda and c++ preludes.
+// The generated launcher instantiates kb_cpu::run_threads<&kernel> (cuda: one call per thread)
+// or kb_cpu::run_blocks<&kernel> (c++: one call per block) for each entry.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace kb_cpu {
+
+struct uint3 {
+    unsigned int x, y, z;
+};
+
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+    constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+// The running block and thread. thread_local: the blocks of a grid run on several cores.
+static thread_local uint3 cur_threadIdx;
+static thread_local uint3 cur_blockIdx;
+static thread_local dim3 cur_blockDim;
+static thread_local dim3 cur_gridDim;
+
+static int n_threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else all cores)
+static char error_message[512];
+static int error_flag = 0;
+
+template <class T>
+constexpr char kind_of() {
+    using U = std::remove_cv_t<std::remove_reference_t<T>>;
+    if constexpr (std::is_pointer<U>::value) return 'p';
+    else if constexpr (std::is_same<U, bool>::value) return 'b';
+    else if constexpr (std::is_floating_point<U>::value) return 'f';
+    else if constexpr (std::is_integral<U>::value) return std::is_signed<U>::value ? 'i' : 'u';
+    else if constexpr (std::is_enum<U>::value) return std::is_signed<std::underlying_type_t<U>>::value ? 'i' : 'u';
+    else
+    return 'o';
+}
+
+template <class F>
+struct sig;
+
+template <class F>
+struct sig<F const> : sig<F> {};
+
+template <class... P>
+struct sig<void (*)(P...)> {
+    static constexpr int n = sizeof...(P);
+    using values = std::tuple<std::decay_t<P>...>;
+    static int info(long long* sizes, char* kinds, int cap) {
+        const long long s[] = {(long long)sizeof(std::decay_t<P>)..., 0};
+        const char k[] = {kind_of<P>()..., 0};
+        for (int i = 0; i < n && i < cap; ++i) {
+            sizes[i] = s[i];
+            kinds[i] = k[i];
+        }
+        return n;
+    }
+    template <std::size_t... I>
+    static values load(void** args, std::index_sequence<I...>) {
+        // The driver convention: args[i] points at the value of parameter i.
+        return values{*static_cast<std::tuple_element_t<I, values>*>(args[I])...};
+    }
+};
+
+inline void record_error(const char* what) {
+    int expected = 0;
+    if (__atomic_compare_exchange_n(&error_flag, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        std::strncpy(error_message, what, sizeof(error_message) - 1);
+        error_message[sizeof(error_message) - 1] = 0;
+    }
+}
+
+template <class Body>
+inline void run_block(Body& body, long b, long gx, long gy) {
+    try {
+        body(uint3{(unsigned)(b % gx), (unsigned)((b / gx) % gy), (unsigned)(b / (gx * gy))});
+    } catch (const std::exception& e) {
+        record_error(e.what());
+    } catch (...) {
+        record_error("a kernel threw a C++ exception that is not a std::exception");
+    }
+}
+
+template <class Body>
+inline int for_each_block(long gx, long gy, long gz, Body body) {
+    const long nblocks = gx * gy * gz;
+    error_flag = 0;
+#ifdef _OPENMP
+    const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    if (nblocks > 1 && nt > 1) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (long b = 0; b < nblocks; ++b) {
+            if (__atomic_load_n(&error_flag, __ATOMIC_RELAXED)) continue;
+            run_block(body, b, gx, gy);
+        }
+        return error_flag;
+    }
+#endif
+    // One block (or one thread): no parallel region to open.
+    for (long b = 0; b < nblocks && !error_flag; ++b) run_block(body, b, gx, gy);
+    return error_flag;
+}
+
+// cuda: each block on one core, its threads in turn, the kernel called once per thread.
+template <auto F, std::size_t... I>
+inline int run_threads_(void** args, long gx, long gy, long gz, long bx, long by, long bz,
+                        std::index_sequence<I...> seq) {
+    using S = sig<decltype(F)>;
+    const typename S::values p = S::load(args, seq);
+    const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)gz), block((unsigned)bx, (unsigned)by, (unsigned)bz);
+    return for_each_block(gx, gy, gz, [&](uint3 bi) {
+        cur_gridDim = grid;
+        cur_blockDim = block;
+        cur_blockIdx = bi;
+        for (unsigned z = 0; z < (unsigned)bz; ++z)
+            for (unsigned y = 0; y < (unsigned)by; ++y)
+                for (unsigned x = 0; x < (unsigned)bx; ++x) {
+                    cur_threadIdx = uint3{x, y, z};
+                    F(std::get<I>(p)...);
+                }
+    });
+}
+
+template <auto F>
+inline int run_threads(void** args, long gx, long gy, long gz, long bx, long by, long bz) {
+    return run_threads_<F>(args, gx, gy, gz, bx, by, bz, std::make_index_sequence<sig<decltype(F)>::n>{});
+}
+
+// c++: the kernel called once per block; it runs the block's blockDim threads itself.
+template <auto F, std::size_t... I>
+inline int run_blocks_(void** args, long gx, long gy, long gz, long bx, long by, long bz,
+                       std::index_sequence<I...> seq) {
+    using S = sig<decltype(F)>;
+    const typename S::values p = S::load(args, seq);
+    const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)gz), block((unsigned)bx, (unsigned)by, (unsigned)bz);
+    return for_each_block(gx, gy, gz, [&](uint3 bi) {
+        cur_gridDim = grid;
+        cur_blockDim = block;
+        cur_blockIdx = bi;
+        F(std::get<I>(p)...);
+    });
+}
+
+template <auto F>
+inline int run_blocks(void** args, long gx, long gy, long gz, long bx, long by, long bz) {
+    return run_blocks_<F>(args, gx, gy, gz, bx, by, bz, std::make_index_sequence<sig<decltype(F)>::n>{});
+}
+
+}  // namespace kb_cpu
+
+extern "C" {
+__attribute__((visibility("default"))) void kb_set_threads(int n) { kb_cpu::n_threads = n; }
+__attribute__((visibility("default"))) const char* kb_error_message() { return kb_cpu::error_message; }
+}

@@ -1,0 +1,256 @@
+"""Launch compiled kernels: argument conversion into the ``void**`` array, and the grid checks.
+
+Each kernel keeps one ctypes slot per parameter and a ``void*`` array pointing at them, built
+once; a launch writes the arguments into the slots and calls the native launcher (which
+releases the GIL). A second thread launching the same kernel meanwhile gets its own slots.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, UseAfterFreeError
+from kernelbay.types import Buffer, Kernel, dim3
+
+from . import _driver
+
+#: CUDA's limits, kept so a geometry that works here works on a GPU too.
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+_INT_TYPES = {
+    ("i", 1): ctypes.c_int8,
+    ("i", 2): ctypes.c_int16,
+    ("i", 4): ctypes.c_int32,
+    ("i", 8): ctypes.c_int64,
+    ("u", 1): ctypes.c_uint8,
+    ("u", 2): ctypes.c_uint16,
+    ("u", 4): ctypes.c_uint32,
+    ("u", 8): ctypes.c_uint64,
+    ("b", 1): ctypes.c_bool,
+    ("f", 4): ctypes.c_float,
+    ("f", 8): ctypes.c_double,
+}
+_KIND_NAME = {"p": "pointer", "i": "signed integer", "u": "unsigned integer", "b": "bool", "f": "floating-point"}
+
+
+def _describe(kind: str, size: int) -> str:
+    return f"a {size}-byte {_KIND_NAME.get(kind, 'value')}"
+
+
+class KernelHandle:
+    """One entry of a compiled module: its native launcher and its parameters."""
+
+    def __init__(self, lib: ctypes.CDLL, index: int, name: str, lang: str) -> None:
+        self.lib = lib
+        self.name = name
+        self.lang = lang
+        info = getattr(lib, f"kb_info_{index}")
+        cap = 256
+        sizes = (ctypes.c_longlong * cap)()
+        kinds = ctypes.create_string_buffer(cap)
+        n = info(sizes, kinds, cap)
+        if n > cap:
+            raise InvalidArgumentError(f"kernel {name!r} has {n} parameters; the cpu backend takes at most {cap}")
+        #: parameter sizes in bytes, and kinds: p(ointer) i(nt) u(nsigned) b(ool) f(loat) o(ther)
+        self.sizes = tuple(sizes[i] for i in range(n))
+        self.kinds = tuple(kinds.raw[i : i + 1].decode() for i in range(n))
+        self.nparams = n
+        self.fn = getattr(lib, f"kb_launch_{index}")
+        self._lock = threading.Lock()
+        self._slots, self._argv = self._new_slots()
+        self.launcher: Launcher | None = None
+
+    def _new_slots(self) -> tuple[list[Any], Any]:
+        slots: list[Any] = []
+        for kind, size in zip(self.kinds, self.sizes):
+            if kind == "p":
+                slots.append(ctypes.c_void_p())
+            elif (kind, size) in _INT_TYPES:
+                slots.append(_INT_TYPES[kind, size]())
+            else:
+                slots.append((ctypes.c_char * max(size, 1))())
+        argv = (ctypes.c_void_p * max(len(slots), 1))(*[ctypes.addressof(s) for s in slots])
+        return slots, argv
+
+    def converters(self, device: Any) -> list[Callable[[Any, Any], None]]:
+        return [_converter(i, k, s, device, self.name) for i, (k, s) in enumerate(zip(self.kinds, self.sizes))]
+
+
+def _bad(pos: int, name: str, kind: str, size: int, value: Any, why: str = "") -> InvalidArgumentError:
+    cls = ArgumentTypeError if not why else InvalidArgumentError
+    return cls(
+        f"argument {pos} of kernel {name!r} expects {_describe(kind, size)}, got {type(value).__name__} "
+        f"{value!r}{why}"
+    )
+
+
+def _converter(pos: int, kind: str, size: int, device: Any, name: str) -> Callable[[Any, Any], None]:
+    """A function ``(value, slot)`` writing argument ``pos`` into its ctypes slot, or raising."""
+    import numpy as np
+
+    from kernelbay.types import Array
+
+    generic = np.generic
+
+    if kind == "p":
+
+        def ptr(a: Any, slot: Any) -> None:
+            if type(a) is Array or isinstance(a, Buffer):
+                h = a.handle
+                if h is None:
+                    raise UseAfterFreeError(f"argument {pos} of kernel {name!r} was used after close()")
+                if a.device is not device and a.device != device:
+                    raise InvalidArgumentError(
+                        f"argument {pos} of kernel {name!r} lives on {a.device}, but the kernel runs on {device}; "
+                        "copy it with kb.asarray(x, device=...) first"
+                    )
+                slot.value = h.ptr
+                return
+            raise _bad(pos, name, kind, size, a, "; pass a kernelbay Array or Buffer (kb.asarray(...))")
+
+        return ptr
+
+    if (kind, size) in _INT_TYPES:
+        is_float = kind == "f"
+        lo, hi = _range(kind, size)
+        # numpy scalar types already checked to fit: set straight into the slot.
+        accepted: set[type] = set()
+
+        def num(a: Any, slot: Any) -> None:
+            t = type(a)
+            if t in accepted:
+                slot.value = a
+                return
+            if t is float:
+                if not is_float:
+                    raise _bad(pos, name, kind, size, a, "; a Python float converts only to a float or double parameter")
+                slot.value = a
+                return
+            if t is int or t is bool:
+                if not is_float and not lo <= a <= hi:
+                    raise _bad(pos, name, kind, size, a, f"; it is out of range [{lo}, {hi}]")
+                slot.value = a
+                return
+            if isinstance(a, generic):
+                dk = a.dtype.kind
+                if a.dtype.itemsize != size:
+                    raise _bad(
+                        pos, name, kind, size, a,
+                        f" ({a.dtype}, {a.dtype.itemsize} bytes); pass a numpy scalar of {size} bytes",
+                    )
+                ok = (dk == "f") if is_float else (dk in "iub")
+                if not ok:
+                    raise _bad(pos, name, kind, size, a, f" ({a.dtype}); pass a numpy scalar of a matching kind")
+                accepted.add(t)
+                slot.value = a
+                return
+            if isinstance(a, Buffer):
+                raise _bad(pos, name, kind, size, a, "; a buffer goes only to a pointer parameter")
+            raise _bad(pos, name, kind, size, a)
+
+        return num
+
+    def raw(a: Any, slot: Any) -> None:
+        # A struct (or other) parameter: only a numpy scalar of exactly its size is unambiguous.
+        if isinstance(a, generic) and a.dtype.itemsize == size:
+            ctypes.memmove(slot, a.tobytes(), size)
+            return
+        raise _bad(
+            pos, name, "o", size, a,
+            f"; a parameter of this type takes a numpy scalar of exactly {size} bytes (e.g. a structured np.void)",
+        )
+
+    return raw
+
+
+def _range(kind: str, size: int) -> tuple[int, int]:
+    if kind == "i":
+        return -(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1
+    if kind in "ub":
+        return 0, (1 << (8 * size)) - 1 if kind == "u" else 1
+    return 0, 0
+
+
+def geometry(grid: Any, block: Any) -> Any:
+    """The validated ``int[6]`` geometry (grid xyz, block xyz) for the native launcher."""
+    g = dim3(grid, "grid")
+    b = (1, 1, 1) if block is None else dim3(block, "block")
+    if g[0] > MAX_GRID[0] or g[1] > MAX_GRID[1] or g[2] > MAX_GRID[2]:
+        raise InvalidArgumentError(f"grid {g} is over the cpu backend's limit {MAX_GRID}")
+    if b[0] * b[1] * b[2] > MAX_THREADS_PER_BLOCK or b[0] > MAX_BLOCK[0] or b[1] > MAX_BLOCK[1] or b[2] > MAX_BLOCK[2]:
+        raise InvalidArgumentError(
+            f"block {b} has {b[0] * b[1] * b[2]} threads; the cpu backend allows at most "
+            f"{MAX_THREADS_PER_BLOCK} per block and {MAX_BLOCK} per dimension"
+        )
+    return (ctypes.c_int * 6)(*g, *b)
+
+
+# Validated geometries by (grid, block) as the user passed them: a repeated launch skips the
+# checks. Only hashable values are kept, and the dict is bounded.
+_geometries: dict[Any, Any] = {}
+
+
+class Launcher:
+    """The per-kernel launch state the ``kernelbay_launch`` hook uses."""
+
+    __slots__ = ("handle", "convs", "n", "name", "fn", "lib", "device")
+
+    def __init__(self, handle: KernelHandle, device: Any) -> None:
+        self.handle = handle
+        self.convs = handle.converters(device)
+        self.n = handle.nparams
+        self.name = handle.name
+        self.fn = handle.fn
+        self.lib = handle.lib
+        self.device = device
+
+
+def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> None:
+    """Run ``kernel`` over the grid; returns when it has finished (the cpu backend is synchronous)."""
+    h = kernel.handle
+    if h is None:
+        raise UseAfterFreeError(f"kernel {kernel.name!r} was used after close()")
+    ln = h.launcher
+    if ln is None or ln.device is not kernel.device:
+        ln = h.launcher = Launcher(h, kernel.device)
+    try:
+        geom = _geometries.get((grid, block))
+    except TypeError:  # unhashable (a list): validate every time
+        geom = geometry(grid, block)
+    else:
+        if geom is None:
+            geom = geometry(grid, block)
+            if len(_geometries) > 4096:
+                _geometries.clear()
+            _geometries[grid, block] = geom
+    if shared_mem:
+        raise InvalidArgumentError(
+            f"launch of {ln.name!r} asks for {shared_mem} bytes of dynamic shared memory; the cpu backend has no "
+            "shared memory (pass shared_mem=0)"
+        )
+    if len(args) != ln.n:
+        raise InvalidArgumentError(f"kernel {ln.name!r} takes {ln.n} arguments ({_signature(h)}), got {len(args)}")
+    lock = h._lock
+    if lock.acquire(False):
+        try:
+            for conv, a, s in zip(ln.convs, args, h._slots):
+                conv(a, s)
+            status = ln.fn(h._argv, geom)
+        finally:
+            lock.release()
+    else:  # another thread is launching this kernel: private slots
+        slots, argv = h._new_slots()
+        for conv, a, s in zip(ln.convs, args, slots):
+            conv(a, s)
+        status = ln.fn(argv, geom)
+    if status:
+        _driver.check(status, ln.lib, ln.name)
+
+
+def _signature(h: KernelHandle) -> str:
+    return ", ".join(_describe(k, s) for k, s in zip(h.kinds, h.sizes)) or "no parameters"
