@@ -1,0 +1,1 @@
+"""kernelbay backend for JAX Pallas kernels on TPUs."""

@@ -1,0 +1,84 @@
+"""The kernelbay hooks of the TPU backend: thin, delegating to allocator, compiler, launcher."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernelbay import API_VERSION, hookimpl
+from kernelbay.types import Array, BackendSpec, Buffer, Device, Source
+
+from . import allocator, compiler, launcher
+
+
+@hookimpl
+def kernelbay_backend() -> BackendSpec:
+    return BackendSpec(
+        name="tpu",
+        priority=200,
+        languages=("pallas",),
+        api_version=API_VERSION,
+        description="JAX Pallas kernels on TPUs (KERNELBAY_TPU_INTERPRET=1: interpret mode on the CPU)",
+    )
+
+
+@hookimpl
+def kernelbay_devices() -> list[Device]:
+    from . import _driver
+
+    return _driver.probe()
+
+
+@hookimpl
+def kernelbay_allocate(device: Device, nbytes: int) -> Any:
+    return allocator.allocate(device, nbytes)
+
+
+@hookimpl
+def kernelbay_free(device: Device, handle: Any) -> None:
+    allocator.free(device, handle)
+
+
+@hookimpl
+def kernelbay_copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
+    allocator.copy(dst, src, nbytes, stream)
+
+
+@hookimpl
+def kernelbay_memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
+    allocator.memset(dst, value, nbytes, stream)
+
+
+@hookimpl
+def kernelbay_compile(device: Device, source: Source) -> Any:
+    return compiler.compile(device, source)
+
+
+# The launch hook is the launcher's own function (same name and parameters as the spec), so
+# the core's binding calls it with no extra Python frame in between.
+kernelbay_launch = hookimpl(launcher.launch)
+
+
+@hookimpl
+def kernelbay_synchronize(device: Device, stream: Any) -> None:
+    launcher.synchronize(device, stream)
+
+
+@hookimpl
+def kernelbay_host_view(array: Array) -> None:
+    # JAX arrays are immutable: a writable view cannot exist, so the core copies.
+    return None
+
+
+@hookimpl
+def kernelbay_from_external(obj: Any, device: Device | None) -> Any:
+    return allocator.from_external(obj, device)
+
+
+@hookimpl
+def kernelbay_to_dlpack(array: Array, stream: Any) -> Any:
+    return allocator.to_dlpack(array, stream)
+
+
+@hookimpl
+def kernelbay_dlpack_device(array: Array) -> tuple[int, int]:
+    return allocator.dlpack_device(array)

@@ -1,0 +1,46 @@
+"""Test support: the tpu backend in interpret mode inside one pytest process.
+
+kernelbay probes a backend once per process and keeps the answer; a test suite that turns
+``KERNELBAY_TPU_INTERPRET`` on (or off) for some tests must make the core forget that answer,
+and restore both afterwards so the other tests of the run see the machine as it is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ._driver import ENV_INTERPRET
+
+
+def forget_probe() -> None:
+    """Make the core probe the tpu backend again on next use."""
+    from kernelbay import _api, _plugins
+
+    b = _plugins.runtime.bindings.get("tpu")
+    if b is not None:
+        b._devices = None
+        b._devices_error = None
+    for sel, dev in list(_api._default_cache.items()):
+        if dev.backend == "tpu":
+            del _api._default_cache[sel]
+
+
+@contextmanager
+def interpret_mode(on: bool = True) -> Iterator[None]:
+    """Within the block the tpu backend runs in interpret mode (``on``) or sees no TPU flag."""
+    old = os.environ.get(ENV_INTERPRET)
+    if on:
+        os.environ[ENV_INTERPRET] = "1"
+    else:
+        os.environ.pop(ENV_INTERPRET, None)
+    forget_probe()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(ENV_INTERPRET, None)
+        else:
+            os.environ[ENV_INTERPRET] = old
+        forget_probe()
