@@ -72,6 +72,7 @@ class PallasKernel:
             )
         self.specs = self._block_specs(meta.get("block_specs"))
         self.cache: dict[Any, Entry] = {}
+        self.fast: Any = None  # the generated launch fast path (launcher._specialise)
 
     def _error(self, message: str) -> CompileError:
         try:

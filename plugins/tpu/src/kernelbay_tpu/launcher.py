@@ -25,6 +25,13 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_me
     if block is not None or shared_mem or stream is not None:
         _reject(kernel, block, shared_mem, stream)
     k = kernel.handle
+    fast = k.fast
+    if fast is not None and fast(grid, args):
+        return None
+    return _generic(k, grid, args)
+
+
+def _generic(k: Any, grid: Any, args: Sequence[Any]) -> None:
     key: list[Any] = [grid]
     for a in args:
         if type(a) is Array:
@@ -49,7 +56,49 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_me
     for i, r in zip(e.outs, res):
         args[i].handle = r
     _last.results = res
+    if k.fast is None and all(type(a) is Array or not isinstance(a, Buffer) for a in args):
+        k.fast = _specialise(k, args)
     return None
+
+
+def _specialise(k: Any, args: Sequence[Any]) -> Any:
+    """Generate the launch fast path for this kernel's argument pattern (which positions are
+    arrays): unpack, key, call and store results with no loop. It answers False (and the
+    generic path takes over) for anything else: another pattern, a miss, an error."""
+    n = len(args)
+    names = [f"a{i}" for i in range(n)]
+    arrays = [i for i, a in enumerate(args) if type(a) is Array]
+    key = ["grid"]
+    for i in range(n):
+        key += [f"a{i}.shape", f"a{i}.dtype"] if i in arrays else [f"(type(a{i}), a{i})"]
+    ins = [i for i in arrays if i not in k.outputs]
+    outs = [i for i in arrays if i in k.outputs or i in k.inplace]
+    check = " and ".join(f"type(a{i}) is Array" for i in arrays) or "True"
+    call = f"e.fn({', '.join(f'a{i}.handle' for i in ins)})"
+    store = f"({', '.join(f'a{i}.handle' for i in outs)},) = r" if outs else "pass"
+    src = f"""
+def fast(grid, args):
+    if len(args) != {n}:
+        return False
+    {', '.join(names)}{',' if n == 1 else ''} = args
+    if not ({check}):
+        return False
+    try:
+        e = cache.get(({', '.join(key)},))
+        if e is None:
+            return False
+        r = {call}
+    except Exception:
+        return False
+    {store}
+    last.results = r
+    return True
+"""
+    if n == 0:
+        return None
+    scope: dict[str, Any] = {"Array": Array, "cache": k.cache, "last": _last}
+    exec(src, scope)  # noqa: S102 - generated from argument positions only
+    return scope["fast"]
 
 
 def _miss(k: Any, grid: Any, args: Sequence[Any], key: list[Any] | None) -> tuple[Any, Any]:
