@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import pytest
+
+import kernelbay as kb
+from kernelbay.testing import require_device
+
+
+@pytest.fixture
+def cpu() -> kb.Device:
+    return require_device("cpu")
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> str:
+    """A private, empty compile cache directory for this test."""
+    d = str(tmp_path / "cache")
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", d)
+    return d
