@@ -90,3 +90,97 @@ def ratio(records: list[dict], group: str, a: str, b: str) -> float | None:
     if not ra or not rb or not rb["median"]:
         return None
     return ra["median"] / rb["median"]
+
+
+# --- additions for the runner and the subprocess benchmarks -------------------------------
+
+#: Units where more is better; every other unit is a cost (a time).
+RATE_UNITS = frozenset({"GB/s", "GiB/s", "Gflop/s", "1/s"})
+
+
+def interleaved_samples(
+    cases: dict[str, Callable[[], object]],
+    *,
+    number: int = 1000,
+    repeat: int = 30,
+    warmup: int = 2,
+    after_batch: Callable[[], object] | None = None,
+) -> dict[str, list[float]]:
+    """As :func:`interleaved`, but the raw per-batch samples (microseconds per call).
+
+    Batch ``i`` of every case ran back to back, so ``samples[a][i] - samples[b][i]`` is a
+    paired difference (see :func:`paired_diff`).
+    """
+    for _ in range(warmup):
+        for fn in cases.values():
+            per_call_us(fn, number)
+            if after_batch:
+                after_batch()
+    samples: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(repeat):
+        for name, fn in cases.items():
+            samples[name].append(per_call_us(fn, number))
+            if after_batch:
+                after_batch()
+    return samples
+
+
+def paired_diff(a: list[float], b: list[float]) -> dict[str, float]:
+    """Stats of ``a[i] - b[i]``: what ``a`` adds over ``b``, robust to drifting machine load."""
+    return stats([x - y for x, y in zip(a, b)])
+
+
+def subprocess_samples(
+    cases: dict[str, tuple[list[str], dict[str, str] | None]],
+    *,
+    repeat: int = 20,
+    warmup: int = 1,
+    timeout: float = 120.0,
+) -> dict[str, list[float]]:
+    """Run each case's command ``repeat`` times, cases interleaved, each in a fresh process.
+
+    Each child must print, as its last line of stdout, the seconds it measured itself (so the
+    interpreter's start-up is left out). Returns microseconds per case. ``env`` (or ``None``
+    for the parent's) is the child's whole environment.
+    """
+    import subprocess
+
+    def once(cmd: list[str], env: dict[str, str] | None) -> float:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
+            raise RuntimeError(f"{' '.join(cmd[:3])}... exited {out.returncode}: {' | '.join(tail)}")
+        return float(out.stdout.strip().splitlines()[-1]) * 1e6
+
+    for _ in range(warmup):
+        for cmd, env in cases.values():
+            once(cmd, env)
+    samples: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(repeat):
+        for name, (cmd, env) in cases.items():
+            samples[name].append(once(cmd, env))
+    return samples
+
+
+def skipped(group: str, name: str, why: str) -> dict:
+    """A record for a figure that could not be taken here (peer not installed, no device)."""
+    return {"group": group, "name": name, "unit": None, "skipped": why}
+
+
+def is_figure(rec: dict) -> bool:
+    """True for a measured record, False for a :func:`skipped` one."""
+    return "skipped" not in rec and rec.get("median") is not None
+
+
+def relative_cost(kernelbay: dict, peer: dict) -> float | None:
+    """kernelbay's cost as a multiple of ``peer``'s (< 1: kernelbay is faster).
+
+    Times are divided as they are; for rate units (GB/s...) the inverse ratio is taken, so the
+    number always reads the same way.
+    """
+    if not (is_figure(kernelbay) and is_figure(peer)) or kernelbay["unit"] != peer["unit"]:
+        return None
+    a, b = kernelbay["median"], peer["median"]
+    if kernelbay["unit"] in RATE_UNITS:
+        a, b = b, a
+    return a / b if b else None

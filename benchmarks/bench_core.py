@@ -1,0 +1,109 @@
+"""The core's own costs: import, and what a launch through kernelbay adds over the backend.
+
+* Import cost: ``import kernelbay`` (and ``import kernelbay`` + picking the host device) against
+  ``import pluggy`` and ``import numpy``, each in a fresh interpreter, the four interleaved; the
+  child times itself, so the interpreter's own start-up is left out.
+* Dispatch overhead: ``k.launch(...)`` against ``k._b.launch(k, grid, block, args, 0, None)``
+  -- the backend function the core resolved at load time -- on the cpu backend (the pure-Python
+  pyref example when cpu is missing), batches interleaved; the overhead is the median of the
+  paired per-batch differences.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from . import _kernels
+from ._timing import find, goal, interleaved_samples, paired_diff, record, skipped, stats, subprocess_samples
+
+SUITE = "cpu"
+
+IMPORT = "import (fresh process)"
+DISPATCH = "dispatch: one launch, 4-arg kernel, 1 block"
+OVERHEAD = "dispatch: what the core adds per launch (paired difference)"
+
+
+def _timed(stmt: str) -> list[str]:
+    code = f"import time; _t = time.perf_counter(); {stmt}; print(time.perf_counter() - _t)"
+    return [sys.executable, "-c", code]
+
+
+def import_cost(quick: bool, backend: str | None) -> list[dict]:
+    env = _kernels.child_env()
+    cases = {
+        "kernelbay": (_timed("import kernelbay"), env),
+        "pluggy": (_timed("import pluggy"), env),
+        "numpy": (_timed("import numpy"), env),
+    }
+    if backend is not None:
+        pick = f"import kernelbay as kb; kb.device({backend!r})"
+        cases[f"kernelbay + kb.device({backend!r})"] = (_timed(pick), env)
+    samples = subprocess_samples(cases, repeat=2 if quick else 20, warmup=1)
+    out = []
+    for name in ("kernelbay", f"kernelbay + kb.device({backend!r})", "pluggy", "numpy"):
+        if name in samples:
+            out.append(record(IMPORT, name, _ms(stats(samples[name])), unit="ms"))
+    if backend is None:
+        out.append(skipped(IMPORT, "kernelbay + kb.device(...)", "no host backend (cpu or pyref) available"))
+    return out
+
+
+def _ms(st: dict) -> dict:
+    return {k: (v / 1000 if k != "n" else v) for k, v in st.items()}
+
+
+def dispatch(quick: bool, backend: str) -> list[dict]:
+    import numpy as np
+
+    import kernelbay as kb
+
+    dev = kb.device(backend)
+    k = _kernels.saxpy_kernel(backend, dev)
+    # pyref runs one Python call per thread: one thread keeps the kernel itself cheap there.
+    n, block = (256, 256) if backend == "cpu" else (1, 1)
+    x = kb.asarray(np.ones(n, np.float32), device=dev)
+    y = kb.asarray(np.zeros(n, np.float32), device=dev)
+    args = (x, y, np.float32(0.5), np.int32(n))
+    fn = k._b.launch  # the function k.launch calls: the backend's own hook (fast path)
+    launch = k.launch
+
+    def through_core() -> None:
+        launch(1, block, args)
+
+    def direct() -> None:
+        fn(k, 1, block, args, 0, None)
+
+    sync = dev.synchronize
+    s = interleaved_samples(
+        {"kernelbay": through_core, "backend function": direct},
+        number=200 if quick else 5000,
+        repeat=3 if quick else 40,
+        warmup=1 if quick else 3,
+        after_batch=sync,
+    )
+    extra = {"backend": backend, "note": f"{backend} backend" + ("" if k._b.wrapped is False else ", wrapped")}
+    return [
+        record(DISPATCH, "kernelbay", stats(s["kernelbay"]), **extra),
+        record(DISPATCH, "backend function", stats(s["backend function"]), **extra),
+        record(OVERHEAD, "kernelbay − backend function", paired_diff(s["kernelbay"], s["backend function"]), **extra),
+    ]
+
+
+def run(quick: bool) -> list[dict]:
+    backend, why = _kernels.backend_for_host()
+    out = import_cost(quick, backend)
+    if backend is None:
+        out.append(skipped(DISPATCH, "kernelbay", why))
+    else:
+        out += dispatch(quick, backend)
+    return out
+
+
+def goals(records: list[dict]) -> list[dict]:
+    out = []
+    r = find(records, OVERHEAD, "kernelbay − backend function")
+    if r and r.get("median") is not None:
+        g = goal(f"core adds ≤ 0.3 µs per launch over the backend's function ({r.get('backend')} backend)",
+                 r["median"], 0.3)
+        out.append(g | {"unit": "µs"})
+    return out
