@@ -120,7 +120,7 @@ def fmt(x: float | None) -> str:
         return f"{x:.1f}"
     if ax >= 1:
         return f"{x:.2f}"
-    return f"{x:.3g}"
+    return f"{x:#.3g}"
 
 
 def groups(records: list[dict]) -> dict[str, list[dict]]:

@@ -1,0 +1,115 @@
+"""The benchmarks cannot rot: each runs once on tiny sizes. Nothing here asserts a time."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks import _report, run  # noqa: E402
+
+RECORD_KEYS = {"group", "name", "unit"}
+FIGURE_KEYS = {"median", "p10", "p90", "n"}
+GOAL_KEYS = {"goal", "value", "limit", "met"}
+
+
+def check_record(r: dict) -> None:
+    assert RECORD_KEYS <= set(r), r
+    assert isinstance(r["group"], str) and r["group"] and isinstance(r["name"], str) and r["name"]
+    if "skipped" in r:
+        assert isinstance(r["skipped"], str) and r["skipped"], r
+        return
+    assert FIGURE_KEYS <= set(r), r
+    assert isinstance(r["unit"], str) and r["unit"]
+    for k in ("median", "p10", "p90"):
+        assert isinstance(r[k], float) and math.isfinite(r[k]), r
+    assert r["n"] >= 1
+
+
+def check_goal(g: dict) -> None:
+    assert GOAL_KEYS <= set(g), g
+    assert isinstance(g["goal"], str) and isinstance(g["met"], bool)
+    assert math.isfinite(g["value"]) and math.isfinite(g["limit"])
+
+
+@pytest.fixture(scope="module")
+def quick_cpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]:
+    """``python -m benchmarks.run --suite cpu --quick`` once, as a user would run it."""
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--suite", "cpu", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jsons = [f for f in os.listdir(out) if f.endswith(".json")]
+    assert len(jsons) == 1, os.listdir(out)
+    with open(out / jsons[0], encoding="utf-8") as f:
+        return json.load(f), str(out), proc.stdout
+
+
+def test_every_cpu_module_runs_and_writes_records(quick_cpu_run: tuple[dict, str, str]) -> None:
+    result, _, _ = quick_cpu_run
+    assert set(result["modules"]) == set(run.discover("cpu"))
+    for name, info in result["modules"].items():
+        assert info["error"] is None, f"{name}: {info['error']}"
+    modules_with_records = {r["module"] for r in result["records"]}
+    assert modules_with_records == set(result["modules"]), "a module returned no record (not even a skip)"
+    for r in result["records"]:
+        check_record(r)
+    for g in result["goals"]:
+        check_goal(g)
+
+
+def test_result_files_and_machine(quick_cpu_run: tuple[dict, str, str]) -> None:
+    result, out, stdout = quick_cpu_run
+    stem = os.path.join(out, os.path.basename(result["files"]["json"])[: -len(".json")])
+    assert os.path.isfile(stem + ".md")
+    md = open(stem + ".md", encoding="utf-8").read()
+    assert "| median |" in md and md.strip() in stdout  # the table is printed last
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert any("matplotlib" in n for n in result["notes"])
+    else:
+        assert os.path.isfile(stem + ".png") and os.path.getsize(stem + ".png") > 1000
+    m = result["machine"]
+    assert m["cores"] and m["python"] and m["versions"]["kernelbay"]
+    assert result["date"] and result["quick"] is True
+
+
+@pytest.mark.parametrize("name", run.discover("gpu"))
+def test_gpu_modules_import(name: str) -> None:
+    """GPU modules import everywhere (their heavy imports stay inside run()) and follow the contract."""
+    mod = importlib.import_module(f"benchmarks.{name}")
+    assert mod.SUITE == "gpu" and callable(mod.run) and callable(mod.goals)
+    assert mod.goals([]) == [] or all(GOAL_KEYS <= set(g) for g in mod.goals([]))
+
+
+def test_a_broken_module_is_reported_not_fatal(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    got = run.run_module("no_such_bench_module", quick=True)
+    assert got["records"] == [] and "ModuleNotFoundError" in got["error"]
+
+
+def test_report_renders_skips_and_ratios() -> None:
+    recs = [
+        {"group": "g", "name": "kernelbay", "unit": "us", "median": 2.0, "p10": 1.9, "p90": 2.2, "n": 5},
+        {"group": "g", "name": "peer", "unit": "us", "median": 4.0, "p10": 3.9, "p90": 4.4, "n": 5},
+        {"group": "bw", "name": "kernelbay", "unit": "GB/s", "median": 10.0, "p10": 9.0, "p90": 11.0, "n": 5},
+        {"group": "bw", "name": "raw", "unit": "GB/s", "median": 20.0, "p10": 19.0, "p90": 21.0, "n": 5},
+        {"group": "g", "name": "cupy", "unit": None, "skipped": "cupy is not installed"},
+    ]
+    assert _report.ratios(recs) == [("g", "peer", 0.5), ("bw", "raw", 2.0)]
+    md = _report.markdown_tables(recs)
+    assert "0.500×" in md and "skipped: cupy is not installed" in md
