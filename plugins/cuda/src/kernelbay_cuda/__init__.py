@@ -1,0 +1,38 @@
+"""kernelbay backend for NVIDIA GPUs: NVRTC compilation, a caching allocator, fast launches.
+
+The backend itself is used through ``kernelbay`` (``kb.device("cuda")``); this package adds the
+CUDA-only extras:
+
+* :class:`Stream`, :func:`default_stream`, :class:`Event` -- streams and timing events;
+* :class:`Graph` -- capture a sequence of launches and replay it;
+* :func:`pinned_empty` -- numpy arrays in page-locked host memory (fast, async copies);
+* :func:`set_memory_limit` -- the caching allocator's limit.
+
+Importing this package imports nothing from cuda.bindings; that happens on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Stream", "Event", "Graph", "default_stream", "pinned_empty", "set_memory_limit", "CudaError"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Stream", "Event", "Graph", "default_stream"):
+        from . import streams
+
+        return getattr(streams, name)
+    if name == "pinned_empty":
+        from .copies import pinned_empty
+
+        return pinned_empty
+    if name == "set_memory_limit":
+        from .allocator import set_memory_limit
+
+        return set_memory_limit
+    if name == "CudaError":
+        from ._driver import CudaError
+
+        return CudaError
+    raise AttributeError(f"module 'kernelbay_cuda' has no attribute {name!r}")

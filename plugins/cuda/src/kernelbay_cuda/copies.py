@@ -1,0 +1,274 @@
+"""Copies: host<->device (pinned direct, pageable staged), device<->device, peer; memset.
+
+A pageable numpy array of at least :data:`STAGE_MIN` bytes is moved through a pipeline of
+pinned buffers: several worker threads each copy 4 MiB chunks between the numpy array and
+their own two pinned buffers (``memmove`` releases the GIL) while the DMA engine moves the
+previous chunk on the worker's stream. Pinned host arrays (:func:`pinned_empty`) go straight
+to ``cuMemcpy*Async``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kernelbay.errors import InvalidArgumentError
+from kernelbay.types import Buffer
+
+from . import _driver
+
+__all__ = ["copy", "memset", "PinnedMemory", "pinned_empty", "is_pinned"]
+
+STAGE_MIN = 1 << 20
+CHUNK = 4 << 20
+WORKERS = max(1, min(4, (os.cpu_count() or 2) // 2))
+
+_memmove = ctypes.memmove
+_u64 = ctypes.c_uint64
+_sz = ctypes.c_size_t
+_vp = ctypes.c_void_p
+
+
+class PinnedMemory:
+    """Page-locked host memory from ``cuMemHostAlloc`` (portable across devices).
+
+    numpy sees it through ``__array_interface__``; :func:`pinned_empty` is the usual way in.
+    """
+
+    def __init__(self, nbytes: int, device_index: int = 0) -> None:
+        self.ptr = 0
+        self.nbytes = nbytes
+        _driver.ensure_current(device_index)
+        p = ctypes.c_void_p()
+        rc = _driver.libcuda().cuMemHostAlloc(ctypes.byref(p), _sz(max(1, nbytes)), 1)  # PORTABLE
+        _driver.check(rc, f"cuMemHostAlloc({nbytes})", device_index)
+        self.ptr = p.value or 0
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
+
+    def __del__(self) -> None:
+        if self.ptr:
+            try:
+                _driver.libcuda().cuMemFreeHost(_vp(self.ptr))
+            except Exception:
+                pass
+            self.ptr = 0
+
+
+def pinned_empty(shape: Any, dtype: Any = "float32", device: Any = None):
+    """A numpy array in pinned (page-locked) host memory: copies to and from the GPU run at full
+    speed and asynchronously on a stream. Keep it alive until such a copy has finished."""
+    import numpy as np
+
+    dt = np.dtype(dtype)
+    shp = (shape,) if isinstance(shape, int) else tuple(shape)
+    n = dt.itemsize
+    for s in shp:
+        n *= s
+    idx = 0 if device is None else getattr(device, "index", 0)
+    mem = PinnedMemory(n, idx)
+    return np.asarray(mem).view(dt).reshape(shp)
+
+
+def is_pinned(arr: Any) -> bool:
+    b = arr
+    for _ in range(32):
+        if b is None:
+            return False
+        if type(b) is PinnedMemory:
+            return True
+        b = getattr(b, "base", None)
+    return False
+
+
+def _lib() -> ctypes.CDLL:
+    return _driver.libcuda()
+
+
+def _stream(stream: Any, device: Any) -> Any:
+    if stream is None:
+        return None
+    from .streams import as_stream
+
+    s = as_stream(stream, device)
+    if s.index != device.index:
+        raise InvalidArgumentError(f"a copy on {device} was given a stream of cuda:{s.index}")
+    return s.cvp
+
+
+def _sync(s: Any, index: int) -> None:
+    rc = _lib().cuStreamSynchronize(s)
+    if rc:
+        from .devices import sync_failed
+
+        sync_failed(index, rc)
+
+
+def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
+    """The ``kernelbay_copy`` hook."""
+    if nbytes == 0:
+        return
+    lib = _lib()
+    if isinstance(dst, Buffer):
+        dev = dst.device
+        idx = dev.index
+        _driver.ensure_current(idx)
+        s = _stream(stream, dev)
+        if isinstance(src, Buffer):
+            if src.device.index == idx:
+                rc = lib.cuMemcpyDtoDAsync_v2(_u64(dst.handle), _u64(src.handle), _sz(nbytes), s)
+            else:
+                rc = lib.cuMemcpyPeerAsync(
+                    _u64(dst.handle), _vp(int(_driver.context(idx))), _u64(src.handle),
+                    _vp(int(_driver.context(src.device.index))), _sz(nbytes), s,
+                )
+            _driver.check(rc, f"device copy of {nbytes} bytes", idx)
+            return
+        host = src.ctypes.data
+        if nbytes >= STAGE_MIN and not is_pinned(src):
+            _stager(idx).h2d(dst.handle, host, nbytes, s)
+            return
+        rc = lib.cuMemcpyHtoDAsync_v2(_u64(dst.handle), _vp(host), _sz(nbytes), s)
+        _driver.check(rc, f"host-to-device copy of {nbytes} bytes", idx)
+        return
+    dev = src.device
+    idx = dev.index
+    _driver.ensure_current(idx)
+    s = _stream(stream, dev)
+    host = dst.ctypes.data
+    if nbytes >= STAGE_MIN and not is_pinned(dst):
+        _stager(idx).d2h(host, src.handle, nbytes, s)
+        return
+    rc = lib.cuMemcpyDtoHAsync_v2(_vp(host), _u64(src.handle), _sz(nbytes), s)
+    _driver.check(rc, f"device-to-host copy of {nbytes} bytes", idx)
+    _sync(s, idx)
+
+
+def memset(dst: Any, value: int, nbytes: int, stream: Any) -> None:
+    """The ``kernelbay_memset`` hook."""
+    if nbytes == 0:
+        return
+    idx = dst.device.index
+    _driver.ensure_current(idx)
+    s = _stream(stream, dst.device)
+    rc = _lib().cuMemsetD8Async(_u64(dst.handle), value & 0xFF, _sz(nbytes), s)
+    _driver.check(rc, f"memset of {nbytes} bytes", idx)
+
+
+# --- the staging pipeline --------------------------------------------------------------
+
+
+class _Worker:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        lib = _lib()
+        self.bufs = [PinnedMemory(CHUNK, index), PinnedMemory(CHUNK, index)]
+        st = ctypes.c_void_p()
+        _driver.check(lib.cuStreamCreate(ctypes.byref(st), 1), "cuStreamCreate", index)  # non-blocking
+        self.stream = st
+        self.events = []
+        for _ in range(3):
+            ev = ctypes.c_void_p()
+            _driver.check(lib.cuEventCreate(ctypes.byref(ev), 2), "cuEventCreate", index)  # no timing
+            self.events.append(ev)
+        self.pending = [False, False]
+
+
+class _Stager:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="kernelbay-cuda-copy")
+        self.workers: list[_Worker] | None = None
+        self.pre = ctypes.c_void_p()
+
+    def _setup(self) -> list[_Worker]:
+        if self.workers is None:
+            _driver.ensure_current(self.index)
+            self.workers = [_Worker(self.index) for _ in range(WORKERS)]
+            _driver.check(_lib().cuEventCreate(ctypes.byref(self.pre), 2), "cuEventCreate", self.index)
+        return self.workers
+
+    def _run(self, fn: Any, dptr: int, hptr: int, nbytes: int, s: Any) -> None:
+        with self.lock:
+            workers = self._setup()
+            lib = _lib()
+            # Order after work already queued on the caller's stream.
+            _driver.check(lib.cuEventRecord(self.pre, s), "cuEventRecord", self.index)
+            chunks = [(off, min(CHUNK, nbytes - off)) for off in range(0, nbytes, CHUNK)]
+            n = min(len(workers), len(chunks))
+            futs = [self.pool.submit(fn, workers[w], dptr, hptr, chunks[w::n]) for w in range(n)]
+            errors = [f.exception() for f in futs]
+            for e in errors:
+                if e is not None:
+                    raise e
+            # Later work on the caller's stream waits for every worker's last DMA.
+            for w in workers[:n]:
+                _driver.check(lib.cuStreamWaitEvent(s, w.events[2], 0), "cuStreamWaitEvent", self.index)
+
+    def h2d(self, dptr: int, hptr: int, nbytes: int, s: Any) -> None:
+        self._run(self._h2d, dptr, hptr, nbytes, s)
+
+    def d2h(self, hptr: int, dptr: int, nbytes: int, s: Any) -> None:
+        self._run(self._d2h, dptr, hptr, nbytes, s)
+
+    def _h2d(self, w: _Worker, dptr: int, hptr: int, chunks: list[tuple[int, int]]) -> None:
+        _driver.ensure_current(self.index)
+        lib = _lib()
+        lib.cuStreamWaitEvent(w.stream, self.pre, 0)
+        for j, (off, n) in enumerate(chunks):
+            b = j & 1
+            if w.pending[b]:
+                lib.cuEventSynchronize(w.events[b])  # the DMA that last read this buffer is done
+            buf = w.bufs[b].ptr
+            _memmove(buf, hptr + off, n)
+            rc = lib.cuMemcpyHtoDAsync_v2(_u64(dptr + off), _vp(buf), _sz(n), w.stream)
+            _driver.check(rc, "staged host-to-device copy", self.index)
+            lib.cuEventRecord(w.events[b], w.stream)
+            w.pending[b] = True
+        lib.cuEventRecord(w.events[2], w.stream)
+
+    def _d2h(self, w: _Worker, dptr: int, hptr: int, chunks: list[tuple[int, int]]) -> None:
+        _driver.ensure_current(self.index)
+        lib = _lib()
+        lib.cuStreamWaitEvent(w.stream, self.pre, 0)
+        prev: tuple[int, int, int] | None = None
+        for j, (off, n) in enumerate(chunks):
+            b = j & 1
+            rc = lib.cuMemcpyDtoHAsync_v2(_vp(w.bufs[b].ptr), _u64(dptr + off), _sz(n), w.stream)
+            _driver.check(rc, "staged device-to-host copy", self.index)
+            lib.cuEventRecord(w.events[b], w.stream)
+            if prev is not None:
+                self._drain(w, *prev, hptr)
+            prev = (b, off, n)
+        if prev is not None:
+            self._drain(w, *prev, hptr)
+        w.pending = [False, False]
+        lib.cuEventRecord(w.events[2], w.stream)
+
+    def _drain(self, w: _Worker, b: int, off: int, n: int, hptr: int) -> None:
+        rc = _lib().cuEventSynchronize(w.events[b])
+        if rc:
+            from .devices import sync_failed
+
+            sync_failed(self.index, rc)
+        _memmove(hptr + off, w.bufs[b].ptr, n)
+
+
+_stagers: dict[int, _Stager] = {}
+_stagers_lock = threading.Lock()
+
+
+def _stager(index: int) -> _Stager:
+    s = _stagers.get(index)
+    if s is None:
+        with _stagers_lock:
+            s = _stagers.get(index)
+            if s is None:
+                s = _stagers[index] = _Stager(index)
+    return s
