@@ -189,7 +189,7 @@ def markdown_goals(goals: list[dict]) -> str:
     lines = ["| goal | measured | limit | |", "|---|---:|---:|---|"]
     for g in goals:
         unit = g.get("unit", "")
-        sep = " " if unit else ""
+        sep = " " if unit and unit != "×" else ""
         verdict = "**met**" if g["met"] else "**not met**"
         lines.append(f"| {g['goal']} | {fmt(g['value'])}{sep}{unit} | {fmt(g['limit'])}{sep}{unit} | {verdict} |")
     return "\n".join(lines)
