@@ -123,7 +123,7 @@ def flags(options: Sequence[str], tc: _driver.Toolchain) -> list[str]:
         elif o == "-fno-openmp":
             openmp = False
         elif o == "-fopenmp":
-            openmp = tc.openmp or True
+            openmp = True
         else:
             extra.append(o)
     out = [opt, std]

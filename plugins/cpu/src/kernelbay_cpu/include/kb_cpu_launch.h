@@ -27,10 +27,12 @@ struct dim3 {
 };
 
 // The running block and thread. thread_local: the blocks of a grid run on several cores.
-static thread_local uint3 cur_threadIdx;
-static thread_local uint3 cur_blockIdx;
-static thread_local dim3 cur_blockDim;
-static thread_local dim3 cur_gridDim;
+// Aligned and padded to whole cache lines: the dynamic TLS blocks of two threads can be
+// neighbours in memory, and a shared line written once per thread would serialise the cores.
+alignas(64) static thread_local uint3 cur_threadIdx;
+alignas(64) static thread_local uint3 cur_blockIdx;
+alignas(64) static thread_local dim3 cur_blockDim;
+alignas(64) static thread_local dim3 cur_gridDim;
 
 static int n_threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else all cores)
 static char error_message[512];
@@ -100,7 +102,10 @@ inline int for_each_block(long gx, long gy, long gz, Body body) {
 #ifdef _OPENMP
     const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
     if (nblocks > 1 && nt > 1) {
-#pragma omp parallel for schedule(static) num_threads(nt)
+        // Chunks of blocks handed out on demand: a core that is busy elsewhere (a loaded
+        // machine, another process) does not hold the whole grid back as a static split would.
+        const long chunk = nblocks / ((long)nt * 8) > 1 ? nblocks / ((long)nt * 8) : 1;
+#pragma omp parallel for schedule(dynamic, chunk) num_threads(nt)
         for (long b = 0; b < nblocks; ++b) {
             if (__atomic_load_n(&error_flag, __ATOMIC_RELAXED)) continue;
             run_block(body, b, gx, gy);
