@@ -164,3 +164,25 @@ def test_import_is_cheap_and_lazy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_reprobe_sees_a_changed_machine(add_backend, monkeypatch):
+    from .conftest import UnavailableBackend
+
+    state = {"up": False}
+
+    class Flaky(UnavailableBackend):
+        @kb.hookimpl
+        def kernelbay_devices(self):
+            if not state["up"]:
+                raise kb.BackendUnavailableError("chip is off")
+            return [kb.Device("flaky", 0)]
+
+    add_backend(Flaky("flaky"))
+    with pytest.raises(kb.BackendUnavailableError, match="chip is off"):
+        kb.device("flaky")
+    state["up"] = True
+    with pytest.raises(kb.BackendUnavailableError):  # the probe's answer is kept
+        kb.device("flaky")
+    runtime.reprobe("flaky")
+    assert str(kb.device("flaky")) == "flaky:0"

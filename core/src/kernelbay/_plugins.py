@@ -426,6 +426,24 @@ class Runtime:
             self.extensions.append(plugin)
             self._rebind_all()
 
+    def reprobe(self, name: str) -> None:
+        """Forget a backend's probe result, so the next request probes again.
+
+        For tests and long-lived processes whose environment changed (a driver installed, an
+        interpret-mode flag set); devices already handed out stay valid.
+        """
+        from . import _api
+
+        with self._lock:
+            b = self.bindings.get(name)
+            if b is not None:
+                with b._lock:
+                    b._devices = None
+                    b._devices_error = None
+            for sel, dev in list(_api._default_cache.items()):
+                if dev.backend == name:
+                    del _api._default_cache[sel]
+
     def unregister(self, plugin: object) -> None:
         with self._lock:
             self.pm.unregister(plugin)

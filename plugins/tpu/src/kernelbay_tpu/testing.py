@@ -16,15 +16,9 @@ from ._driver import ENV_INTERPRET
 
 def forget_probe() -> None:
     """Make the core probe the tpu backend again on next use."""
-    from kernelbay import _api, _plugins
+    from kernelbay._plugins import runtime
 
-    b = _plugins.runtime.bindings.get("tpu")
-    if b is not None:
-        b._devices = None
-        b._devices_error = None
-    for sel, dev in list(_api._default_cache.items()):
-        if dev.backend == "tpu":
-            del _api._default_cache[sel]
+    runtime.reprobe("tpu")
 
 
 @contextmanager
