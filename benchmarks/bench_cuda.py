@@ -1,0 +1,288 @@
+"""CUDA backend benchmarks: launch host cost, graph replay, cached allocation, copies, compile cache.
+
+Peers run interleaved in one process (see _timing). A peer that is not installed is recorded
+with ``skipped`` and a reason instead of a figure.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import _timing as T
+
+SUITE = "gpu"
+
+SAXPY = r"""
+extern "C" __global__ void saxpy(const float* x, float* y, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+EMPTY = 'extern "C" __global__ void nop(int* p) {}'
+
+
+def _skip(group: str, name: str, why: str) -> dict:
+    return {"group": group, "name": name, "unit": "us", "median": None, "skipped": why}
+
+
+def _launch(quick: bool, dev, out: list[dict]) -> None:
+    import numpy as np
+    from cuda.bindings import driver as d
+
+    import kernelbay as kb
+    from kernelbay_cuda import _driver
+
+    n = 32
+    k = kb.compile(kb.Source(SAXPY, "cuda"), dev)
+    x = kb.asarray(np.ones(n, np.float32), device=dev)
+    y = kb.zeros(n, "float32", device=dev)
+    a, nn = np.float32(2), np.int32(n)
+    args = (x, y, a, nn)
+    k.launch(1, 32, args)
+    h = k.handle
+    fn = h.fn
+    # The raw driver binding with its own prepacked parameter block.
+    vals = (ctypes.c_uint64(x.handle), ctypes.c_uint64(y.handle), ctypes.c_float(2), ctypes.c_int(n))
+    ptrs = (ctypes.c_void_p * 4)(*[ctypes.addressof(v) for v in vals])
+    addr = ctypes.addressof(ptrs)
+    s0 = d.CUstream(0)
+    lib = _driver.libcuda()
+    cases = {
+        "kernelbay": lambda: k.launch(1, 32, args),
+        "driver-prepacked": lambda: d.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, s0, addr, 0),
+        "driver-tuple": lambda: d.cuLaunchKernel(
+            fn, 1, 1, 1, 32, 1, 1, 0, s0,
+            ((x.handle, y.handle, 2.0, n), (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_int)), 0,
+        ),
+        "ctypes-prepacked": lambda: lib.cuLaunchKernel(h.fn_c, 1, 1, 1, 32, 1, 1, 0, None, h.block.cvp, None),
+    }
+    try:
+        import cupy as cp
+
+        rk = cp.RawKernel(SAXPY, "saxpy")
+        xc, yc = cp.ones(n, cp.float32), cp.zeros(n, cp.float32)
+        rk((1,), (32,), (xc, yc, a, nn))
+        cases["cupy"] = lambda: rk((1,), (32,), (xc, yc, a, nn))
+    except Exception as exc:  # noqa: BLE001
+        out.append(_skip("launch", "cupy", f"CuPy unusable: {exc!r}"))
+    try:
+        try:
+            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+        except ImportError:
+            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
+        cd = Device(dev.index)
+        cd.set_current()
+        cc = dev.properties["compute_capability"]
+        ker = Program(SAXPY, code_type="c++", options=ProgramOptions(arch=f"sm_{cc[0]}{cc[1]}")).compile("cubin").get_kernel("saxpy")
+        cs = cd.default_stream
+        cfg = LaunchConfig(grid=1, block=32)
+        xp, yp = np.uint64(x.handle), np.uint64(y.handle)
+        launch(cs, cfg, ker, xp, yp, a, nn)
+        cases["cuda.core"] = lambda: launch(cs, cfg, ker, xp, yp, a, nn)
+    except Exception as exc:  # noqa: BLE001
+        out.append(_skip("launch", "cuda.core", f"cuda.core unusable: {exc!r}"))
+    dev.synchronize()
+    res = T.interleaved(cases, number=100 if quick else 500, repeat=5 if quick else 30, after_batch=dev.synchronize)
+    for name, st in res.items():
+        out.append(T.record("launch", name, st))
+
+
+def _graph(quick: bool, dev, out: list[dict]) -> None:
+    import kernelbay as kb
+    import kernelbay_cuda as kc
+
+    k = kb.compile(kb.Source(EMPTY, "cuda"), dev)
+    p = kb.zeros(1, "int32", device=dev)
+    nodes = 100 if quick else 1000
+    g = kc.Graph(dev)
+    with g.capture() as s:
+        for _ in range(nodes):
+            k.launch(1, 32, (p,), stream=s)
+    g.replay()
+    g.synchronize()
+
+    def once() -> None:
+        g.replay()
+        g.synchronize()
+
+    res = T.interleaved({"kernelbay": once}, number=1, repeat=5 if quick else 30)
+    st = {key: (v / nodes if key != "n" else v) for key, v in res["kernelbay"].items()}
+    out.append(T.record("graph-replay-per-kernel", "kernelbay", st, nodes=nodes))
+
+
+def _alloc(quick: bool, dev, out: list[dict]) -> None:
+    from cuda.bindings import driver as d
+
+    import kernelbay as kb
+    from kernelbay_cuda import allocator
+
+    size = 1 << 20
+    kb.buffer(size, dev).close()
+    al = allocator.allocator(dev)
+    cases = {
+        "kernelbay": lambda: kb.buffer(size, dev).close(),
+        "kernelbay-allocator": lambda: al.free(al.malloc(size)),
+        "driver": lambda: d.cuMemFree(d.cuMemAlloc(size)[1]),
+    }
+    try:
+        import cupy as cp
+
+        cp.cuda.alloc(size)
+        cases["cupy"] = lambda: cp.cuda.alloc(size)
+    except Exception as exc:  # noqa: BLE001
+        out.append(_skip("alloc-free-1MiB", "cupy", repr(exc)))
+    try:
+        import torch
+
+        torch.empty(size, dtype=torch.uint8, device=f"cuda:{dev.index}")
+        cases["torch"] = lambda: torch.empty(size, dtype=torch.uint8, device=f"cuda:{dev.index}")
+    except Exception as exc:  # noqa: BLE001
+        out.append(_skip("alloc-free-1MiB", "torch", repr(exc)))
+    res = T.interleaved(cases, number=200 if quick else 2000, repeat=5 if quick else 30)
+    for name, st in res.items():
+        out.append(T.record("alloc-free-1MiB", name, st))
+
+
+def _copies(quick: bool, dev, out: list[dict]) -> None:
+    import numpy as np
+    from cuda.bindings import driver as d
+
+    import kernelbay as kb
+    import kernelbay_cuda as kc
+
+    n = (16 << 20) if quick else (256 << 20)
+    rng = np.random.default_rng(0)
+    pageable = rng.integers(0, 255, n, dtype=np.uint8)
+    back = np.empty_like(pageable)
+    back[:] = 1
+    pinned = kc.pinned_empty(n, np.uint8)
+    pinned[:] = pageable
+    a = kb.asarray(pageable, device=dev)
+    b = kb.empty(n, np.uint8, dev)
+    dev.synchronize()
+    pp, bp = pinned.ctypes.data, back.ctypes.data
+    groups = {
+        "h2d-pinned": {
+            "kernelbay": lambda: (kb.copy(b, pinned), dev.synchronize()),
+            "driver": lambda: d.cuMemcpyHtoD(b.handle, pp, n),
+        },
+        "d2h-pinned": {
+            "kernelbay": lambda: kb.copy(pinned, a),
+            "driver": lambda: d.cuMemcpyDtoH(pp, a.handle, n),
+        },
+        "d2d": {
+            "kernelbay": lambda: (kb.copy(b, a), dev.synchronize()),
+            "driver": lambda: (d.cuMemcpyDtoD(b.handle, a.handle, n), d.cuCtxSynchronize()),
+        },
+        "h2d-pageable": {
+            "kernelbay": lambda: (kb.copy(b, pageable), dev.synchronize()),
+            "driver": lambda: d.cuMemcpyHtoD(b.handle, pageable.ctypes.data, n),
+        },
+        "d2h-pageable": {
+            "kernelbay": lambda: kb.copy(back, a),
+            "driver": lambda: d.cuMemcpyDtoH(bp, a.handle, n),
+        },
+    }
+    for group, cases in groups.items():
+        res = T.interleaved(cases, number=1, repeat=5 if quick else 15)
+        for name, st in res.items():
+            gbs = {k: (n / (v * 1e3) if k != "n" else v) for k, v in st.items()}
+            # p10/p90 of a rate swap sides: keep p10 the low figure
+            gbs["p10"], gbs["p90"] = min(gbs["p10"], gbs["p90"]), max(gbs["p10"], gbs["p90"])
+            out.append(T.record(f"copy-{group}", name, gbs, unit="GB/s", bytes=n))
+    if not (back == pageable).all():
+        raise AssertionError("d2h copy produced wrong data")
+
+
+_CHILD = r"""
+import json, os, sys, time
+import kernelbay as kb
+src = kb.Source(sys.argv[1], "cuda")
+dev = kb.device("cuda:0")
+kb.zeros(1, "int32", device=dev).numpy()   # context creation, not counted
+t0 = time.perf_counter()
+k = kb.compile(src, dev)
+t1 = time.perf_counter()
+print(json.dumps({"ms": (t1 - t0) * 1e3}))
+"""
+
+
+def _compile(quick: bool, dev, out: list[dict]) -> None:
+    import kernelbay as kb
+
+    src = kb.Source(SAXPY, "cuda")
+    kb.compile(src, dev)
+    res = T.interleaved({"kernelbay": lambda: kb.compile(src, dev)}, number=1000, repeat=5 if quick else 20)
+    out.append(T.record("compile-inprocess-hit", "kernelbay", res["kernelbay"]))
+    fresh = SAXPY + f"\n// cold {time.time_ns()}\n"
+    t0 = time.perf_counter()
+    kb.compile(kb.Source(fresh, "cuda"), dev)
+    cold = (time.perf_counter() - t0) * 1e3
+    out.append(T.record("compile-cold", "kernelbay", {"median": cold, "p10": cold, "p90": cold, "n": 1}, unit="ms"))
+    times = []
+    for _ in range(3 if quick else 7):
+        cp = subprocess.run([sys.executable, "-c", _CHILD, fresh], capture_output=True, text=True, env=os.environ)
+        if cp.returncode:
+            out.append(_skip("compile-disk-hit-fresh-process", "kernelbay", cp.stderr[-500:]))
+            return
+        times.append(json.loads(cp.stdout.strip().splitlines()[-1])["ms"])
+    out.append(T.record("compile-disk-hit-fresh-process", "kernelbay", T.stats(times), unit="ms"))
+
+
+def run(quick: bool) -> list[dict]:
+    import kernelbay as kb
+
+    os.environ.setdefault("KERNELBAY_CACHE_DIR", tempfile.mkdtemp(prefix="kbcache-"))
+    try:
+        dev = kb.device("cuda")
+    except kb.BackendError as exc:
+        return [_skip("all", "kernelbay", f"no CUDA device: {exc}")]
+    out: list[dict] = [{"group": "device", "name": dev.name, "unit": "", "median": None,
+                        "properties": {k: v for k, v in dev.properties.items() if isinstance(v, (int, str))}}]
+    for part in (_launch, _graph, _alloc, _copies, _compile):
+        try:
+            part(quick, dev, out)
+        except Exception as exc:  # noqa: BLE001 -- one broken group must not hide the others
+            out.append(_skip(part.__name__.strip("_"), "kernelbay", f"failed: {exc!r}"))
+    return out
+
+
+def goals(records: list[dict]) -> list[dict]:
+    out: list[dict] = []
+
+    def med(group: str, name: str) -> float | None:
+        r = T.find(records, group, name)
+        return r["median"] if r else None
+
+    r = T.ratio(records, "launch", "kernelbay", "driver-prepacked")
+    if r is not None:
+        out.append(T.goal("launch host time vs driver binding with prepacked pointer", r, 1.10))
+    r = T.ratio(records, "launch", "kernelbay", "cupy")
+    if r is not None:
+        out.append(T.goal("launch host time vs CuPy RawKernel", r, 0.85))
+    g = med("graph-replay-per-kernel", "kernelbay")
+    if g is not None:
+        out.append(T.goal("graph replay, us per kernel", g, 1.2))
+    r = T.ratio(records, "alloc-free-1MiB", "kernelbay", "cupy")
+    if r is not None:
+        out.append(T.goal("cached allocate+free 1 MiB vs CuPy pool", r, 0.6))
+    for grp in ("h2d-pinned", "d2h-pinned", "d2d"):
+        r = T.ratio(records, f"copy-{grp}", "kernelbay", "driver")
+        if r is not None:
+            out.append(T.goal(f"{grp} bandwidth vs raw driver copy", r, 0.95, higher_is_better=True))
+    r = T.ratio(records, "copy-h2d-pageable", "kernelbay", "driver")
+    if r is not None:
+        out.append(T.goal("pageable H2D bandwidth vs raw cuMemcpyHtoD from the same array", r, 2.0, higher_is_better=True))
+    h = med("compile-inprocess-hit", "kernelbay")
+    if h is not None:
+        out.append(T.goal("compile: in-process cache hit, us", h, 20.0))
+    h = med("compile-disk-hit-fresh-process", "kernelbay")
+    if h is not None:
+        out.append(T.goal("compile: disk-cache hit in a fresh process, ms (context excluded)", h, 5.0))
+    return out
