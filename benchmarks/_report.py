@@ -78,6 +78,14 @@ def _gpu() -> dict[str, str] | None:
     return dict(zip(keys, first)) | {"count": str(len(out.stdout.strip().splitlines()))}
 
 
+def _load() -> list[float] | None:
+    """1, 5 and 15-minute load averages: a busy machine shows here, not as silent noise."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def machine(suite: str) -> dict[str, Any]:
     """Where the figures come from: CPU, cores, OS, Python, package versions (and the GPU)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -96,6 +104,7 @@ def machine(suite: str) -> dict[str, Any]:
         "executable": sys.executable,
         "compiler": _compiler(),
         "versions": versions,
+        "load_average": _load(),
     }
     if suite == "gpu":
         info["gpu"] = _gpu()
@@ -121,6 +130,11 @@ def fmt(x: float | None) -> str:
     if ax >= 1:
         return f"{x:.2f}"
     return f"{x:#.3g}"
+
+
+def one_line(text: str) -> str:
+    """The first line of ``text``, safe inside a markdown table cell."""
+    return str(text).strip().splitlines()[0].replace("|", "\\|") if str(text).strip() else ""
 
 
 def groups(records: list[dict]) -> dict[str, list[dict]]:
@@ -170,7 +184,7 @@ def markdown_tables(records: list[dict], heading: str = "###") -> str:
         for r in recs:
             note = f" {r.get('note', '')} |" if notes else ""
             if not is_figure(r):
-                lines.append(f"| {r['name']} | skipped: {r.get('skipped', 'no figure')} | | |{note}")
+                lines.append(f"| {r['name']} | skipped: {one_line(r.get('skipped') or 'no figure')} | | |{note}")
                 continue
             unit = "µs" if r["unit"] == "us" else r["unit"]
             peers = ref is not None and any(is_figure(p) and not _is_variant(p, ref) for p in recs)
@@ -203,6 +217,11 @@ def markdown_machine(result: dict) -> str:
         f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('os', '?')}",
         f"- python: {m.get('python', '?')}" + (f"; compiler: {m['compiler']}" if m.get("compiler") else ""),
     ]
+    load = [m.get("load_average"), result.get("load_average_after")]
+    if any(load):
+        fmt_load = lambda la: "/".join(f"{x:.2f}" for x in la) if la else "?"  # noqa: E731
+        lines.append(f"- load average (1/5/15 min) before the run: {fmt_load(load[0])}, after: {fmt_load(load[1])}"
+                     f" on {m.get('cores', '?')} cores (above the core count: other work competed for the CPU)")
     gpu = m.get("gpu")
     if gpu:
         lines.append(f"- gpu: {gpu.get('name')} ×{gpu.get('count', 1)}, driver {gpu.get('driver')}, {gpu.get('memory')}")

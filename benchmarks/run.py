@@ -118,14 +118,15 @@ def run_suite(suite: str, quick: bool, out_dir: str, only: list[str] | None = No
         result["records"] += got["records"]
         result["goals"] += got["goals"]
         if got.get("error"):
-            line = f"{name}: could not run: {got['error']}"
+            line = f"{name}: could not run: {_report.one_line(got['error'])}"
             result["notes"].append(line)
             print(f"[bench] {line}", file=sys.stderr, flush=True)
         for r in got["records"]:
             if "skipped" in r:
-                result["notes"].append(f"{name}: {r['group']} / {r['name']}: skipped: {r['skipped']}")
+                result["notes"].append(f"{name}: {r['group']} / {r['name']}: skipped: {_report.one_line(r['skipped'])}")
         print(f"[bench] {name}: {len(got['records'])} records in {took:.1f} s", file=sys.stderr, flush=True)
 
+    result["load_average_after"] = _report._load()
     os.makedirs(out_dir, exist_ok=True)
     stem = os.path.join(out_dir, f"{suite}-{date.strftime('%Y%m%d-%H%M%S')}")
     png = stem + ".png"
