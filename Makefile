@@ -40,6 +40,7 @@ bench: $(STAMP)
 # Pure-Python wheels of every package, for machines without network (see benchmarks/README.md).
 wheels: $(STAMP)
 	rm -rf .whl && $(BIN)/python -m pip wheel -q --no-deps ./core ./plugins/cpu ./plugins/cuda ./plugins/tpu -w .whl
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: -d .whl pluggy attrs platformdirs
 
 clean:
 	rm -rf $(VENV) .whl .pytest_cache
