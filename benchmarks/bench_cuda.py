@@ -46,7 +46,7 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
     args = (x, y, a, nn)
     k.launch(1, 32, args)
     h = k.handle
-    fn = h.fn
+    fn = d.CUfunction(h.fn)
     # The raw driver binding with its own prepacked parameter block.
     vals = (ctypes.c_uint64(x.handle), ctypes.c_uint64(y.handle), ctypes.c_float(2), ctypes.c_int(n))
     ptrs = (ctypes.c_void_p * 4)(*[ctypes.addressof(v) for v in vals])

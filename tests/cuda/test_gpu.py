@@ -191,7 +191,8 @@ def test_allocator_reuses_blocks_and_reports(dev) -> None:
 
 
 def test_out_of_memory_names_the_figures(dev) -> None:
-    old = kc.set_memory_limit(dev, 64 << 20)
+    dev.clear_cache()
+    old = kc.set_memory_limit(dev, dev.memory_stats().active + (64 << 20))
     try:
         keep = kb.buffer(32 << 20, dev)
         with pytest.raises(kb.OutOfMemoryError, match=r"active \d+, cached \d+, peak \d+"):
@@ -277,8 +278,11 @@ def test_torch_tensor_without_copy(dev) -> None:
 def test_precompiled_ptx_and_cubin(dev, tmp_path) -> None:
     from kernelbay_cuda import compiler
 
-    img = compiler.compile_image(kb.Source(SAXPY, "cuda", name="saxpy"), dev.properties["compute_capability"])
-    for lang, code in (("cubin", img.data),):
+    cc = dev.properties["compute_capability"]
+    img = compiler.compile_image(kb.Source(SAXPY, "cuda", name="saxpy"), cc)
+    ptx = compiler.compile_image(kb.Source(SAXPY, "cuda", name="saxpy", options=(f"--gpu-architecture=compute_{cc[0]}{cc[1]}",)), cc)
+    assert img.kind == "cubin" and ptx.kind == "ptx"
+    for lang, code in (("cubin", img.data), ("ptx", ptx.data.rstrip(b"\0").decode())):
         k = kb.compile(kb.Source(code, lang, name="saxpy"), dev)
         y = kb.zeros(8, "float32", device=dev)
         k.launch(1, 8, (kb.asarray(np.ones(8, np.float32), device=dev), y, 2.0, 8))

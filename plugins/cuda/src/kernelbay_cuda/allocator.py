@@ -100,8 +100,13 @@ class DeviceAllocator:
     def malloc(self, nbytes: int) -> int:
         if nbytes <= SMALL:
             return self._small()
-        size = round_size(nbytes)
-        with self.lock:
+        if nbytes < PAGE:
+            size = 1 << max(4, (nbytes - 1).bit_length())
+        else:
+            size = (nbytes + PAGE - 1) & -PAGE
+        lock = self.lock
+        lock.acquire()
+        try:
             lst = self.free_lists.get(size)
             if lst:
                 p = lst.pop()
@@ -109,10 +114,12 @@ class DeviceAllocator:
             else:
                 p = self._miss(size)
             self.sizes[p] = size
-            self.active += size
-            if self.active > self.peak:
-                self.peak = self.active
-            return p
+            a = self.active = self.active + size
+            if a > self.peak:
+                self.peak = a
+        finally:
+            lock.release()
+        return p
 
     def _miss(self, size: int) -> int:
         lim = self.limit
@@ -138,7 +145,9 @@ class DeviceAllocator:
             return p
 
     def free(self, ptr: int) -> None:
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             size = self.sizes.pop(ptr, None)
             if size is None:
                 if ptr in self.small_live:
@@ -146,13 +155,19 @@ class DeviceAllocator:
                     self.small_free.append(ptr)
                     self.active -= SMALL
                 return
-            self.active -= size
+            a = self.active = self.active - size
             lim = self.limit
-            if lim is not None and self.active + self.cached + size > lim:
+            if lim is not None and a + self.cached + size > lim:
                 self._raw_free(ptr)
                 return
-            self.free_lists.setdefault(size, []).append(ptr)
+            lst = self.free_lists.get(size)
+            if lst is None:
+                self.free_lists[size] = [ptr]
+            else:
+                lst.append(ptr)
             self.cached += size
+        finally:
+            lock.release()
 
     def size_of(self, ptr: int) -> int | None:
         return self.sizes.get(ptr)
@@ -207,7 +222,9 @@ def set_memory_limit(device: Any, limit: int | None) -> int | None:
 
 def allocate(device: Any, nbytes: int) -> Any:
     """The ``kernelbay_allocate`` hook."""
-    a = _allocators.get(device.index) or allocator(device)
+    a = _allocators.get(device.index)
+    if a is None:
+        a = allocator(device)
     return a.malloc(nbytes)
 
 

@@ -258,49 +258,53 @@ class Module:
     """A module loaded into one device's primary context; unloaded when collected."""
 
     def __init__(self, device_index: int, image: Image) -> None:
-        d = _driver.driver()
-        _driver.ensure_current(device_index)
-        self.device_index = device_index
-        self.image = image
-        self.handle = None
-        log_size = 1 << 16
         import ctypes
 
-        info = ctypes.create_string_buffer(log_size)
-        errbuf = ctypes.create_string_buffer(log_size)
-        opts = [
-            d.CUjit_option.CU_JIT_INFO_LOG_BUFFER,
-            d.CUjit_option.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-            d.CUjit_option.CU_JIT_ERROR_LOG_BUFFER,
-            d.CUjit_option.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-        ]
-        vals = [ctypes.addressof(info), log_size, ctypes.addressof(errbuf), log_size]
-        err, mod = d.cuModuleLoadDataEx(image.data, len(opts), opts, vals)
-        if int(err):
+        _driver.ensure_current(device_index)
+        lib = _driver.libcuda()
+        self.device_index = device_index
+        self.image = image
+        self.handle: int | None = None
+        size = 1 << 16
+        info = ctypes.create_string_buffer(size)
+        errbuf = ctypes.create_string_buffer(size)
+        # CU_JIT_INFO_LOG_BUFFER(3), ..._SIZE_BYTES(4), CU_JIT_ERROR_LOG_BUFFER(5), ..._SIZE_BYTES(6)
+        opts = (ctypes.c_int * 4)(3, 4, 5, 6)
+        vals = (ctypes.c_void_p * 4)(ctypes.addressof(info), size, ctypes.addressof(errbuf), size)
+        mod = ctypes.c_void_p()
+        data = ctypes.create_string_buffer(image.data, len(image.data))
+        rc = lib.cuModuleLoadDataEx(ctypes.byref(mod), data, 4, opts, vals)
+        if rc:
             jit = errbuf.value.decode(errors="replace") or info.value.decode(errors="replace")
+            if rc in _driver.STICKY or _driver.dead_reason(device_index):
+                _driver.check(rc, f"loading a module on cuda:{device_index}", device_index)
             raise CompileError(
                 f"the CUDA driver could not load the {image.kind} module ({image.arch or 'given binary'}) on "
-                f"cuda:{device_index}: {_driver.error_name(int(err))}",
+                f"cuda:{device_index}: {_driver.error_name(rc)}",
                 log=jit,
             )
-        self.handle = mod
+        self.handle = mod.value
         self.jit_log = info.value.decode(errors="replace")
 
-    def function(self, symbol: str) -> Any:
-        d = _driver.driver()
-        err, fn = d.cuModuleGetFunction(self.handle, symbol.encode())
-        if int(err):
+    def function(self, symbol: str) -> int:
+        import ctypes
+
+        fn = ctypes.c_void_p()
+        rc = _driver.libcuda().cuModuleGetFunction(ctypes.byref(fn), ctypes.c_void_p(self.handle), symbol.encode())
+        if rc:
             raise InvalidArgumentError(
                 f"kernel {symbol!r} is not in the module on cuda:{self.device_index} "
-                f"({_driver.error_name(int(err))}); check Source.name"
+                f"({_driver.error_name(rc)}); check Source.name"
             )
-        return fn
+        return fn.value
 
     def __del__(self) -> None:
         h = self.handle
         if h is not None and _driver.dead_reason(self.device_index) is None:
             try:
-                _driver.driver().cuModuleUnload(h)
+                import ctypes
+
+                _driver.libcuda().cuModuleUnload(ctypes.c_void_p(h))
             except Exception:
                 pass
 

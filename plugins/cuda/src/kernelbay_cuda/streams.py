@@ -118,6 +118,12 @@ def as_stream(obj: Any, device: Any) -> Stream:
         return obj
     proto = getattr(obj, "__cuda_stream__", None)
     if proto is None:
+        # CuPy (.ptr) and PyTorch (.cuda_stream) streams of versions without the protocol.
+        raw = getattr(obj, "cuda_stream", None)
+        if raw is None and type(obj).__module__.startswith("cupy"):
+            raw = getattr(obj, "ptr", None)
+        if isinstance(raw, int):
+            return Stream._wrap(device, raw, owner=obj)
         raise ArgumentTypeError(
             f"a stream must be a kernelbay_cuda.Stream, None or an object with __cuda_stream__, not {type(obj).__name__}"
         )
