@@ -31,7 +31,7 @@ def _saxpy_pallas(x_ref: Any, y_ref: Any, a: Any, n: Any) -> None:
 def sources() -> list[Source]:
     return [
         Source(SAXPY_CUDA, lang="cuda", name="saxpy"),
-        Source(_saxpy_pallas, lang="pallas", name="saxpy", meta={"inplace": ("y",)}),
+        Source(_saxpy_pallas, lang="pallas", name="saxpy", meta={"inplace": ("y_ref",)}),
         Source(_saxpy_python, lang="python", name="saxpy"),
     ]
 
