@@ -43,7 +43,7 @@ def test_saxpy_with_occupancy_block(dev) -> None:
     x, y = kb.asarray(xs, device=dev), kb.asarray(ys, device=dev)
     block = k.handle.occupancy_block(0)
     k.launch(-(-n // block), None, (x, y, np.float32(3), np.int32(n)))
-    np.testing.assert_allclose(y.numpy(), 3 * xs + ys, rtol=1e-6)
+    np.testing.assert_allclose(y.numpy(), 3 * xs + ys, rtol=1e-5, atol=1e-6)  # the GPU fuses a*x+y
 
 
 def test_template_kernel_by_name_expression(dev) -> None:
@@ -87,7 +87,7 @@ def test_dynamic_shared_memory_over_48k(dev) -> None:
     src = r"""
     extern "C" __global__ void big(float* out, int m) {
         extern __shared__ float s[];
-        for (int j = threadIdx.x; j < m; j += blockDim.x) s[j] = (float)j;
+        for (int j = threadIdx.x; j < m; j += blockDim.x) s[j] = (float)(j % 7);
         __syncthreads();
         if (threadIdx.x == 0) { float t = 0; for (int j = 0; j < m; ++j) t += s[j]; out[blockIdx.x] = t; }
     }"""
@@ -95,7 +95,7 @@ def test_dynamic_shared_memory_over_48k(dev) -> None:
     k = kb.compile(kb.Source(src, "cuda"), dev)
     out = kb.zeros(2, "float32", device=dev)
     k.launch(2, 256, (out, m), shared_mem=m * 4)
-    assert out.numpy().tolist() == [float(m * (m - 1) // 2)] * 2
+    assert out.numpy().tolist() == [float(sum(j % 7 for j in range(m)))] * 2
     too_much = dev.properties["max_shared_per_block_optin"] + 4
     with pytest.raises(kb.InvalidArgumentError, match="dynamic shared memory"):
         k.launch(1, 32, (out, m), shared_mem=too_much)
