@@ -190,3 +190,14 @@ def test_unavailable_without_the_flag_and_jax_not_imported_to_list() -> None:
     assert "no TPU found; set KERNELBAY_TPU_INTERPRET=1" in reason
     flagged = _run("import kernelbay as kb; print(kb.device('tpu'))", KERNELBAY_TPU_INTERPRET="1")
     assert flagged.returncode == 0 and flagged.stdout.strip() == "tpu:0", flagged.stderr
+
+
+def test_kernelbay_demo_runs_in_interpret_mode() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KERNELBAY_TPU_INTERPRET": "1", "KERNELBAY_DEVICE": "tpu"}
+    r = subprocess.run([sys.executable, "-m", "kernelbay.cli", "demo"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "tpu:0" in r.stdout and "saxpy (pallas)" in r.stdout and "matches numpy: OK" in r.stdout

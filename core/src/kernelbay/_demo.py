@@ -44,5 +44,6 @@ def geometry(lang: str, n: int) -> dict[str, Any]:
 
 
 def size_for(lang: str) -> int:
-    # The pure-Python reference backend pays one Python call per element.
-    return 1 << 12 if lang == "python" else 1 << 20
+    # The pure-Python reference backend pays one Python call per element. The Pallas kernel
+    # uses whole-array blocks, which must fit VMEM double-buffered (3 x 2 x 1 MiB here).
+    return {"python": 1 << 12, "pallas": 1 << 18}.get(lang, 1 << 20)
