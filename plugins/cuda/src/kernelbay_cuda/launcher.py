@@ -204,7 +204,7 @@ class CudaKernel:
     __slots__ = (
         "device", "index", "name", "symbol", "module", "fn", "fn_c", "params", "block", "packer",
         "tid", "max_threads", "max_gx", "max_gy", "max_gz", "max_bx", "max_by", "max_bz", "static_shared",
-        "dyn_limit", "optin", "auto_block", "other_threads", "lock", "__weakref__",
+        "dyn_limit", "optin", "auto_block", "other_threads", "lock", "fast", "__weakref__",
     )
 
     def __init__(self, device: Any, module: Module, expr: str, symbol: str, params: list[ParamSpec] | None) -> None:
@@ -241,6 +241,7 @@ class CudaKernel:
         self.params = params
         self.block = _ParamBlock(params)
         self.packer = _never
+        self.fast = self._first
         self.tid = -1
         self.auto_block: dict[int, int] = {}
         self.other_threads: dict[int, tuple[_ParamBlock, Any]] = {}
@@ -349,7 +350,14 @@ class CudaKernel:
             self.other_threads[tid] = (blk, packer)
         _raw_launch(self, g, b, shm, s, blk)
 
+    def _first(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> None:
+        slow_launch(self, grid, block, args, shared_mem, stream)
+        if self.tid == _get_ident() and self.packer is not _never:
+            self.fast = make_fast(self, args)
+
     def failed(self, rc: int, g: tuple[int, int, int], b: tuple[int, int, int], shm: int) -> None:
+        if rc == 0:
+            return None
         _driver.check(rc, f"launch of kernel {self.name!r} (grid {g}, block {b}, shared_mem {shm})", self.index)
         raise LaunchError(f"launch of kernel {self.name!r} failed with CUDA error {rc}")
 
@@ -376,8 +384,12 @@ def _cu_launch() -> Any:
 
 
 def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
-    """The ``kernelbay_launch`` hook: queue one launch (the hot path)."""
-    k = kernel.handle
+    """The ``kernelbay_launch`` hook: the kernel's generated fast path (see :func:`make_fast`)."""
+    return kernel.handle.fast(grid, block, args, shared_mem, stream)
+
+
+def slow_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
+    """Every launch the fast path does not take: any geometry, any stream, new argument types."""
     if type(grid) is int:
         gx = grid
         gy = gz = 1
@@ -412,6 +424,7 @@ def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], shared_mem: 
         k.packer(args, k.device, k.block.buf)
     except Exception:
         k.packer = k.replan(args, k.block)
+        k.fast = make_fast(k, args)
     rc = _launch_fn(k.fn_c, gx, gy, gz, bx, by, bz, shared_mem, s, k.block.cvp, None)
     last_launch[k.index] = (k.name, (gx, gy, gz), (bx, by, bz))
     if rc:
@@ -485,3 +498,63 @@ def _image_for(device: Any, source: Any) -> tuple[Image, str]:
         else:
             raise InvalidArgumentError(f"a {lang} source needs Source(..., name='kernel_symbol') to say which kernel to launch")
     return Image(data=data, kind=lang, params=params), name
+
+
+_FAST_TEMPLATE = """
+def fast(grid, block, args, shared_mem, stream):
+    if type(grid) is int and type(block) is int and get_ident() == TID:
+        if stream is None:
+            s = S0
+        elif type(stream) is StreamT and stream.index == IDX:
+            s = stream.bobj
+        else:
+            return slow(K, grid, block, args, shared_mem, stream)
+        if 0 < grid <= MGX and 0 < block <= K.max_threads and 0 <= shared_mem <= K.dyn_limit:
+            try:
+                {unpack}
+            except ValueError:
+                return slow(K, grid, block, args, shared_mem, stream)
+            if {typecheck}:
+                {handles}
+                if {handlecheck}:
+                    pack_into(BUF, 0, {values})
+                    rc = LAUNCH(FN, grid, 1, 1, block, 1, 1, shared_mem, s, ADDR, 0)[0]
+                    LAST[IDX] = (NAME, grid, block)
+                    if rc is OK:
+                        return None
+                    return K.failed(int(rc), (grid, 1, 1), (block, 1, 1), shared_mem)
+    return slow(K, grid, block, args, shared_mem, stream)
+"""
+
+
+def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
+    """A launch function specialised to ``k`` and the argument types of ``args``: int grid and
+    block, the default stream or a kernelbay Stream, arguments of those types. Everything else
+    goes to :func:`slow_launch`, which validates fully. Launches through the cuda.bindings
+    driver binding with the kernel's prepacked parameter block."""
+    d = _driver.driver()
+    fmt, values, handles, _ = pack_plan(k.name, k.params, args, k.device)
+    n = len(args)
+    ns: dict[str, Any] = {
+        "get_ident": _get_ident, "TID": k.tid, "S0": d.CUstream(0), "IDX": k.index, "K": k,
+        "slow": slow_launch, "MGX": k.max_gx, "BUF": k.block.buf, "ADDR": k.block.addr,
+        "pack_into": struct.Struct(fmt).pack_into, "LAUNCH": d.cuLaunchKernel, "FN": d.CUfunction(k.fn),
+        "LAST": last_launch, "NAME": k.name, "OK": d.CUresult.CUDA_SUCCESS, "DEV": k.device,
+    }
+    from .streams import Stream
+
+    ns["StreamT"] = Stream
+    for i, a in enumerate(args):
+        ns[f"T{i}"] = type(a)
+    unpack = (", ".join(f"a{i}" for i in range(n)) + ", = args") if n else "if args: raise ValueError"
+    typecheck = " and ".join(f"type(a{i}) is T{i}" for i in range(n)) or "True"
+    hs = [h[1:] for h in handles]
+    hlines = "; ".join(f"h{i} = a{i}.handle" for i in hs) or "pass"
+    hcheck = " and ".join(f"h{i} is not None and (a{i}.device is DEV or a{i}.device == DEV)" for i in hs) or "True"
+    src = _FAST_TEMPLATE.format(
+        unpack=unpack, typecheck=typecheck, handles=hlines, handlecheck=hcheck, values=", ".join(values) or ""
+    )
+    if not values:
+        src = src.replace("pack_into(BUF, 0, )", "pass")
+    exec(src, ns)
+    return ns["fast"]

@@ -36,7 +36,7 @@ class Stream:
     :param priority: the CUDA stream priority (lower is more urgent).
     """
 
-    __slots__ = ("device", "index", "handle", "cvp", "_owned", "_owner", "__weakref__")
+    __slots__ = ("device", "index", "handle", "cvp", "_owned", "_owner", "bobj", "__weakref__")
 
     def __init__(self, device: Any = None, non_blocking: bool = False, priority: int = 0) -> None:
         dev = _device(device)
@@ -50,6 +50,7 @@ class Stream:
         _driver.check(rc, "cuStreamCreate", dev.index)
         self.handle = h.value or 0
         self.cvp = ctypes.c_void_p(self.handle)
+        self.bobj = _driver.driver().CUstream(self.handle)
         self._owned = True
 
     @classmethod
@@ -59,6 +60,7 @@ class Stream:
         s.index = device.index
         s.handle = handle
         s.cvp = ctypes.c_void_p(handle) if handle else None
+        s.bobj = _driver.driver().CUstream(handle)
         s._owned = False
         s._owner = owner
         return s
