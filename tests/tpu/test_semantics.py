@@ -201,3 +201,15 @@ def test_kernelbay_demo_runs_in_interpret_mode() -> None:
     r = subprocess.run([sys.executable, "-m", "kernelbay.cli", "demo"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert "tpu:0" in r.stdout and "saxpy (pallas)" in r.stdout and "matches numpy: OK" in r.stdout
+
+
+def test_default_selection_does_not_import_jax_without_a_tpu() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KERNELBAY_", "TPU_"))}
+    code = "import sys, kernelbay as kb; kb.device(); print('jax' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"

@@ -77,7 +77,29 @@ def probe() -> list[Device]:
     ]
 
 
+def _tpu_possible() -> bool:
+    """Whether jax could see a TPU at all, decided without importing jax (about 2 s).
+
+    jax reaches TPUs only through libtpu (the ``libtpu`` package, or ``TPU_LIBRARY_PATH``), and
+    TPU VMs expose the chips as ``/dev/accel*`` or VFIO devices.
+    """
+    import glob
+    import importlib.util
+
+    if os.environ.get("TPU_LIBRARY_PATH"):
+        return True
+    for mod in ("libtpu", "libtpu_nightly"):
+        try:
+            if importlib.util.find_spec(mod) is not None:
+                return True
+        except (ImportError, ValueError):
+            pass
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
 def _tpu_devices() -> list[Any]:
+    if not _tpu_possible():
+        return []
     import jax
 
     try:
