@@ -152,3 +152,27 @@ def test_errors_subclass_the_builtins():
     assert issubclass(kb.OutOfMemoryError, MemoryError)
     assert issubclass(kb.NoDeviceError, LookupError)
     assert issubclass(kb.UnsupportedError, NotImplementedError)
+
+
+def test_asarray_of_a_foreign_array_nobody_adopts(fake):
+    class DeviceOnly:
+        def __dlpack__(self, **kw):
+            raise BufferError("lives on a device numpy cannot read")
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(kb.ArgumentTypeError, match="no available kernelbay backend adopts it.*kernelbay-cuda"):
+        kb.asarray(DeviceOnly(), device="fake")
+
+    class HostDLPack:  # a host array exposing only DLPack is read through it
+        def __init__(self):
+            self.a = np.arange(3, dtype=np.int16)
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    np.testing.assert_array_equal(kb.asarray(HostDLPack(), device="fake").numpy(), [0, 1, 2])

@@ -240,10 +240,32 @@ def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None) -> Array:
         adopted = _adopt(obj, device)
         if adopted is not None:
             return adopted if dtype is None or np.dtype(dtype) == adopted.dtype else asarray(adopted, dtype, adopted.device)
-    host = np.ascontiguousarray(obj if not hasattr(obj, "__dlpack__") or isinstance(obj, np.ndarray) else np.from_dlpack(obj), dtype=dtype)
+        obj = _foreign_to_host(obj)
+    host = np.ascontiguousarray(obj, dtype=dtype)
     out = empty(host.shape, host.dtype, device)
     out._b.copy(out, host, host.nbytes, None)
     return out
+
+
+def _foreign_to_host(obj: Any) -> Any:
+    """A foreign array no backend adopted: read it on the host, or say why that is impossible."""
+    import numpy as np
+
+    errors = []
+    for read in (np.from_dlpack, np.asarray):
+        try:
+            out = read(obj)
+        except Exception as exc:  # each library has its own error types for "not on the host"
+            errors.append(f"{type(exc).__name__}: {exc}")
+            continue
+        if out.dtype != object:
+            return out
+    raise ArgumentTypeError(
+        f"kb.asarray cannot take a {type(obj).__module__}.{type(obj).__name__}: no available kernelbay "
+        f"backend adopts it and it cannot be read on the host ({'; '.join(errors) or 'not numeric'}). "
+        "Install or enable the backend for the device it lives on (e.g. kernelbay-cuda for CUDA "
+        "tensors), or move it to the host first"
+    )
 
 
 def _adopt(obj: Any, device_like: DeviceLike) -> Array | None:
