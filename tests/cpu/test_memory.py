@@ -47,8 +47,10 @@ def test_dlpack_export_to_numpy_is_zero_copy(cpu):
     assert a.__dlpack_device__() == (1, 0)
     b = np.from_dlpack(a)
     assert b.shape == (3, 4) and b.dtype == np.float32
-    # numpy marks arrays from unversioned (legacy) capsules read-only; the core does not pass
-    # max_version to the hook yet, so the export is a legacy capsule. The memory is shared:
+    # numpy asks for a versioned capsule, so the view is writable and shares the memory.
+    assert b.flags.writeable
+    b[2, 3] = 7
+    assert a.numpy()[2, 3] == 7
     a.numpy()[1, 2] = 99
     assert b[1, 2] == 99
     assert np.shares_memory(b, a.numpy())

@@ -250,8 +250,15 @@ def kernelbay_from_external(obj: Any, device: Device | None) -> tuple[Any, tuple
 
 
 @hookspec(firstresult=True)
-def kernelbay_to_dlpack(array: Array, stream: Any) -> Any:
+def kernelbay_to_dlpack(array: Array, stream: Any, max_version: tuple[int, int] | None) -> Any:
     """*Optional.* Export ``array`` as a DLPack capsule (``Array.__dlpack__``).
+
+    :param array: an array of this backend.
+    :param stream: the consumer's stream, as the DLPack protocol passes it.
+    :param max_version: the highest DLPack version the consumer understands; ``(1, 0)`` or
+        later allows a versioned capsule (which can say the memory is writable), ``None`` asks
+        for the legacy capsule.
+    :return: a PyCapsule.
 
     .. versionadded:: 0.1
     """

@@ -199,7 +199,7 @@ class Array(Buffer):
         return self.shape[0]
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None):
-        return self._b.to_dlpack(self, stream)
+        return self._b.to_dlpack(self, stream, max_version)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self._b.dlpack_device(self)

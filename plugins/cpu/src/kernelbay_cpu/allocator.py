@@ -126,8 +126,10 @@ def from_external(obj: Any, device: Device | None) -> tuple[HostMemory, tuple[in
     return HostMemory(view.ctypes.data, flat, view.nbytes, False), tuple(view.shape), view.dtype
 
 
-def to_dlpack(array: Array, stream: Any) -> Any:
-    return host_view(array).__dlpack__()
+def to_dlpack(array: Array, stream: Any, max_version: Any = None) -> Any:
+    view = host_view(array)
+    # numpy writes a versioned, writable capsule when the consumer can read one.
+    return view.__dlpack__() if max_version is None else view.__dlpack__(max_version=max_version)
 
 
 def dlpack_device(array: Array) -> tuple[int, int]:

@@ -146,10 +146,10 @@ def kernelbay_from_external(obj: Any, device: Device | None) -> Any:
 
 
 @hookimpl
-def kernelbay_to_dlpack(array: Array, stream: Any) -> Any:
+def kernelbay_to_dlpack(array: Array, stream: Any, max_version: Any) -> Any:
     from . import allocator
 
-    return allocator.to_dlpack(array, stream)
+    return allocator.to_dlpack(array, stream, max_version)
 
 
 @hookimpl
