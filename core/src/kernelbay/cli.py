@@ -192,6 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kernelbay: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `kernelbay info | head`: the reader left; nothing to report
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # one clear line; the traceback only on request
         if args.debug:
             traceback.print_exc()
