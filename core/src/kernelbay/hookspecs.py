@@ -219,7 +219,8 @@ def kernelbay_host_view(array: Array) -> np.ndarray | None:
 def kernelbay_memory_stats(device: Device) -> MemoryStats:
     """*Optional.* The allocator's figures for ``device``.
 
-    :return: a :class:`~kernelbay.types.MemoryStats`.
+    :param device: one of this backend's devices.
+    :return: a :class:`~kernelbay.types.MemoryStats` (bytes active, peak, cached, limit).
 
     .. versionadded:: 0.1
     """
@@ -228,6 +229,9 @@ def kernelbay_memory_stats(device: Device) -> MemoryStats:
 @hookspec(firstresult=True)
 def kernelbay_clear_cache(device: Device) -> None:
     """*Optional.* Release the memory the backend keeps cached for reuse.
+
+    :param device: one of this backend's devices.
+    :return: nothing; live buffers are untouched.
 
     .. versionadded:: 0.1
     """
@@ -268,6 +272,9 @@ def kernelbay_to_dlpack(array: Array, stream: Any, max_version: tuple[int, int] 
 def kernelbay_dlpack_device(array: Array) -> tuple[int, int]:
     """*Optional.* ``(device_type, device_id)`` for ``Array.__dlpack_device__``.
 
+    :param array: an array of this backend.
+    :return: the DLPack device type (``kDLCPU`` = 1, ``kDLCUDA`` = 2...) and the device ordinal.
+
     .. versionadded:: 0.1
     """
 
@@ -275,6 +282,10 @@ def kernelbay_dlpack_device(array: Array) -> tuple[int, int]:
 @hookspec(firstresult=True)
 def kernelbay_cuda_array_interface(array: Array) -> dict[str, Any]:
     """*Optional.* The ``__cuda_array_interface__`` (v3) dict of ``array``.
+
+    :param array: an array of this backend.
+    :return: the interface dict (shape, typestr, data, version 3, stream).
+    :raises UnsupportedError: where the memory is not CUDA memory (``hasattr`` is then False).
 
     .. versionadded:: 0.1
     """
