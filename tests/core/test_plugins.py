@@ -186,3 +186,14 @@ def test_reprobe_sees_a_changed_machine(add_backend, monkeypatch):
         kb.device("flaky")
     runtime.reprobe("flaky")
     assert str(kb.device("flaky")) == "flaky:0"
+
+
+def test_remove_backend_unregisters_it(add_backend):
+    add_backend(FakeBackend("gone"))
+    add_backend(FakeBackend("stays"))
+    assert str(kb.device("gone")) == "gone:0"
+    runtime.remove_backend("gone")
+    assert [r.name for r in kb.backends()] == ["stays"]
+    assert all(name != "backend:gone" for name, _ in runtime.pm.list_name_plugin())
+    with pytest.raises(kb.BackendNotInstalledError):
+        kb.device("gone")

@@ -153,10 +153,6 @@ class Backend:
         return self.distribution or self.name
 
     @property
-    def loaded(self) -> bool:
-        return self._binding is not None or self._error is not None
-
-    @property
     def status(self) -> str:
         """``available``, ``unavailable`` (healthy, nothing to run on) or ``broken``."""
         try:
