@@ -24,6 +24,7 @@ kernelbay_synchronize = hookimpl(devices.synchronize)
 kernelbay_cuda_array_interface = hookimpl(interop.cuda_array_interface)
 kernelbay_from_external = hookimpl(interop.from_external)
 kernelbay_dlpack_device = hookimpl(interop.dlpack_device)
+kernelbay_to_dlpack = hookimpl(interop.to_dlpack)
 
 
 @hookimpl
