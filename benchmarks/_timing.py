@@ -52,17 +52,7 @@ def interleaved(
     ``after_batch`` runs after each batch, untimed (e.g. a device synchronise so the launch
     queue never fills). Returns per-case stats of microseconds per call.
     """
-    for _ in range(warmup):
-        for fn in cases.values():
-            per_call_us(fn, number)
-            if after_batch:
-                after_batch()
-    samples: dict[str, list[float]] = {k: [] for k in cases}
-    for _ in range(repeat):
-        for name, fn in cases.items():
-            samples[name].append(per_call_us(fn, number))
-            if after_batch:
-                after_batch()
+    samples = interleaved_samples(cases, number=number, repeat=repeat, warmup=warmup, after_batch=after_batch)
     return {k: stats(v) for k, v in samples.items()}
 
 
