@@ -30,11 +30,13 @@ def sync_failed(index: int, rc: int) -> None:
     from .launcher import last_launch
 
     last = last_launch.get(index)
-    what = (
-        f"kernel {last[0]!r} (grid {last[1]}, block {last[2]}), the most recent launch on cuda:{index},"
-        if last
-        else f"work queued on cuda:{index}"
-    )
+    if last and last[0] is not None:
+        name, g, b = last
+        g = (g, 1, 1) if type(g) is int else g  # the fast path records 1-D sizes as ints
+        b = (b, 1, 1) if type(b) is int else b
+        what = f"kernel {name!r} (grid {g}, block {b}), the most recent launch on cuda:{index},"
+    else:
+        what = f"work queued on cuda:{index}"
     _driver.check(rc, f"{what} failed while running; synchronize", index)
     raise LaunchError(f"synchronize on cuda:{index} failed with CUDA error {rc}")
 

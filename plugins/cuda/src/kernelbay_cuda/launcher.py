@@ -31,7 +31,28 @@ _pack_into = struct.pack_into
 ParamSpec = tuple[int, int, str, int]
 
 # Most recent launch per device, to name the kernel when a later synchronise reports a fault.
-last_launch: dict[int, tuple[str, tuple[int, int, int], tuple[int, int, int]]] = {}
+# The most recent launch per device, [kernel name, grid, block], for naming a kernel whose
+# failure only shows at a later synchronise. Cells are mutated in place: generated fast paths
+# hold a reference to their device's cell (three stores, no tuple per launch).
+last_launch: dict[int, list[Any]] = {}
+
+
+def _last_cell(index: int) -> list[Any]:
+    cell = last_launch.get(index)
+    if cell is None:
+        cell = last_launch.setdefault(index, [None, None, None])
+    return cell
+
+
+def _record(index: int, name: str, g: Any, b: Any) -> None:
+    cell = _last_cell(index)
+    cell[0] = name
+    cell[1] = g
+    cell[2] = b
+
+
+# Marks a kernel's memo of packed values as stale (never equal to a value, never identical).
+_STALE = object()
 
 
 class _Replan(Exception):
@@ -204,7 +225,7 @@ class CudaKernel:
     __slots__ = (
         "device", "index", "name", "symbol", "module", "fn", "fn_c", "params", "block", "packer",
         "tid", "max_threads", "max_gx", "max_gy", "max_gz", "max_bx", "max_by", "max_bz", "static_shared",
-        "dyn_limit", "optin", "auto_block", "other_threads", "lock", "fast", "__weakref__",
+        "dyn_limit", "optin", "auto_block", "other_threads", "lock", "fast", "memo", "__weakref__",
     )
 
     def __init__(self, device: Any, module: Module, expr: str, symbol: str, params: list[ParamSpec] | None) -> None:
@@ -242,6 +263,8 @@ class CudaKernel:
         self.block = _ParamBlock(params)
         self.packer = _never
         self.fast = self._first
+        # The values last packed by the fast path (see make_fast); [_STALE] until then.
+        self.memo: list[Any] = [_STALE]
         self.tid = -1
         self.auto_block: dict[int, int] = {}
         self.other_threads: dict[int, tuple[_ParamBlock, Any]] = {}
@@ -335,6 +358,7 @@ class CudaKernel:
                     self.tid = tid
             if self.tid == tid:
                 _driver.ensure_current(self.index)
+                self.memo[0] = _STALE
                 self.packer = self.replan(args, self.block)
                 _raw_launch(self, g, b, shm, s, self.block)
                 return
@@ -368,7 +392,7 @@ def _never(args: Any, dev: Any, buf: Any) -> None:
 
 def _raw_launch(k: CudaKernel, g: tuple[int, int, int], b: tuple[int, int, int], shm: int, s: Any, blk: _ParamBlock) -> None:
     rc = _cu_launch()(k.fn_c, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, blk.cvp, None)
-    last_launch[k.index] = (k.name, g, b)
+    _record(k.index, k.name, g, b)
     if rc:
         k.failed(rc, g, b, shm)
 
@@ -420,13 +444,14 @@ def slow_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], share
     if _get_ident() != k.tid:
         k.launch_other_thread((gx, gy, gz), (bx, by, bz), args, shared_mem, s)
         return None
+    k.memo[0] = _STALE  # the block is rewritten below, not by the fast path
     try:
         k.packer(args, k.device, k.block.buf)
     except Exception:
         k.packer = k.replan(args, k.block)
         k.fast = make_fast(k, args)
     rc = _launch_fn(k.fn_c, gx, gy, gz, bx, by, bz, shared_mem, s, k.block.cvp, None)
-    last_launch[k.index] = (k.name, (gx, gy, gz), (bx, by, bz))
+    _record(k.index, k.name, (gx, gy, gz), (bx, by, bz))
     if rc:
         k.failed(rc, (gx, gy, gz), (bx, by, bz), shared_mem)
     return None
@@ -517,9 +542,15 @@ def fast(grid, block, args, shared_mem, stream):
             if {typecheck}:
                 {handles}
                 if {handlecheck}:
-                    pack_into(BUF, 0, {values})
+                    if not ({memocheck}):
+                        try:
+                            pack_into(BUF, 0, {values})
+                        except Exception:  # e.g. an int out of range: the slow path says so
+                            M[0] = STALE
+                            return slow(K, grid, block, args, shared_mem, stream)
+                        {memostore}
                     rc = LAUNCH(FN, grid, 1, 1, block, 1, 1, shared_mem, s, ADDR, 0)[0]
-                    LAST[IDX] = (NAME, grid, block)
+                    CELL[0] = NAME; CELL[1] = grid; CELL[2] = block
                     if rc is OK:
                         return None
                     return K.failed(int(rc), (grid, 1, 1), (block, 1, 1), shared_mem)
@@ -535,11 +566,23 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
     d = _driver.driver()
     fmt, values, handles, _ = pack_plan(k.name, k.params, args, k.device)
     n = len(args)
+    # Skip re-packing when every value is the one packed last time: array handles are compared
+    # as ints (no reference to an array is kept, so none outlives its user), immutable scalars
+    # (numpy scalars, Python numbers) by identity. Values of any other kind always re-pack.
+    memo_ok = bool(values) and all(v.isidentifier() for v in values)
+    if memo_ok:
+        tests = [f"{v} == M[{j}]" if v.startswith("h") else f"{v} is M[{j}]" for j, v in enumerate(values)]
+        memocheck = " and ".join(tests)
+        memostore = "; ".join(f"M[{j}] = {v}" for j, v in enumerate(values))
+        memo: list[Any] = [_STALE] * len(values)
+    else:
+        memocheck, memostore, memo = "False", "pass", [_STALE]
+    k.memo = memo
     ns: dict[str, Any] = {
         "get_ident": _get_ident, "TID": k.tid, "S0": d.CUstream(0), "IDX": k.index, "K": k,
         "slow": slow_launch, "MGX": k.max_gx, "BUF": k.block.buf, "ADDR": k.block.addr,
         "pack_into": struct.Struct(fmt).pack_into, "LAUNCH": d.cuLaunchKernel, "FN": d.CUfunction(k.fn),
-        "LAST": last_launch, "NAME": k.name, "OK": d.CUresult.CUDA_SUCCESS, "DEV": k.device,
+        "CELL": _last_cell(k.index), "M": memo, "STALE": _STALE, "NAME": k.name, "OK": d.CUresult.CUDA_SUCCESS, "DEV": k.device,
     }
     from .streams import Stream
 
@@ -552,7 +595,8 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
     hlines = "; ".join(f"h{i} = a{i}.handle" for i in hs) or "pass"
     hcheck = " and ".join(f"h{i} is not None and (a{i}.device is DEV or a{i}.device == DEV)" for i in hs) or "True"
     src = _FAST_TEMPLATE.format(
-        unpack=unpack, typecheck=typecheck, handles=hlines, handlecheck=hcheck, values=", ".join(values) or ""
+        unpack=unpack, typecheck=typecheck, handles=hlines, handlecheck=hcheck, values=", ".join(values) or "",
+        memocheck=memocheck, memostore=memostore,
     )
     if not values:
         src = src.replace("pack_into(BUF, 0, )", "pass")

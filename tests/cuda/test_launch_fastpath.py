@@ -1,0 +1,128 @@
+"""The generated launch fast path: skipping the re-pack of unchanged values must never launch
+with stale arguments. Real GPU only; skips without one (fails under --kernelbay-require=cuda)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kernelbay as kb
+
+pytestmark = pytest.mark.kernelbay_device("cuda")
+
+SAXPY = r"""
+extern "C" __global__ void saxpy(const float* x, float* y, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+N = 256
+
+
+@pytest.fixture
+def dev() -> kb.Device:
+    return kb.device("cuda:0")
+
+
+@pytest.fixture
+def k(dev) -> kb.Kernel:
+    return kb.compile(kb.Source(SAXPY, "cuda", name="saxpy", options=("-DFASTPATH_TEST",)), dev)
+
+
+def _arr(dev, value: float) -> kb.Array:
+    return kb.asarray(np.full(N, value, np.float32), device=dev)
+
+
+def test_same_tuple_relaunched_accumulates(dev, k) -> None:
+    x, y = _arr(dev, 1.0), _arr(dev, 0.0)
+    args = (x, y, np.float32(2), np.int32(N))
+    for _ in range(5):
+        k.launch(1, N, args)
+    dev.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 10.0, np.float32))
+
+
+def test_switching_one_array_repacks(dev, k) -> None:
+    x, y1, y2 = _arr(dev, 1.0), _arr(dev, 0.0), _arr(dev, 0.0)
+    a, n = np.float32(1), np.int32(N)
+    k.launch(1, N, (x, y1, a, n))
+    k.launch(1, N, (x, y1, a, n))
+    k.launch(1, N, (x, y2, a, n))  # same types, same scalars, another output
+    dev.synchronize()
+    np.testing.assert_array_equal(y1.numpy(), np.full(N, 2.0, np.float32))
+    np.testing.assert_array_equal(y2.numpy(), np.full(N, 1.0, np.float32))
+
+
+def test_new_scalar_of_equal_type_repacks(dev, k) -> None:
+    x, y = _arr(dev, 1.0), _arr(dev, 0.0)
+    for a in (1.0, 2.0, 4.0):
+        k.launch(1, N, (x, y, np.float32(a), np.int32(N)))
+    dev.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 7.0, np.float32))
+
+
+def test_slow_path_in_between_invalidates_the_packed_values(dev, k) -> None:
+    x, y1, y2 = _arr(dev, 1.0), _arr(dev, 0.0), _arr(dev, 0.0)
+    a, n = np.float32(1), np.int32(N)
+    args1 = (x, y1, a, n)
+    k.launch(1, N, args1)  # fast path packs args1
+    k.launch((1,), (N,), (x, y2, a, n))  # tuple geometry: slow path packs other values
+    k.launch(1, N, args1)  # fast path: must not trust its memo
+    dev.synchronize()
+    np.testing.assert_array_equal(y1.numpy(), np.full(N, 2.0, np.float32))
+    np.testing.assert_array_equal(y2.numpy(), np.full(N, 1.0, np.float32))
+
+
+def test_freed_array_and_reused_pointer(dev, k) -> None:
+    x = _arr(dev, 1.0)
+    y = _arr(dev, 0.0)
+    k.launch(1, N, (x, y, np.float32(1), np.int32(N)))
+    dev.synchronize()
+    y.close()
+    y2 = _arr(dev, 5.0)  # may get the same pointer back from the cache: then equal values
+    k.launch(1, N, (x, y2, np.float32(1), np.int32(N)))
+    dev.synchronize()
+    np.testing.assert_array_equal(y2.numpy(), np.full(N, 6.0, np.float32))
+    with pytest.raises(kb.UseAfterFreeError):
+        k.launch(1, N, (x, y, np.float32(1), np.int32(N)))
+
+
+def test_out_of_range_python_int_on_the_fast_path(dev) -> None:
+    src = 'extern "C" __global__ void setn(int* p, int n) { p[0] = n; }'
+    k = kb.compile(kb.Source(src, "cuda", name="setn"), dev)
+    p = kb.zeros(1, "int32", device=dev)
+    k.launch(1, 1, (p, 5))
+    k.launch(1, 1, (p, 7))
+    dev.synchronize()
+    assert p.numpy()[0] == 7
+    with pytest.raises(kb.InvalidArgumentError, match="does not fit"):
+        k.launch(1, 1, (p, 1 << 40))
+    k.launch(1, 1, (p, 9))
+    dev.synchronize()
+    assert p.numpy()[0] == 9
+
+
+def test_failure_after_fast_path_launch_names_the_kernel() -> None:
+    script = textwrap.dedent(
+        r"""
+        import kernelbay as kb
+        dev = kb.device("cuda:0")
+        ok = kb.compile(kb.Source('extern "C" __global__ void fine(int* p) { p[0] = 1; }', "cuda"), dev)
+        bad = kb.compile(kb.Source('extern "C" __global__ void oob2(int* p, int s) { p[threadIdx.x + ((long long)s << 30)] = 1; }', "cuda"), dev)
+        a = kb.zeros(4, "int32", device=dev)
+        ok.launch(1, 1, (a,)); ok.launch(1, 1, (a,))
+        bad.launch(1, 32, (a, 0)); dev.synchronize()
+        bad.launch(1, 32, (a, 64))  # the fast path this time
+        try:
+            dev.synchronize()
+        except kb.LaunchError as e:
+            print("FAILED", e)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("FAILED")), "")
+    assert "oob2" in line and "(1, 1, 1)" in line and "(32, 1, 1)" in line, out.stdout + out.stderr
