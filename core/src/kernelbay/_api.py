@@ -164,8 +164,29 @@ def _summary() -> str:
 
 
 def _resolve(device_like: DeviceLike) -> tuple[Device, Binding]:
-    dev = device_like if isinstance(device_like, Device) else device(device_like)
-    return dev, binding(dev.backend)
+    dev = device_like if type(device_like) is Device else device(device_like)
+    b = runtime.bindings.get(dev.backend)
+    return dev, (b if b is not None else binding(dev.backend))
+
+
+_dtypes: dict[Any, Any] = {}
+
+
+def _dtype(spec: Any) -> Any:
+    """``np.dtype(spec)``, memoised for the hashable specs users repeat ("float32", np.int32)."""
+    try:
+        return _dtypes[spec]
+    except KeyError:
+        import numpy as np
+
+        dt = np.dtype(spec)
+        if len(_dtypes) < 256:
+            _dtypes[spec] = dt
+        return dt
+    except TypeError:  # unhashable spec (a list of fields...)
+        import numpy as np
+
+        return np.dtype(spec)
 
 
 # --- arrays -----------------------------------------------------------------------------
@@ -187,11 +208,9 @@ def _shape(shape: Any) -> tuple[int, ...]:
 
 def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Array:
     """A new uninitialised array of ``shape`` and ``dtype`` on ``device``."""
-    import numpy as np
-
     dev, b = _resolve(device)
     shp = _shape(shape)
-    dt = np.dtype(dtype)
+    dt = _dtype(dtype)
     n = dt.itemsize
     for s in shp:
         n *= s

@@ -155,10 +155,13 @@ class Buffer:
         self.close()
 
     def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown or a dead device: nothing left to tell
-            pass
+        h = self.handle
+        if h is not None:
+            self.handle = None
+            try:
+                self._b.free(self.device, h)
+            except Exception:  # interpreter shutdown or a dead device: nothing left to tell
+                pass
 
 
 @attrs.define(eq=False, slots=True, weakref_slot=True)
