@@ -1,5 +1,7 @@
 """Copies: host<->device (pinned direct, pageable staged), device<->device, peer; memset.
 
+A copy between two GPUs (:class:`_PeerLink`) is ordered with both devices' default streams.
+
 A pageable numpy array of at least :data:`STAGE_MIN` bytes is moved through a pipeline of
 pinned buffers: several worker threads each copy 4 MiB chunks between the numpy array and
 their own two pinned buffers (``memmove`` releases the GIL) while the DMA engine moves the
@@ -117,16 +119,13 @@ def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
     if isinstance(dst, Buffer):
         dev = dst.device
         idx = dev.index
+        if isinstance(src, Buffer) and src.device.index != idx:
+            _peer_copy(dst, src, nbytes, _stream(stream, dev))
+            return
         _driver.ensure_current(idx)
         s = _stream(stream, dev)
         if isinstance(src, Buffer):
-            if src.device.index == idx:
-                rc = lib.cuMemcpyDtoDAsync_v2(_u64(dst.handle), _u64(src.handle), _sz(nbytes), s)
-            else:
-                rc = lib.cuMemcpyPeerAsync(
-                    _u64(dst.handle), _vp(int(_driver.context(idx))), _u64(src.handle),
-                    _vp(int(_driver.context(src.device.index))), _sz(nbytes), s,
-                )
+            rc = lib.cuMemcpyDtoDAsync_v2(_u64(dst.handle), _u64(src.handle), _sz(nbytes), s)
             _driver.check(rc, f"device copy of {nbytes} bytes", idx)
             return
         host = src.ctypes.data
@@ -158,6 +157,93 @@ def memset(dst: Any, value: int, nbytes: int, stream: Any) -> None:
     s = _stream(stream, dst.device)
     rc = _lib().cuMemsetD8Async(_u64(dst.handle), value & 0xFF, _sz(nbytes), s)
     _driver.check(rc, f"memset of {nbytes} bytes", idx)
+
+
+# --- peer copies ------------------------------------------------------------------------
+
+_NO_TIMING = 2  # CU_EVENT_DISABLE_TIMING
+
+
+def _event(index: int) -> ctypes.c_void_p:
+    """A new event in device ``index``'s context (made current by the caller)."""
+    ev = ctypes.c_void_p()
+    _driver.check(_lib().cuEventCreate(ctypes.byref(ev), _NO_TIMING), "cuEventCreate", index)
+    return ev
+
+
+class _PeerLink:
+    """What copies from device ``src`` to device ``dst`` share: peer access, enabled once where
+    the hardware allows it, and two reusable events that order the copy with the source device.
+
+    ``cuMemcpyPeerAsync`` orders only with the stream it is queued on (the destination's), not
+    with anything on the source device. So the copy stream first waits for ``on_src``, recorded
+    on the source's legacy default stream, which itself waits for the source's blocking streams
+    (not its non-blocking ones: synchronise those before copying). Then the source's default
+    stream waits for ``on_dst``, recorded after the copy, so later work there (a kernel, or a
+    block the caching allocator hands out again once the source is freed) cannot overwrite the
+    source while the copy reads it.
+
+    Reusing the events is safe: ``cuStreamWaitEvent`` waits for the record made before it was
+    called, not for later ones; ``lock`` keeps each record-then-wait pair together.
+    """
+
+    def __init__(self, src: int, dst: int) -> None:
+        from .devices import peer_access
+
+        self.src = src
+        self.dst = dst
+        self.lock = threading.Lock()
+        # Without peer access cuMemcpyPeerAsync still works, staged through host memory by the
+        # driver; with it the copy runs directly over NVLink/PCIe.
+        self.src_ctx = _vp(int(_driver.context(src)))
+        self.dst_ctx = _vp(int(_driver.context(dst)))
+        self.direct = peer_access(dst, src)
+        peer_access(src, dst)  # the copy back, which usually follows, then needs nothing new
+        _driver.ensure_current(src)
+        self.on_src = _event(src)
+        _driver.ensure_current(dst)
+        self.on_dst = _event(dst)
+
+
+_links: dict[tuple[int, int], _PeerLink] = {}
+_links_lock = threading.Lock()
+
+
+def _link(src: int, dst: int) -> _PeerLink:
+    link = _links.get((src, dst))
+    if link is None:
+        with _links_lock:
+            link = _links.get((src, dst))
+            if link is None:
+                link = _links[(src, dst)] = _PeerLink(src, dst)
+    return link
+
+
+def _peer_copy(dst: Buffer, src: Buffer, nbytes: int, s: Any) -> None:
+    """Copy between two devices on stream ``s`` of the destination (``None``: its default stream).
+
+    Leaves the context that was current on this thread current again, so a copy does not move
+    later work of this thread to another device.
+    """
+    lib = _lib()
+    si, di = src.device.index, dst.device.index
+    before = _driver.current_index()
+    try:
+        link = _link(si, di)
+        check = _driver.check
+        with link.lock:
+            _driver.ensure_current(si)
+            check(lib.cuEventRecord(link.on_src, None), "cuEventRecord (before a peer copy)", si)
+            _driver.ensure_current(di)
+            check(lib.cuStreamWaitEvent(s, link.on_src, 0), "cuStreamWaitEvent (before a peer copy)", di)
+            rc = lib.cuMemcpyPeerAsync(_u64(dst.handle), link.dst_ctx, _u64(src.handle), link.src_ctx, _sz(nbytes), s)
+            check(rc, f"peer copy of {nbytes} bytes from cuda:{si} to cuda:{di}", di)
+            check(lib.cuEventRecord(link.on_dst, s), "cuEventRecord (after a peer copy)", di)
+            _driver.ensure_current(si)
+            check(lib.cuStreamWaitEvent(None, link.on_dst, 0), "cuStreamWaitEvent (after a peer copy)", si)
+    finally:
+        if before >= 0:
+            _driver.ensure_current(before)
 
 
 # --- the staging pipeline --------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 from kernelbay.errors import LaunchError
@@ -10,7 +11,7 @@ from kernelbay.types import Device
 
 from . import _driver
 
-__all__ = ["devices", "synchronize", "sync_failed"]
+__all__ = ["devices", "synchronize", "sync_failed", "peer_access"]
 
 
 def devices() -> list[Device]:
@@ -57,15 +58,42 @@ def synchronize(device: Any, stream: Any) -> None:
         sync_failed(idx, rc)
 
 
+_peer: dict[tuple[int, int], bool] = {}
+_peer_lock = threading.Lock()
+
+
 def peer_access(a: int, b: int) -> bool:
-    """Enable access from device ``a`` to ``b`` when the hardware allows it."""
+    """Enable access from device ``a`` to ``b``'s memory when the hardware allows it (once per
+    pair; the answer is cached). ``False`` where it cannot be enabled: copies between the two
+    still work, the driver stages them through host memory.
+
+    Leaves device ``a``'s context current on this thread when it had to enable access.
+    """
+    got = _peer.get((a, b))
+    if got is not None:
+        return got
+    with _peer_lock:
+        got = _peer.get((a, b))
+        if got is None:
+            got = _peer[(a, b)] = _enable_peer(a, b)
+    return got
+
+
+def _enable_peer(a: int, b: int) -> bool:
     lib = _driver.libcuda()
+    d = _driver.driver()
+    peer = _ctx_ptr(b)  # initialises the driver if nothing has yet
+    # cuDeviceCanAccessPeer takes CUdevice handles, which need not equal ordinals.
+    err, da = d.cuDeviceGet(a)
+    err2, db = d.cuDeviceGet(b)
+    if int(err) or int(err2):
+        return False
     can = ctypes.c_int()
-    if lib.cuDeviceCanAccessPeer(ctypes.byref(can), a, b) or not can.value:
+    if lib.cuDeviceCanAccessPeer(ctypes.byref(can), int(da), int(db)) or not can.value:
         return False
     _driver.ensure_current(a)
-    rc = lib.cuCtxEnablePeerAccess(_ctx_ptr(b), 0)
-    return rc in (0, 704)  # 704: already enabled
+    rc = lib.cuCtxEnablePeerAccess(peer, 0)
+    return rc in (0, 704)  # 704: CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 
 
 def _ctx_ptr(index: int) -> ctypes.c_void_p:
