@@ -62,6 +62,24 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         ),
         "ctypes-prepacked": lambda: lib.cuLaunchKernel(h.fn_c, 1, 1, 1, 32, 1, 1, 0, None, h.block.cvp, None),
     }
+    from kernelbay_cuda import native
+
+    nat = native.module()
+    if nat is not None:
+        cases["native-prepacked"] = lambda: nat.launch(h.fn, 1, 1, 1, 32, 1, 1, 0, 0, addr)
+        # The same kernel launched by kernelbay with the native helpers turned off (a distinct
+        # source, so it gets its own fast path, built while the helpers look unavailable).
+        saved = native._state[:]
+        native._state[:] = [None, "turned off for the benchmark"]
+        try:
+            kb_ = kb.compile(kb.Source(SAXPY + "// no native helpers\n", "cuda"), dev)
+            kb_.launch(1, 32, args)
+            kb_.launch(1, 32, args)
+        finally:
+            native._state[:] = saved
+        cases["kernelbay-bindings"] = lambda: kb_.launch(1, 32, args)
+    else:
+        out.append(_skip("launch", "native-prepacked", f"native helpers unavailable: {native.status()}"))
     try:
         import cupy as cp
 

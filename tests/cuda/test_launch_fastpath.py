@@ -28,9 +28,55 @@ def dev() -> kb.Device:
     return kb.device("cuda:0")
 
 
+@pytest.fixture(params=["native", "bindings"])
+def launcher(request, monkeypatch) -> str:
+    """Each test runs with the native launch helper and with the cuda.bindings fallback."""
+    from kernelbay_cuda import native
+
+    if request.param == "native":
+        if native.module() is None:
+            pytest.skip(f"the native helpers are unavailable here: {native.status()}")
+    else:
+        native.module()
+        monkeypatch.setattr(native, "_state", [None, "turned off by the test"])
+    return request.param
+
+
 @pytest.fixture
-def k(dev) -> kb.Kernel:
-    return kb.compile(kb.Source(SAXPY, "cuda", name="saxpy", options=("-DFASTPATH_TEST",)), dev)
+def k(dev, launcher) -> kb.Kernel:
+    # A distinct source per launcher: kernels are cached per source, each with its fast path.
+    return kb.compile(kb.Source(SAXPY, "cuda", name="saxpy", options=("-DFASTPATH_TEST", f"-DVIA_{launcher}")), dev)
+
+
+def test_fast_path_uses_the_chosen_launcher(dev, k, launcher) -> None:
+    from kernelbay_cuda import native
+
+    x, y = _arr(dev, 1.0), _arr(dev, 0.0)
+    for _ in range(3):
+        k.launch(1, N, (x, y, np.float32(1), np.int32(N)))
+    dev.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 3.0, np.float32))
+    launch = k.handle.fast.__globals__["LAUNCH"]
+    if launcher == "native":
+        assert launch is native.module().launch
+    else:
+        assert launch is not getattr(native.module(), "launch", None)
+
+
+def test_closed_stream_is_refused(dev, k) -> None:
+    import kernelbay_cuda as kc
+
+    x, y = _arr(dev, 1.0), _arr(dev, 0.0)
+    args = (x, y, np.float32(1), np.int32(N))
+    s = kc.Stream(dev)
+    k.launch(1, N, args, stream=s)
+    k.launch(1, N, args, stream=s)  # the fast path with this stream
+    s.synchronize()
+    s.close()
+    with pytest.raises(kb.InvalidArgumentError, match="was closed"):
+        k.launch(1, N, args, stream=s)
+    dev.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 2.0, np.float32))
 
 
 def _arr(dev, value: float) -> kb.Array:

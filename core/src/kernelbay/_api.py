@@ -231,8 +231,13 @@ def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Arra
 
 def buffer(nbytes: int, device: DeviceLike = None) -> Buffer:
     """A new untyped buffer of ``nbytes`` bytes."""
-    if not isinstance(nbytes, int) or nbytes < 0:
+    if type(nbytes) is not int and not isinstance(nbytes, int) or nbytes < 0:
         raise InvalidArgumentError(f"nbytes must be an int >= 0, got {nbytes!r}")
+    if type(device) is Device:  # _resolve, inlined: this is an allocator's hot path
+        b = runtime.bindings.get(device.backend)
+        if b is None:
+            b = binding(device.backend)
+        return Buffer(device, nbytes, b.allocate(device, nbytes), b)
     dev, b = _resolve(device)
     return Buffer(dev, nbytes, b.allocate(dev, nbytes), b)
 
@@ -251,8 +256,11 @@ def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None) -> Array:
         src = obj
         src.checked_handle()
         dev, _ = _resolve(device if device is not None else src.device)
-        if dev == src.device and (dtype is None or np.dtype(dtype) == src.dtype):
+        same_dtype = dtype is None or np.dtype(dtype) == src.dtype
+        if dev == src.device and same_dtype:
             return src
+        if same_dtype and dev.backend == src.device.backend:  # device to device, no host trip
+            return copy(empty(src.shape, src.dtype, dev), src)
         host = to_numpy(src)
         return asarray(host if dtype is None else host.astype(dtype), device=dev)
     if not isinstance(obj, np.ndarray) and (hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")):

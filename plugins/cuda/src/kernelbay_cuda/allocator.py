@@ -24,21 +24,14 @@ from typing import Any
 from kernelbay.errors import InvalidArgumentError, OutOfMemoryError
 from kernelbay.types import MemoryStats
 
-from . import _driver
+from . import _driver, native
+from .native import PAGE, SMALL
+from .native import size_class as round_size
 
 __all__ = ["DeviceAllocator", "allocator", "set_memory_limit", "ExternalPointer"]
 
-SMALL = 8
 SLAB = 64 * 1024
-PAGE = 16 * 1024
 DEFAULT_FRACTION = 0.9
-
-
-def round_size(nbytes: int) -> int:
-    """The size class of a request (> 8 bytes)."""
-    if nbytes < PAGE:
-        return 1 << max(4, (nbytes - 1).bit_length())
-    return (nbytes + PAGE - 1) // PAGE * PAGE
 
 
 class ExternalPointer(int):
@@ -49,23 +42,41 @@ class ExternalPointer(int):
 
 
 class DeviceAllocator:
-    """The caching allocator of one device."""
+    """The caching allocator of one device.
+
+    Cached blocks and the counters live in a pool (:mod:`.native`: C where it can be built,
+    else Python) whose calls are atomic; a request the pool cannot serve from its cache, and
+    the small-block slots, are served here under ``lock``.
+    """
 
     def __init__(self, index: int, total_memory: int) -> None:
         self.index = index
         self.lock = threading.Lock()
-        self.free_lists: dict[int, list[int]] = {}
-        self.sizes: dict[int, int] = {}  # live block pointer -> size class (not small slots)
         self.small_free: list[int] = []
         self.small_live: set[int] = set()
         self.slabs: list[int] = []
-        self.active = 0
-        self.peak = 0
-        self.cached = 0
         self.total = total_memory
-        self.limit = int(total_memory * DEFAULT_FRACTION) if total_memory else None
-        self._cu_alloc = None
-        self._cu_free = None
+        self.pool = native.make_pool(int(total_memory * DEFAULT_FRACTION) if total_memory else None)
+
+    @property
+    def active(self) -> int:
+        return self.pool.active
+
+    @property
+    def peak(self) -> int:
+        return self.pool.peak
+
+    @property
+    def cached(self) -> int:
+        return self.pool.cached
+
+    @property
+    def limit(self) -> int | None:
+        return self.pool.limit
+
+    @limit.setter
+    def limit(self, value: int | None) -> None:
+        self.pool.limit = value
 
     # --- raw driver calls -----------------------------------------------------------
 
@@ -89,47 +100,39 @@ class DeviceAllocator:
         _driver.libcuda().cuMemFree_v2(ctypes.c_uint64(ptr))
 
     def _oom(self, size: int, why: str) -> OutOfMemoryError:
+        active, peak, cached = self.pool.stats()
         return OutOfMemoryError(
-            f"cuda:{self.index}: out of memory allocating {size} bytes ({why}): active {self.active}, "
-            f"cached {self.cached}, peak {self.peak}, limit {self.limit} bytes. Free arrays you no longer "
+            f"cuda:{self.index}: out of memory allocating {size} bytes ({why}): active {active}, "
+            f"cached {cached}, peak {peak}, limit {self.limit} bytes. Free arrays you no longer "
             "need, or raise the limit with kernelbay_cuda.set_memory_limit()"
         )
 
     # --- allocate / free ------------------------------------------------------------
 
     def malloc(self, nbytes: int) -> int:
+        """A block of at least ``nbytes``: from the cache when one of its size class is there."""
+        return self.pool.malloc(nbytes) or self.malloc_slow(nbytes)
+
+    def malloc_slow(self, nbytes: int) -> int:
+        """A small slot, or a new block from the driver (the pool's cache had none)."""
         if nbytes <= SMALL:
             return self._small()
-        if nbytes < PAGE:
-            size = 1 << max(4, (nbytes - 1).bit_length())
-        else:
-            size = (nbytes + PAGE - 1) & -PAGE
-        lock = self.lock
-        lock.acquire()
-        try:
-            lst = self.free_lists.get(size)
-            if lst:
-                p = lst.pop()
-                self.cached -= size
-            else:
-                p = self._miss(size)
-            self.sizes[p] = size
-            a = self.active = self.active + size
-            if a > self.peak:
-                self.peak = a
-        finally:
-            lock.release()
+        size = round_size(nbytes)
+        with self.lock:
+            p = self.pool.malloc(nbytes)  # another thread may have freed one meanwhile
+            if p:
+                return p
+            lim = self.pool.limit
+            if lim is not None:
+                active, _, cached = self.pool.stats()
+                if active + size > lim:
+                    self._release_cache_locked()
+                    raise self._oom(size, f"the memory limit of {lim} bytes would be exceeded")
+                if active + cached + size > lim:
+                    self._release_cache_locked()
+            p = self._raw_alloc(size)
+            self.pool.adopt(p, size)
         return p
-
-    def _miss(self, size: int) -> int:
-        lim = self.limit
-        if lim is not None:
-            if self.active + size > lim:
-                self._release_cache_locked()
-                raise self._oom(size, f"the memory limit of {lim} bytes would be exceeded")
-            if self.active + self.cached + size > lim:
-                self._release_cache_locked()
-        return self._raw_alloc(size)
 
     def _small(self) -> int:
         with self.lock:
@@ -139,59 +142,46 @@ class DeviceAllocator:
                 self.small_free.extend(range(slab + SLAB - SMALL, slab - 1, -SMALL))
             p = self.small_free.pop()
             self.small_live.add(p)
-            self.active += SMALL
-            if self.active > self.peak:
-                self.peak = self.active
-            return p
+        self.pool.add_active(SMALL)
+        return p
 
     def free(self, ptr: int) -> None:
-        lock = self.lock
-        lock.acquire()
-        try:
-            size = self.sizes.pop(ptr, None)
-            if size is None:
-                if ptr in self.small_live:
-                    self.small_live.discard(ptr)
-                    self.small_free.append(ptr)
-                    self.active -= SMALL
-                return
-            a = self.active = self.active - size
-            lim = self.limit
-            if lim is not None and a + self.cached + size > lim:
+        r = self.pool.free(ptr)
+        if r:
+            self.free_slow(ptr, r)
+
+    def free_slow(self, ptr: int, r: int) -> None:
+        """After the pool's ``free`` returned ``r``: a small slot (-1), or a block to give back (> 0)."""
+        if r > 0:
+            with self.lock:
                 self._raw_free(ptr)
+            return
+        with self.lock:
+            if ptr not in self.small_live:
                 return
-            lst = self.free_lists.get(size)
-            if lst is None:
-                self.free_lists[size] = [ptr]
-            else:
-                lst.append(ptr)
-            self.cached += size
-        finally:
-            lock.release()
+            self.small_live.discard(ptr)
+            self.small_free.append(ptr)
+        self.pool.add_active(-SMALL)
 
     def size_of(self, ptr: int) -> int | None:
-        return self.sizes.get(ptr)
+        return self.pool.size_of(ptr)
 
     # --- cache and stats ------------------------------------------------------------
 
     def _release_cache_locked(self) -> None:
-        if not self.cached:
-            return
-        lists, self.free_lists = self.free_lists, {}
-        for lst in lists.values():
-            for p in lst:
-                self._raw_free(p)
-        self.cached = 0
+        for p in self.pool.take_cached():
+            self._raw_free(p)
 
     def clear_cache(self) -> None:
         with self.lock:
             self._release_cache_locked()
 
     def stats(self) -> MemoryStats:
-        return MemoryStats(active=self.active, peak=self.peak, cached=self.cached, limit=self.limit)
+        active, peak, cached = self.pool.stats()
+        return MemoryStats(active=active, peak=peak, cached=cached, limit=self.pool.limit)
 
     def reset_peak(self) -> None:
-        self.peak = self.active
+        self.pool.reset_peak()
 
 
 _allocators: dict[int, DeviceAllocator] = {}
@@ -225,7 +215,7 @@ def allocate(device: Any, nbytes: int) -> Any:
     a = _allocators.get(device.index)
     if a is None:
         a = allocator(device)
-    return a.malloc(nbytes)
+    return a.pool.malloc(nbytes) or a.malloc_slow(nbytes)
 
 
 def free(device: Any, handle: Any) -> None:
@@ -237,6 +227,8 @@ def free(device: Any, handle: Any) -> None:
     a = _allocators.get(device.index)
     if a is not None:
         try:
-            a.free(handle)
+            r = a.pool.free(handle)
+            if r:
+                a.free_slow(handle, r)
         except Exception:
             pass

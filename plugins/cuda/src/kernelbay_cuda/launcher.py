@@ -19,7 +19,7 @@ from typing import Any
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, LaunchError, UseAfterFreeError
 from kernelbay.types import Buffer, dim3
 
-from . import _driver
+from . import _driver, native
 from .compiler import Image, Module
 
 __all__ = ["CudaKernel", "launch", "pack_plan", "ParamSpec"]
@@ -398,6 +398,17 @@ def _raw_launch(k: CudaKernel, g: tuple[int, int, int], b: tuple[int, int, int],
 
 
 _launch_fn: Any = None
+_native_ready = False
+
+
+def _native_launcher() -> Any:
+    """The native helper module with its ``cuLaunchKernel`` set, or None (see :mod:`.native`)."""
+    global _native_ready
+    nat = native.module()
+    if nat is not None and not _native_ready:
+        nat.set_launch(ctypes.cast(_driver.libcuda().cuLaunchKernel, ctypes.c_void_p).value)
+        _native_ready = True
+    return nat
 
 
 def _cu_launch() -> Any:
@@ -458,10 +469,9 @@ def slow_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], share
 
 
 def _stream_arg(stream: Any, k: CudaKernel) -> Any:
-    from .streams import Stream, as_stream
+    from .streams import as_stream
 
-    if type(stream) is not Stream:
-        stream = as_stream(stream, k.device)
+    stream = as_stream(stream, k.device)
     if stream.index != k.index:
         raise InvalidArgumentError(f"launch of {k.name!r} on {k.device} was given a stream of cuda:{stream.index}")
     return stream.cvp
@@ -530,8 +540,8 @@ def fast(grid, block, args, shared_mem, stream):
     if type(grid) is int and type(block) is int and get_ident() == TID:
         if stream is None:
             s = S0
-        elif type(stream) is StreamT and stream.index == IDX:
-            s = stream.bobj
+        elif type(stream) is StreamT and stream.index == IDX and stream.handle:
+            s = stream.{stream_attr}
         else:
             return slow(K, grid, block, args, shared_mem, stream)
         if 0 < grid <= MGX and 0 < block <= K.max_threads and 0 <= shared_mem <= K.dyn_limit:
@@ -549,9 +559,9 @@ def fast(grid, block, args, shared_mem, stream):
                             M[0] = STALE
                             return slow(K, grid, block, args, shared_mem, stream)
                         {memostore}
-                    rc = LAUNCH(FN, grid, 1, 1, block, 1, 1, shared_mem, s, ADDR, 0)[0]
+                    rc = {launch_call}
                     CELL[0] = NAME; CELL[1] = grid; CELL[2] = block
-                    if rc is OK:
+                    if {ok_check}:
                         return None
                     return K.failed(int(rc), (grid, 1, 1), (block, 1, 1), shared_mem)
     return slow(K, grid, block, args, shared_mem, stream)
@@ -561,9 +571,11 @@ def fast(grid, block, args, shared_mem, stream):
 def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
     """A launch function specialised to ``k`` and the argument types of ``args``: int grid and
     block, the default stream or a kernelbay Stream, arguments of those types. Everything else
-    goes to :func:`slow_launch`, which validates fully. Launches through the cuda.bindings
-    driver binding with the kernel's prepacked parameter block."""
+    goes to :func:`slow_launch`, which validates fully. Launches with the kernel's prepacked
+    parameter block through the native helper (:mod:`.native`), else the cuda.bindings driver
+    binding."""
     d = _driver.driver()
+    nat = _native_launcher()
     fmt, values, handles, _ = pack_plan(k.name, k.params, args, k.device)
     n = len(args)
     # Skip re-packing when every value is the one packed last time: array handles are compared
@@ -579,14 +591,22 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
         memocheck, memostore, memo = "False", "pass", [_STALE]
     k.memo = memo
     ns: dict[str, Any] = {
-        "get_ident": _get_ident, "TID": k.tid, "S0": d.CUstream(0), "IDX": k.index, "K": k,
+        "get_ident": _get_ident, "TID": k.tid, "IDX": k.index, "K": k,
         "slow": slow_launch, "MGX": k.max_gx, "BUF": k.block.buf, "ADDR": k.block.addr,
-        "pack_into": struct.Struct(fmt).pack_into, "LAUNCH": d.cuLaunchKernel, "FN": d.CUfunction(k.fn),
+        "pack_into": struct.Struct(fmt).pack_into,
         "CELL": _last_cell(k.index), "M": memo, "STALE": _STALE, "NAME": k.name, "OK": d.CUresult.CUDA_SUCCESS, "DEV": k.device,
     }
     from .streams import Stream
 
     ns["StreamT"] = Stream
+    if nat is not None:
+        ns.update(S0=0, LAUNCH=nat.launch, FN=int(k.fn))
+        how = {"stream_attr": "handle", "launch_call": "LAUNCH(FN, grid, 1, 1, block, 1, 1, shared_mem, s, ADDR)",
+               "ok_check": "not rc"}
+    else:
+        ns.update(S0=d.CUstream(0), LAUNCH=d.cuLaunchKernel, FN=d.CUfunction(k.fn))
+        how = {"stream_attr": "bobj", "launch_call": "LAUNCH(FN, grid, 1, 1, block, 1, 1, shared_mem, s, ADDR, 0)[0]",
+               "ok_check": "rc is OK"}
     for i, a in enumerate(args):
         ns[f"T{i}"] = type(a)
     unpack = (", ".join(f"a{i}" for i in range(n)) + ", = args") if n else "if args: raise ValueError"
@@ -596,7 +616,7 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
     hcheck = " and ".join(f"h{i} is not None and (a{i}.device is DEV or a{i}.device == DEV)" for i in hs) or "True"
     src = _FAST_TEMPLATE.format(
         unpack=unpack, typecheck=typecheck, handles=hlines, handlecheck=hcheck, values=", ".join(values) or "",
-        memocheck=memocheck, memostore=memostore,
+        memocheck=memocheck, memostore=memostore, **how,
     )
     if not values:
         src = src.replace("pack_into(BUF, 0, )", "pass")

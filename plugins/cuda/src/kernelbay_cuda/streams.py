@@ -36,7 +36,7 @@ class Stream:
     :param priority: the CUDA stream priority (lower is more urgent).
     """
 
-    __slots__ = ("device", "index", "handle", "cvp", "_owned", "_owner", "bobj", "__weakref__")
+    __slots__ = ("device", "index", "handle", "cvp", "_owned", "_owner", "bobj", "closed", "__weakref__")
 
     def __init__(self, device: Any = None, non_blocking: bool = False, priority: int = 0) -> None:
         dev = _device(device)
@@ -44,6 +44,7 @@ class Stream:
         self.index = dev.index
         self._owned = False
         self._owner = None
+        self.closed = False
         _driver.ensure_current(dev.index)
         h = ctypes.c_void_p()
         rc = _driver.libcuda().cuStreamCreateWithPriority(ctypes.byref(h), 1 if non_blocking else 0, priority)
@@ -63,6 +64,7 @@ class Stream:
         s.bobj = _driver.driver().CUstream(handle)
         s._owned = False
         s._owner = owner
+        s.closed = False
         return s
 
     def __cuda_stream__(self) -> tuple[int, int]:
@@ -93,7 +95,7 @@ class Stream:
 
     def close(self) -> None:
         if self._owned and self.handle:
-            h, self.handle, self._owned = self.handle, 0, False
+            h, self.handle, self._owned, self.closed = self.handle, 0, False, True
             if _driver.dead_reason(self.index) is None:
                 _driver.libcuda().cuStreamDestroy_v2(ctypes.c_void_p(h))
 
@@ -117,6 +119,8 @@ def as_stream(obj: Any, device: Any) -> Stream:
     if obj is None:
         return Stream._wrap(device, 0)
     if isinstance(obj, Stream):
+        if obj.closed:
+            raise InvalidArgumentError(f"{obj!r} was closed; create a new kernelbay_cuda.Stream")
         return obj
     proto = getattr(obj, "__cuda_stream__", None)
     if proto is None:

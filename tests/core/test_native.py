@@ -1,0 +1,89 @@
+"""kernelbay.native: C extensions built at first use and kept in the disk cache."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import sysconfig
+import textwrap
+
+import pytest
+
+from kernelbay import native
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")),
+    reason="Python's C headers are not installed here (python3-dev)",
+)
+
+
+def _source(name: str, body: str = "return PyLong_FromLong(PyLong_AsLong(a[0]) + PyLong_AsLong(a[1]));") -> str:
+    return textwrap.dedent(
+        f"""
+        #define PY_SSIZE_T_CLEAN
+        #include <Python.h>
+        static PyObject *add(PyObject *s, PyObject *const *a, Py_ssize_t n) {{ {body} }}
+        static PyMethodDef m[] = {{{{"add", (PyCFunction)(void (*)(void))add, METH_FASTCALL, NULL}}, {{NULL}}}};
+        static struct PyModuleDef d = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, m}};
+        PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&d); }}
+        """
+    )
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "kbcache"
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(d))
+    monkeypatch.delenv(native.ENV_NATIVE, raising=False)
+    return d
+
+
+def test_build_and_call(cache_dir) -> None:
+    mod = native.load_extension("_kb_test_add", _source("_kb_test_add"))
+    assert mod.add(2, 40) == 42
+    assert native.load_extension("_kb_test_add", "ignored: loaded once per process") is mod
+    assert any(p.suffix == ".kbc" for p in cache_dir.rglob("*"))
+
+
+def test_compile_error_says_why(cache_dir) -> None:
+    with pytest.raises(native.NativeUnavailable, match=r"(?s)building _kb_test_bad failed .*error: .undeclared_thing. undeclared"):
+        native.load_extension("_kb_test_bad", _source("_kb_test_bad", "return undeclared_thing;"))
+
+
+def test_turned_off(cache_dir, monkeypatch) -> None:
+    monkeypatch.setenv(native.ENV_NATIVE, "0")
+    assert native.disabled()
+    with pytest.raises(native.NativeUnavailable, match="KERNELBAY_NATIVE"):
+        native.load_extension("_kb_test_off", _source("_kb_test_off"))
+
+
+def test_missing_compiler(cache_dir, monkeypatch) -> None:
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(sysconfig, "get_config_var", lambda name: None)
+    with pytest.raises(native.NativeUnavailable, match="no C compiler found .*CC='/nonexistent/cc'"):
+        native.load_extension("_kb_test_nocc", _source("_kb_test_nocc"))
+
+
+def test_fresh_process_loads_from_the_cache_without_compiling(cache_dir, tmp_path) -> None:
+    import shutil
+
+    real = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if real is None:
+        pytest.skip("no C compiler on PATH")
+    log = tmp_path / "cc.log"
+    wrapper = tmp_path / "cc-wrapper"
+    wrapper.write_text(f'#!/bin/sh\necho run >> "{log}"\nexec "{real}" "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    code = (
+        "from kernelbay import native; import sys; "
+        f"print(native.load_extension('_kb_test_fresh', {_source('_kb_test_fresh')!r}).add(1, 2))"
+    )
+    env = {**os.environ, "CC": str(wrapper), "KERNELBAY_CACHE_DIR": str(cache_dir)}
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "3"
+    assert log.read_text().count("run") == 1  # built by the first process only
