@@ -332,6 +332,13 @@ def ensure_current(index: int) -> None:
     _tls.dev = index
 
 
+def force_current(index: int) -> None:
+    """Make device ``index``'s context current even where this thread's record says it is (another
+    library may have switched the context since)."""
+    _tls.dev = -1
+    ensure_current(index)
+
+
 def current_index() -> int:
     return _tls.dev
 

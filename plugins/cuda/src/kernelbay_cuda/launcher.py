@@ -55,6 +55,11 @@ def _record(index: int, name: str, g: Any, b: Any) -> None:
 _STALE = object()
 
 
+# CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_CONTEXT_IS_DESTROYED, CUDA_ERROR_INVALID_HANDLE: what a
+# launch returns when the current context is not the kernel's.
+_WRONG_CONTEXT = (201, 709, 400)
+
+
 class _Replan(Exception):
     """Raised by a generated packer when the arguments no longer match its signature."""
 
@@ -379,6 +384,15 @@ class CudaKernel:
         if self.tid == _get_ident() and self.packer is not _never:
             self.fast = make_fast(self, args)
 
+    def failed_fast(self, rc: int, grid: int, block: int, args: Sequence[Any], shm: int, stream: Any) -> None:
+        """A fast-path launch failed: where it is because another device's context was current
+        (this thread used another device since, or another library switched the context), make
+        this kernel's context current and launch again through the slow path; else raise."""
+        if rc in _WRONG_CONTEXT:
+            _driver.force_current(self.index)
+            return slow_launch(self, grid, block, args, shm, stream)
+        return self.failed(rc, (grid, 1, 1), (block, 1, 1), shm)
+
     def failed(self, rc: int, g: tuple[int, int, int], b: tuple[int, int, int], shm: int) -> None:
         if rc == 0:
             return None
@@ -392,6 +406,9 @@ def _never(args: Any, dev: Any, buf: Any) -> None:
 
 def _raw_launch(k: CudaKernel, g: tuple[int, int, int], b: tuple[int, int, int], shm: int, s: Any, blk: _ParamBlock) -> None:
     rc = _cu_launch()(k.fn_c, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, blk.cvp, None)
+    if rc in _WRONG_CONTEXT:  # another library switched the context behind our record of it
+        _driver.force_current(k.index)
+        rc = _launch_fn(k.fn_c, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, blk.cvp, None)
     _record(k.index, k.name, g, b)
     if rc:
         k.failed(rc, g, b, shm)
@@ -461,7 +478,11 @@ def slow_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], share
     except Exception:
         k.packer = k.replan(args, k.block)
         k.fast = make_fast(k, args)
+    _driver.ensure_current(k.index)
     rc = _launch_fn(k.fn_c, gx, gy, gz, bx, by, bz, shared_mem, s, k.block.cvp, None)
+    if rc in _WRONG_CONTEXT:  # another library switched the context behind our record of it
+        _driver.force_current(k.index)
+        rc = _launch_fn(k.fn_c, gx, gy, gz, bx, by, bz, shared_mem, s, k.block.cvp, None)
     _record(k.index, k.name, (gx, gy, gz), (bx, by, bz))
     if rc:
         k.failed(rc, (gx, gy, gz), (bx, by, bz), shared_mem)
@@ -563,7 +584,7 @@ def fast(grid, block, args, shared_mem, stream):
                     CELL[0] = NAME; CELL[1] = grid; CELL[2] = block
                     if {ok_check}:
                         return None
-                    return K.failed(int(rc), (grid, 1, 1), (block, 1, 1), shared_mem)
+                    return K.failed_fast(int(rc), grid, block, args, shared_mem, stream)
     return slow(K, grid, block, args, shared_mem, stream)
 """
 
