@@ -143,8 +143,18 @@ def _alloc(quick: bool, dev, out: list[dict]) -> None:
     size = 1 << 20
     kb.buffer(size, dev).close()
     al = allocator.allocator(dev)
+    from kernelbay.types import Buffer
+
+    class _NoMemory:  # the core's floor: a Buffer made and closed around an allocator that does nothing
+        __slots__ = ()
+
+        def free(self, device, handle) -> None:
+            pass
+
+    nomem = _NoMemory()
     cases = {
         "kernelbay": lambda: kb.buffer(size, dev).close(),
+        "kernelbay-buffer-object-only": lambda: Buffer(dev, size, 1, nomem).close(),
         "kernelbay-allocator": lambda: al.free(al.malloc(size)),
         "driver": lambda: d.cuMemFree(d.cuMemAlloc(size)[1]),
     }
@@ -289,7 +299,10 @@ def goals(records: list[dict]) -> list[dict]:
         out.append(T.goal("graph replay, us per kernel", g, 1.2))
     r = T.ratio(records, "alloc-free-1MiB", "kernelbay", "cupy")
     if r is not None:
-        out.append(T.goal("cached allocate+free 1 MiB vs CuPy pool", r, 0.6))
+        out.append(T.goal("cached allocate+free 1 MiB vs CuPy pool (kb.buffer + close vs cp.cuda.alloc + release)", r, 0.6))
+    r = T.ratio(records, "alloc-free-1MiB", "kernelbay-allocator", "cupy")
+    if r is not None:
+        out.append(T.goal("(same, the backend's allocator alone, without the Buffer object)", r, 0.6))
     for grp in ("h2d-pinned", "d2h-pinned", "d2d"):
         r = T.ratio(records, f"copy-{grp}", "kernelbay", "driver")
         if r is not None:

@@ -56,6 +56,19 @@ def test_dlpack_export_to_numpy_is_zero_copy(cpu):
     assert np.shares_memory(b, a.numpy())
 
 
+def test_dlpack_copy_and_device_requests(cpu):
+    a = kb.asarray(np.arange(5, dtype=np.int32), device=cpu)
+    c = np.from_dlpack(a, copy=True)  # a copy: changing it leaves the array alone
+    c[0] = 100
+    assert a.numpy()[0] == 0
+    same = np.from_dlpack(a, copy=False)
+    assert np.shares_memory(same, a.numpy())
+    host = np.from_dlpack(a, device="cpu")  # the host is this array's own device: no copy needed
+    assert np.shares_memory(host, a.numpy())
+    with pytest.raises(BufferError, match=r"only this array's own device and the host"):
+        a.__dlpack__(dl_device=(2, 0))
+
+
 class _Producer:
     """A foreign kDLCPU array that is not a numpy array (as torch or jax would be)."""
 

@@ -198,3 +198,19 @@ def test_asarray_takes_a_jax_gpu_array_without_a_copy(dev) -> None:
         a = kb.asarray(obj, device=dev)
         assert a.handle == x.unsafe_buffer_pointer() and a.shape == (3, 4) and a.dtype == np.float32
         np.testing.assert_array_equal(a.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4))
+
+
+@gpu
+def test_dlpack_host_and_copy_requests(dev) -> None:
+    a = kb.asarray(np.arange(6, dtype=np.float32), device=dev)
+    h = np.from_dlpack(a, device="cpu")  # numpy asks for the host: a host copy
+    np.testing.assert_array_equal(h, np.arange(6, dtype=np.float32))
+    with pytest.raises(BufferError, match="copy=False"):
+        a.__dlpack__(dl_device=(1, 0), copy=False)
+    torch = pytest.importorskip("torch")
+    t = torch.from_dlpack(a.__dlpack__(max_version=(1, 0), copy=True))
+    assert t.data_ptr() != a.handle  # a device copy, not the array's memory
+    t += 1
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(a.numpy(), np.arange(6, dtype=np.float32))
+    np.testing.assert_array_equal(t.cpu().numpy(), np.arange(6, dtype=np.float32) + 1)

@@ -202,7 +202,24 @@ class Array(Buffer):
         return self.shape[0]
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None):
-        return self._b.to_dlpack(self, stream, max_version)
+        """Export through DLPack (the array API's protocol): zero-copy unless ``copy=True``, or
+        ``dl_device`` asks for the host (``(1, 0)``, a copy unless the array lives there)."""
+        src: Any = self
+        if dl_device is not None and tuple(dl_device) != tuple(self.__dlpack_device__()):
+            if tuple(dl_device)[:1] != (1,):
+                raise BufferError(
+                    f"cannot export an array of {self.device} to DLPack device {tuple(dl_device)}: only this "
+                    "array's own device and the host (1, 0) are possible"
+                )
+            if copy is False:
+                raise BufferError(f"exporting an array of {self.device} to the host needs a copy, and copy=False")
+            host = self.numpy()
+            return host.__dlpack__() if max_version is None else host.__dlpack__(max_version=max_version)
+        if copy:
+            from . import _api
+
+            src = _api.copy(_api.empty(self.shape, self.dtype, self.device), self)
+        return src._b.to_dlpack(src, stream, max_version)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self._b.dlpack_device(self)
