@@ -176,3 +176,23 @@ def test_asarray_of_a_foreign_array_nobody_adopts(fake):
             return self.a.__dlpack_device__()
 
     np.testing.assert_array_equal(kb.asarray(HostDLPack(), device="fake").numpy(), [0, 1, 2])
+
+
+def test_fast_constructors_set_every_field(fake):
+    # kb.buffer and kb.empty build their objects without __init__: every attrs field must be set,
+    # and equal to what the constructor would have made.
+    import attrs
+
+    from kernelbay.types import Array, Buffer
+
+    b = kb.buffer(16, "fake")
+    a = kb.empty((2, 3), "int16", kb.device("fake"))
+    for obj, cls in ((b, Buffer), (a, Array)):
+        assert type(obj) is cls
+        made = cls(*(getattr(obj, f.name) for f in attrs.fields(cls)))
+        for f in attrs.fields(cls):
+            assert getattr(obj, f.name) is getattr(made, f.name), f.name
+        made.handle = None  # do not free the memory twice
+    assert (a.shape, a.dtype, a.nbytes) == ((2, 3), np.dtype("int16"), 12)
+    b.close()
+    a.close()

@@ -17,6 +17,8 @@ from .errors import (
 )
 from .types import Array, Buffer, Device, Kernel, Source
 
+_new = object.__new__
+
 DeviceLike = Device | str | None
 
 # --- backends and devices ---------------------------------------------------------------
@@ -214,7 +216,15 @@ def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Arra
     n = dt.itemsize
     for s in shp:
         n *= s
-    return Array(dev, n, b.allocate(dev, n), b, shp, dt)
+    h = b.allocate(dev, n)
+    a = _new(Array)  # Array(dev, n, h, b, shp, dt) without the __init__ call (see buffer())
+    a.device = dev
+    a.nbytes = n
+    a.handle = h
+    a._b = b
+    a.shape = shp
+    a.dtype = dt
+    return a
 
 
 def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Array:
@@ -233,13 +243,22 @@ def buffer(nbytes: int, device: DeviceLike = None) -> Buffer:
     """A new untyped buffer of ``nbytes`` bytes."""
     if type(nbytes) is not int and not isinstance(nbytes, int) or nbytes < 0:
         raise InvalidArgumentError(f"nbytes must be an int >= 0, got {nbytes!r}")
-    if type(device) is Device:  # _resolve, inlined: this is an allocator's hot path
-        b = runtime.bindings.get(device.backend)
+    # The allocation hot path: _resolve inlined, and Buffer(dev, nbytes, h, b) built without its
+    # __init__ call (a Python frame, a third of the core's cost here); the slots are the same.
+    if type(device) is Device:
+        dev = device
+        b = runtime.bindings.get(dev.backend)
         if b is None:
-            b = binding(device.backend)
-        return Buffer(device, nbytes, b.allocate(device, nbytes), b)
-    dev, b = _resolve(device)
-    return Buffer(dev, nbytes, b.allocate(dev, nbytes), b)
+            b = binding(dev.backend)
+    else:
+        dev, b = _resolve(device)
+    h = b.allocate(dev, nbytes)
+    buf = _new(Buffer)
+    buf.device = dev
+    buf.nbytes = nbytes
+    buf.handle = h
+    buf._b = b
+    return buf
 
 
 def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None) -> Array:
