@@ -56,11 +56,78 @@ def test_fast_path_uses_the_chosen_launcher(dev, k, launcher) -> None:
         k.launch(1, N, (x, y, np.float32(1), np.int32(N)))
     dev.synchronize()
     np.testing.assert_array_equal(y.numpy(), np.full(N, 3.0, np.float32))
-    launch = k.handle.fast.__globals__["LAUNCH"]
+    fast = k.handle.fast
     if launcher == "native":
-        assert launch is native.module().launch
+        assert type(fast) is native.module().FastLaunch  # the whole fast path in C
     else:
-        assert launch is not getattr(native.module(), "launch", None)
+        assert fast.__globals__["LAUNCH"] is not getattr(native.module(), "launch", None)
+
+
+ALLKINDS = r"""
+extern "C" __global__ void kinds(double* o, signed char b, short h, int i, long long q, unsigned char B,
+                                 unsigned short H, unsigned int I, unsigned long long Q, float f, double d, bool t) {
+    o[0] = b; o[1] = h; o[2] = i; o[3] = (double)q; o[4] = B; o[5] = H; o[6] = I; o[7] = (double)Q;
+    o[8] = f; o[9] = d; o[10] = t ? 1.0 : 0.0;
+}
+"""
+
+
+def test_every_scalar_kind_on_the_fast_path(dev, launcher) -> None:
+    k = kb.compile(kb.Source(ALLKINDS, "cuda", options=(f"-DVIA_{launcher}",)), dev)
+    o = kb.zeros(11, "float64", device=dev)
+
+    def args(b, h, i, q, B, H, I, Q, f, d, t):  # noqa: E741
+        return (o, np.int8(b), np.int16(h), np.int32(i), np.int64(q), np.uint8(B), np.uint16(H), np.uint32(I),
+                np.uint64(Q), np.float32(f), np.float64(d), np.bool_(t))
+
+    for vals in [(-1, -2, -3, -4, 1, 2, 3, 4, 0.5, 0.25, True), (-128, 32767, -(2**31), -(2**62), 255, 65535,
+                 2**32 - 1, 2**53, -1.5, 1e300, False)]:
+        k.launch(1, 1, args(*vals))
+        k.launch(1, 1, args(*vals))  # the second launch takes the fast path
+        dev.synchronize()
+        want = [float(v) for v in vals]
+        np.testing.assert_array_equal(o.numpy(), np.array(want, np.float64))
+    # Python numbers where the parameter's size makes them unambiguous
+    k2 = kb.compile(kb.Source(SAXPY, "cuda", name="saxpy", options=(f"-DPYNUM_{launcher}",)), dev)
+    x, y = _arr(dev, 1.0), _arr(dev, 0.0)
+    for a in (1.0, 2, 3.5):
+        k2.launch(1, N, (x, y, a, N))
+    dev.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 6.5, np.float32))
+    with pytest.raises(kb.InvalidArgumentError):  # too big for a float parameter: the slow path says so
+        k2.launch(1, N, (x, y, 1e300, N))
+
+
+def test_half_float_argument_uses_the_python_fast_path(dev, launcher) -> None:
+    # A 2-byte struct parameter (PTX .b8[2]): a float16 value is accepted for it.
+    src = 'struct H2 { unsigned short x; }; extern "C" __global__ void bits(unsigned int* o, H2 h) { o[0] = h.x; }'
+    k = kb.compile(kb.Source(src, "cuda", name="bits", options=(f"-DVIA_{launcher}",)), dev)
+    o = kb.zeros(1, "uint32", device=dev)
+    for v in (1.0, 2.0, -2.0):
+        k.launch(1, 1, (o, np.float16(v)))
+    dev.synchronize()
+    assert o.numpy()[0] == np.float16(-2.0).view(np.uint16)
+    assert callable(k.handle.fast) and hasattr(k.handle.fast, "__globals__")  # generated Python
+
+
+def test_dynamic_shared_memory_raised_after_the_fast_path_exists(dev, launcher) -> None:
+    src = r"""
+    extern "C" __global__ void smem(float* o, int n) {
+        extern __shared__ float s[];
+        for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = (float)i;
+        __syncthreads();
+        if (threadIdx.x == 0) o[0] = s[n - 1];
+    }
+    """
+    k = kb.compile(kb.Source(src, "cuda", name="smem", options=(f"-DVIA_{launcher}",)), dev)
+    o = kb.zeros(1, "float32", device=dev)
+    k.launch(1, 128, (o, np.int32(16)), shared_mem=64)
+    k.launch(1, 128, (o, np.int32(16)), shared_mem=64)  # fast path made with the 48 KiB limit
+    big = 80 * 1024
+    for _ in range(3):  # the first raises the kernel's limit; the next ones are fast again
+        k.launch(1, 128, (o, np.int32(big // 4)), shared_mem=big)
+    dev.synchronize()
+    assert o.numpy()[0] == big // 4 - 1
 
 
 def test_closed_stream_is_refused(dev, k) -> None:

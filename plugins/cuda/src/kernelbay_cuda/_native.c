@@ -8,6 +8,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <structmember.h>
 
 typedef int (*cu_launch_t)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                            unsigned bz, unsigned shm, void *stream, void **params, void **extra);
@@ -67,6 +68,289 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc);
 }
+
+/* ---- a kernel's launch fast path --------------------------------------------------------
+ *
+ * FastLaunch(...)(grid, block, args, shared_mem, stream) does in C what launcher.py's generated
+ * Python fast path does: for int grid and block within the kernel's limits, the default stream
+ * or a kernelbay Stream of the kernel's device, arguments of exactly the types seen when it was
+ * made, launched from the kernel's first thread, it writes every argument value into the
+ * kernel's parameter buffer and calls cuLaunchKernel. Anything else -- and any value that does
+ * not fit its parameter -- goes to the Python slow path, which validates fully and says what is
+ * wrong. kinds: 'P' a kernelbay buffer's handle, else a struct format code (f d b B h H i I q Q ?). */
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+#include "pythread.h"
+
+static PyObject *s_handle, *s_device, *s_index;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    void *fn;
+    void *params;
+    char *buf;
+    unsigned long tid;
+    long long max_gx, max_threads, dyn_limit;
+    PyObject *stream_type;
+    long long index;
+    PyObject *dev;
+    PyObject *types; /* tuple of exact types, one per argument */
+    char kinds[256];
+    Py_ssize_t offsets[256];
+    Py_ssize_t nargs;
+    PyObject *slow, *kernel, *failed, *cell, *name;
+} FastLaunch;
+
+static PyObject *fl_slow(FastLaunch *self, PyObject *const *a) {
+    if (PyErr_Occurred()) PyErr_Clear();
+    PyObject *call[6] = {self->kernel, a[0], a[1], a[2], a[3], a[4]};
+    return PyObject_Vectorcall(self->slow, call, 6, NULL);
+}
+
+static int as_ll(PyObject *o, long long *out) {
+    /* -1: not an int that fits (the caller takes the slow path) */
+    if (PyLong_Check(o)) {
+        int overflow = 0;
+        *out = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow || (*out == -1 && PyErr_Occurred())) return -1;
+        return 0;
+    }
+    return -1;
+}
+
+static int pack_int(PyObject *o, char kind, char *dst) {
+    PyObject *v = PyLong_Check(o) ? (Py_INCREF(o), o) : PyNumber_Index(o);
+    if (v == NULL) return -1;
+    int rc = 0;
+    if (kind == 'B' || kind == 'H' || kind == 'I' || kind == 'Q') {
+        unsigned long long u = PyLong_AsUnsignedLongLong(v);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) rc = -1;
+        else if (kind == 'B' && u > 0xFFULL) rc = -1;
+        else if (kind == 'H' && u > 0xFFFFULL) rc = -1;
+        else if (kind == 'I' && u > 0xFFFFFFFFULL) rc = -1;
+        else {
+            unsigned char b1 = (unsigned char)u; unsigned short b2 = (unsigned short)u; unsigned int b4 = (unsigned int)u;
+            if (kind == 'B') memcpy(dst, &b1, 1);
+            else if (kind == 'H') memcpy(dst, &b2, 2);
+            else if (kind == 'I') memcpy(dst, &b4, 4);
+            else memcpy(dst, &u, 8);
+        }
+    } else {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) rc = -1;
+        else if (kind == 'b' && (x < -128 || x > 127)) rc = -1;
+        else if (kind == 'h' && (x < -32768 || x > 32767)) rc = -1;
+        else if (kind == 'i' && (x < -2147483648LL || x > 2147483647LL)) rc = -1;
+        else {
+            signed char b1 = (signed char)x; short b2 = (short)x; int b4 = (int)x;
+            if (kind == 'b') memcpy(dst, &b1, 1);
+            else if (kind == 'h') memcpy(dst, &b2, 2);
+            else if (kind == 'i') memcpy(dst, &b4, 4);
+            else memcpy(dst, &x, 8);
+        }
+    }
+    Py_DECREF(v);
+    return rc;
+}
+
+static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 5 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "fast launch takes (grid, block, args, shared_mem, stream)");
+        return NULL;
+    }
+    PyObject *grid = a[0], *block = a[1], *args = a[2], *shm = a[3], *stream = a[4];
+    long long g, b, sm;
+    if (!PyLong_CheckExact(grid) || !PyLong_CheckExact(block) || !PyLong_CheckExact(shm)) return fl_slow(self, a);
+    if (PyThread_get_thread_ident() != self->tid) return fl_slow(self, a);
+    if (as_ll(grid, &g) || as_ll(block, &b) || as_ll(shm, &sm)) return fl_slow(self, a);
+    if (g <= 0 || g > self->max_gx || b <= 0 || b > self->max_threads || sm < 0 || sm > self->dyn_limit)
+        return fl_slow(self, a);
+    void *sh = NULL;
+    if (stream != Py_None) {
+        if ((PyObject *)Py_TYPE(stream) != self->stream_type) return fl_slow(self, a);
+        PyObject *idx = PyObject_GetAttr(stream, s_index);
+        long long si = -1;
+        int bad = idx == NULL || as_ll(idx, &si) || si != self->index;
+        Py_XDECREF(idx);
+        if (bad) return fl_slow(self, a);
+        PyObject *h = PyObject_GetAttr(stream, s_handle);
+        if (h == NULL || !PyLong_Check(h)) {
+            Py_XDECREF(h);
+            return fl_slow(self, a);
+        }
+        unsigned long long hv = PyLong_AsUnsignedLongLong(h);
+        Py_DECREF(h);
+        if (hv == 0 || (hv == (unsigned long long)-1 && PyErr_Occurred())) return fl_slow(self, a);
+        sh = (void *)(uintptr_t)hv;
+    }
+    PyObject *const *items;
+    Py_ssize_t len;
+    if (PyTuple_CheckExact(args)) {
+        items = &PyTuple_GET_ITEM(args, 0);
+        len = PyTuple_GET_SIZE(args);
+    } else if (PyList_CheckExact(args)) {
+        items = (PyObject *const *)((PyListObject *)args)->ob_item;
+        len = PyList_GET_SIZE(args);
+    } else {
+        return fl_slow(self, a);
+    }
+    if (len != self->nargs) return fl_slow(self, a);
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *o = items[i];
+        if ((PyObject *)Py_TYPE(o) != PyTuple_GET_ITEM(self->types, i)) return fl_slow(self, a);
+        char *dst = self->buf + self->offsets[i];
+        char kind = self->kinds[i];
+        if (kind == 'P') {
+            PyObject *d = PyObject_GetAttr(o, s_device);
+            Py_XDECREF(d); /* compared by identity only: another Device object takes the slow path */
+            if (d != self->dev) return fl_slow(self, a);
+            PyObject *h = PyObject_GetAttr(o, s_handle);
+            if (h == NULL || !PyLong_Check(h)) {
+                Py_XDECREF(h);
+                return fl_slow(self, a);
+            }
+            unsigned long long p = PyLong_AsUnsignedLongLong(h);
+            Py_DECREF(h);
+            if (p == (unsigned long long)-1 && PyErr_Occurred()) return fl_slow(self, a);
+            memcpy(dst, &p, 8);
+        } else if (kind == 'f' || kind == 'd') {
+            double v = PyFloat_AsDouble(o);
+            if (v == -1.0 && PyErr_Occurred()) return fl_slow(self, a);
+            if (kind == 'f') {
+                if (isfinite(v) && (v > FLT_MAX || v < -FLT_MAX)) return fl_slow(self, a); /* struct refuses it */
+                float f = (float)v;
+                memcpy(dst, &f, 4);
+            } else {
+                memcpy(dst, &v, 8);
+            }
+        } else if (kind == '?') {
+            int t = PyObject_IsTrue(o);
+            if (t < 0) return fl_slow(self, a);
+            *dst = (char)t;
+        } else if (pack_int(o, kind, dst) < 0) {
+            return fl_slow(self, a);
+        }
+    }
+    if (cu_launch == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "fast launch: set_launch() was not called");
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu_launch(self->fn, (unsigned)g, 1, 1, (unsigned)b, 1, 1, (unsigned)sm, sh, (void **)self->params, NULL);
+    Py_END_ALLOW_THREADS
+    PyObject *c0 = self->name, *c1 = grid, *c2 = block;
+    Py_INCREF(c0);
+    Py_INCREF(c1);
+    Py_INCREF(c2);
+    PyList_SetItem(self->cell, 0, c0);
+    PyList_SetItem(self->cell, 1, c1);
+    PyList_SetItem(self->cell, 2, c2);
+    if (rc == 0) Py_RETURN_NONE;
+    PyObject *rco = PyLong_FromLong(rc);
+    if (rco == NULL) return NULL;
+    PyObject *call[6] = {rco, grid, block, args, shm, stream};
+    PyObject *r = PyObject_Vectorcall(self->failed, call, 6, NULL);
+    Py_DECREF(rco);
+    return r;
+}
+
+static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
+    unsigned long long fn, params, buf;
+    unsigned long tid;
+    const char *kinds;
+    Py_ssize_t nkinds;
+    PyObject *offsets;
+    if (!PyArg_ParseTuple(args, "KKKkLLLOLOOs#OOOOOO", &fn, &params, &buf, &tid, &self->max_gx, &self->max_threads,
+                          &self->dyn_limit, &self->stream_type, &self->index, &self->dev, &self->types, &kinds,
+                          &nkinds, &offsets, &self->slow, &self->kernel, &self->failed, &self->cell, &self->name))
+        return -1;
+    if (!PyTuple_Check(self->types) || !PyTuple_Check(offsets) || !PyList_Check(self->cell) ||
+        PyList_GET_SIZE(self->cell) < 3 || PyTuple_GET_SIZE(self->types) != nkinds ||
+        PyTuple_GET_SIZE(offsets) != nkinds || nkinds > 256) {
+        PyErr_SetString(PyExc_ValueError, "FastLaunch: inconsistent arguments");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nkinds; i++) {
+        self->kinds[i] = kinds[i];
+        self->offsets[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, i));
+        if (self->offsets[i] < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "FastLaunch: negative offset");
+            return -1;
+        }
+    }
+    self->nargs = nkinds;
+    self->fn = (void *)(uintptr_t)fn;
+    self->params = (void *)(uintptr_t)params;
+    self->buf = (char *)(uintptr_t)buf;
+    self->tid = tid;
+    Py_INCREF(self->stream_type);
+    Py_INCREF(self->dev);
+    Py_INCREF(self->types);
+    Py_INCREF(self->slow);
+    Py_INCREF(self->kernel);
+    Py_INCREF(self->failed);
+    Py_INCREF(self->cell);
+    Py_INCREF(self->name);
+    self->vectorcall = (vectorcallfunc)fl_call;
+    return 0;
+}
+
+static int FastLaunch_traverse(FastLaunch *self, visitproc visit, void *arg) {
+    Py_VISIT(self->stream_type);
+    Py_VISIT(self->dev);
+    Py_VISIT(self->types);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->kernel);
+    Py_VISIT(self->failed);
+    Py_VISIT(self->cell);
+    Py_VISIT(self->name);
+    return 0;
+}
+
+static int FastLaunch_clear(FastLaunch *self) {
+    Py_CLEAR(self->stream_type);
+    Py_CLEAR(self->dev);
+    Py_CLEAR(self->types);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->kernel);
+    Py_CLEAR(self->failed);
+    Py_CLEAR(self->cell);
+    Py_CLEAR(self->name);
+    return 0;
+}
+
+static void FastLaunch_dealloc(FastLaunch *self) {
+    PyObject_GC_UnTrack(self);
+    FastLaunch_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef FastLaunch_members[] = {
+    {"dyn_limit", T_LONGLONG, offsetof(FastLaunch, dyn_limit), 0, "dynamic shared memory the fast path allows"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject FastLaunchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_kbcuda_native.FastLaunch",
+    .tp_basicsize = sizeof(FastLaunch),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A kernel's launch fast path (see launcher.make_fast).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)FastLaunch_init,
+    .tp_dealloc = (destructor)FastLaunch_dealloc,
+    .tp_traverse = (traverseproc)FastLaunch_traverse,
+    .tp_clear = (inquiry)FastLaunch_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FastLaunch, vectorcall),
+    .tp_members = FastLaunch_members,
+};
 
 /* ---- the pool of one device's allocator --------------------------------------------------
  *
@@ -320,12 +604,22 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__kbcuda_native(void) {
-    if (PyType_Ready(&PoolType) < 0) return NULL;
+    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&FastLaunchType) < 0) return NULL;
+    s_handle = PyUnicode_InternFromString("handle");
+    s_device = PyUnicode_InternFromString("device");
+    s_index = PyUnicode_InternFromString("index");
+    if (!s_handle || !s_device || !s_index) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     Py_INCREF(&PoolType);
     if (PyModule_AddObject(m, "Pool", (PyObject *)&PoolType) < 0) {
         Py_DECREF(&PoolType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&FastLaunchType);
+    if (PyModule_AddObject(m, "FastLaunch", (PyObject *)&FastLaunchType) < 0) {
+        Py_DECREF(&FastLaunchType);
         Py_DECREF(m);
         return NULL;
     }

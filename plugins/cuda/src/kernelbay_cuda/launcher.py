@@ -343,13 +343,17 @@ class CudaKernel:
             rc = _driver.libcuda().cuFuncSetAttribute(self.fn_c, 8, ctypes.c_int(shared_mem))
             _driver.check(rc, f"raising the dynamic shared-memory limit of {self.name!r} to {shared_mem}", self.index)
             self.dyn_limit = shared_mem
+            try:
+                self.fast.dyn_limit = shared_mem  # a FastLaunch keeps its own copy
+            except AttributeError:
+                pass
 
     def replan(self, args: Sequence[Any], block: _ParamBlock) -> Any:
         """Validate ``args`` fully, make a packer for their types and pack them into ``block``."""
         packer = make_packer(self.name, self.params, args, self.device)
         try:
             packer(args, self.device, block.buf)
-        except struct.error as exc:
+        except (struct.error, OverflowError) as exc:  # e.g. a Python float beyond a float parameter's range
             raise InvalidArgumentError(f"arguments of kernel {self.name!r} do not fit its parameters: {exc}") from None
         return packer
 
@@ -589,16 +593,50 @@ def fast(grid, block, args, shared_mem, stream):
 """
 
 
+_C_CODES = frozenset("fdbBhHiIqQ?")
+
+
+def _c_kinds(fmt: str, values: list[str]) -> str | None:
+    """Per argument, what FastLaunch writes: 'P' an array's handle, else the struct code of a
+    plain value; None where an argument needs Python (half floats, raw bytes, foreign arrays)."""
+    import re
+
+    codes = [(cnt, c) for cnt, c in re.findall(r"(\d*)([a-zA-Z?])", fmt.lstrip("<")) if c != "x"]
+    if len(codes) != len(values) or len(values) > 256:
+        return None
+    out = []
+    for i, ((cnt, c), v) in enumerate(zip(codes, values)):
+        if v == f"h{i}" and c == "Q" and not cnt:
+            out.append("P")
+        elif v == f"a{i}" and c in _C_CODES and not cnt:
+            out.append(c)
+        else:
+            return None
+    return "".join(out)
+
+
 def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
     """A launch function specialised to ``k`` and the argument types of ``args``: int grid and
     block, the default stream or a kernelbay Stream, arguments of those types. Everything else
-    goes to :func:`slow_launch`, which validates fully. Launches with the kernel's prepacked
-    parameter block through the native helper (:mod:`.native`), else the cuda.bindings driver
-    binding."""
+    goes to :func:`slow_launch`, which validates fully. With the native helpers (:mod:`.native`)
+    and plain argument kinds it is a ``FastLaunch`` object (the same checks in C); otherwise a
+    generated Python function that launches the kernel's prepacked parameter block through the
+    native ``launch`` or the cuda.bindings driver binding."""
     d = _driver.driver()
     nat = _native_launcher()
     fmt, values, handles, _ = pack_plan(k.name, k.params, args, k.device)
     n = len(args)
+    if nat is not None:
+        kinds = _c_kinds(fmt, values)
+        if kinds is not None:  # the whole fast path in C (see FastLaunch in _native.c)
+            from .streams import Stream
+
+            k.memo = [_STALE]
+            return nat.FastLaunch(
+                int(k.fn), k.block.addr, ctypes.addressof(k.block.buf), k.tid, k.max_gx, k.max_threads,
+                k.dyn_limit, Stream, k.index, k.device, tuple(type(a) for a in args), kinds,
+                tuple(off for *_, off in k.params), slow_launch, k, k.failed_fast, _last_cell(k.index), k.name,
+            )
     # Skip re-packing when every value is the one packed last time: array handles are compared
     # as ints (no reference to an array is kept, so none outlives its user), immutable scalars
     # (numpy scalars, Python numbers) by identity. Values of any other kind always re-pack.
