@@ -115,3 +115,20 @@ def test_env_overrides_and_clear(tmp_path, monkeypatch):
     with pytest.raises(CacheError, match="KERNELBAY_CACHE_MAX_BYTES"):
         default_cache()
     assert isinstance(CacheError("x"), kb.KernelbayError)
+
+
+def test_lookup_and_store_work_around_an_unusable_cache(tmp_path, monkeypatch):
+    from kernelbay.cache import lookup, store
+
+    key = make_key(backend="t", compiler="c", compiler_version="1", arch="a", source="s")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(blocked))
+    cache, hit = lookup(key)
+    assert hit is None  # no exception: callers rebuild instead
+    store(cache, key, b"payload")  # and storing is skipped, not raised
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(tmp_path / "ok"))
+    cache, hit = lookup(key)
+    assert cache is not None and hit is None
+    store(cache, key, b"payload", {"m": 1})
+    assert lookup(key)[1].payload == b"payload"

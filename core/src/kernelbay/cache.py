@@ -29,7 +29,7 @@ import attrs
 
 from .errors import CacheError
 
-__all__ = ["CacheEntry", "DiskCache", "cache_dir", "default_cache", "make_key", "SCHEMA"]
+__all__ = ["CacheEntry", "DiskCache", "cache_dir", "default_cache", "lookup", "make_key", "store", "SCHEMA"]
 
 #: Bump to invalidate every entry written by older code.
 SCHEMA = 1
@@ -284,3 +284,28 @@ def default_cache() -> DiskCache:
     if c is None:
         c = _default[k] = DiskCache(k[0])
     return c
+
+
+def lookup(key: str) -> tuple[DiskCache | None, CacheEntry | None]:
+    """``(cache, entry)`` for ``key`` in the default cache, for callers that must work without one:
+    ``(None, None)`` when the cache cannot be used at all, ``(cache, None)`` on a miss or an
+    unreadable entry. Pair with :func:`store`."""
+    try:
+        cache = default_cache()
+    except (CacheError, OSError):
+        return None, None
+    try:
+        return cache, cache.get(key)
+    except (CacheError, OSError):
+        return cache, None
+
+
+def store(cache: DiskCache | None, key: str, payload: bytes, meta: Mapping[str, Any] | None = None) -> None:
+    """Put ``payload`` in ``cache`` (from :func:`lookup`); a cache that cannot take it is skipped:
+    a full disk or a read-only directory costs the next process a rebuild, nothing more."""
+    if cache is None:
+        return
+    try:
+        cache.put(key, payload, meta)
+    except (CacheError, OSError):
+        pass

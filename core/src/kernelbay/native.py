@@ -21,7 +21,7 @@ import os
 import threading
 from types import ModuleType
 
-from .errors import CacheError, KernelbayError
+from .errors import KernelbayError
 
 __all__ = ["NativeUnavailable", "load_extension", "disabled", "ENV_NATIVE"]
 
@@ -92,7 +92,7 @@ def _load(name: str, source: str, flags: tuple[str, ...]) -> ModuleType:
         raise NativeUnavailable(f"Python's C headers are missing ({include}/Python.h): install python3-dev")
     argv = _compiler()
     st = os.stat(argv[0])
-    from .cache import default_cache, make_key
+    from .cache import lookup, make_key, store
 
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     key = make_key(
@@ -104,12 +104,7 @@ def _load(name: str, source: str, flags: tuple[str, ...]) -> ModuleType:
         source=source,
         entries=[name],
     )
-    cache = None
-    try:
-        cache = default_cache()
-        hit = cache.get(key)
-    except (CacheError, OSError):
-        hit = None
+    cache, hit = lookup(key)
     if hit is not None:
         try:
             return _import(name, hit.payload, suffix)
@@ -117,11 +112,7 @@ def _load(name: str, source: str, flags: tuple[str, ...]) -> ModuleType:
             pass  # a cached image that no longer loads: rebuild it
     image = _build(argv, name, source, flags, include, suffix)
     mod = _import(name, image, suffix)
-    if cache is not None:
-        try:
-            cache.put(key, image, {"kind": "native-extension", "name": name})
-        except (CacheError, OSError):
-            pass
+    store(cache, key, image, {"kind": "native-extension", "name": name})
     return mod
 
 

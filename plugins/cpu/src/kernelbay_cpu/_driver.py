@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from kernelbay.errors import BackendUnavailableError, CacheError, CompileError, LaunchError
+from kernelbay.errors import BackendUnavailableError, CompileError, LaunchError
 
 ENV_CXX = "CXX"
 ENV_THREADS = "KERNELBAY_CPU_THREADS"
@@ -117,7 +117,7 @@ def _probe() -> Toolchain:
     argv = find_compiler()
     cpu_name, cpu_id = cpu_identity()
     st = os.stat(argv[0])
-    from kernelbay.cache import default_cache, make_key
+    from kernelbay.cache import lookup, make_key, store
 
     key = make_key(
         backend="cpu-toolchain",
@@ -126,12 +126,7 @@ def _probe() -> Toolchain:
         arch=cpu_id,
         extra={"schema": PROBE_SCHEMA},
     )
-    cache = None
-    try:
-        cache = default_cache()
-        hit = cache.get(key)
-    except (CacheError, OSError):
-        hit = None
+    cache, hit = lookup(key)
     if hit is not None:
         try:
             d = json.loads(hit.payload)
@@ -144,11 +139,7 @@ def _probe() -> Toolchain:
         raise BackendUnavailableError(
             f"{NO_COMPILER} ({' '.join(argv)} cannot build a shared library: {_last_probe_log.strip()[:400]})"
         )
-    if cache is not None:
-        try:
-            cache.put(key, json.dumps({"version": version, "openmp": openmp}).encode(), {"kind": "toolchain"})
-        except (CacheError, OSError):
-            pass
+    store(cache, key, json.dumps({"version": version, "openmp": openmp}).encode(), {"kind": "toolchain"})
     return Toolchain(tuple(argv), argv[0], version, openmp, cpu_name, cpu_id)
 
 

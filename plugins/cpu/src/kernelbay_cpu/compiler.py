@@ -21,8 +21,8 @@ import threading
 from collections.abc import Sequence
 from importlib import resources
 
-from kernelbay.cache import default_cache, make_key
-from kernelbay.errors import CacheError, CompileError, InvalidArgumentError
+from kernelbay.cache import lookup, make_key, store
+from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Device, Source
 
 from . import _driver
@@ -251,20 +251,14 @@ def _build(source: Source) -> Module:
             **{f"header:{k}": v for k, v in source.headers.items()},
         },
     )
-    cache = None
-    try:
-        cache = default_cache()
-        hit = cache.get(key)
-    except CacheError:
-        hit = None
+    cache, hit = lookup(key)
     if hit is not None:
         try:
             return Module(_driver.load_library(hit.payload), names, source)
         except CompileError:
             pass  # a cached image that no longer loads: rebuild it
     image = _run_compiler(tc, fl, source, fname, main, pre)
-    if cache is not None:
-        cache.put(key, image, {"backend": "cpu", "entries": names, "compiler": tc.version})
+    store(cache, key, image, {"backend": "cpu", "entries": names, "compiler": tc.version})
     return Module(_driver.load_library(image), names, source)
 
 

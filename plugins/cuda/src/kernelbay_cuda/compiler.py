@@ -123,7 +123,7 @@ def _options(source: Any, arch: str) -> list[str]:
 
 def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -> Image:
     """Compile a ``cuda`` source for compute capability ``cc`` through the disk cache."""
-    from kernelbay.cache import default_cache, make_key
+    from kernelbay.cache import lookup, make_key, store
 
     arch, kind = choose_arch(cc)
     entry, exprs = entry_names(source)
@@ -144,11 +144,7 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
     )
     cache = None
     if use_cache:
-        try:
-            cache = default_cache()
-            hit = cache.get(key)
-        except Exception:  # an unusable cache never stops a compile
-            cache, hit = None, None
+        cache, hit = lookup(key)  # an unusable cache never stops a compile
         if hit is not None:
             m = hit.meta
             return Image(
@@ -161,15 +157,7 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
                 from_cache="disk",
             )
     img = _nvrtc(source, exprs, opts, kind, arch)
-    if cache is not None:
-        try:
-            cache.put(
-                key,
-                img.data,
-                {"kind": img.kind, "arch": img.arch, "lowered": img.lowered, "params": img.params, "log": img.log},
-            )
-        except Exception:
-            pass
+    store(cache, key, img.data, {"kind": img.kind, "arch": img.arch, "lowered": img.lowered, "params": img.params, "log": img.log})
     return img
 
 
