@@ -3,9 +3,11 @@
 Arguments are packed into one reusable parameter block per kernel (a ``void**`` array whose
 pointers aim into one byte buffer). The first launch with a given tuple of argument types
 validates each argument against the parameter's size (``cuFuncGetParamInfo`` where the driver
-has it, else the PTX signature) and generates a small packing function for that signature; a
-repeated launch checks the types, writes the values with one ``struct.pack_into`` and calls
-``cuLaunchKernel`` with the prepacked pointer.
+has it, else the PTX signature) and makes a fast path for that signature: a ``FastLaunch``
+object from the native helpers (``_native.c``: type checks, values written into the block,
+``cuLaunchKernel``, all in C), else a generated Python function (the same checks, one
+``struct.pack_into``, the native launch call or the cuda.bindings one). Everything the fast
+path does not cover goes to :func:`slow_launch`, the one place that validates and words errors.
 """
 
 from __future__ import annotations
