@@ -18,9 +18,9 @@ driver. This module lets it ship C source (no compiled wheel, no toolkit) and ge
 from __future__ import annotations
 
 import os
-import threading
 from types import ModuleType
 
+from .concurrency import OnceMap
 from .errors import KernelbayError
 
 __all__ = ["NativeUnavailable", "load_extension", "disabled", "ENV_NATIVE"]
@@ -38,8 +38,7 @@ def disabled() -> bool:
     return os.environ.get(ENV_NATIVE, "").strip().lower() in ("0", "false", "no", "off")
 
 
-_lock = threading.Lock()
-_loaded: dict[str, ModuleType] = {}
+_loaded = OnceMap()  # name -> module
 
 
 def load_extension(name: str, source: str, *, flags: tuple[str, ...] = ("-O2",)) -> ModuleType:
@@ -48,14 +47,7 @@ def load_extension(name: str, source: str, *, flags: tuple[str, ...] = ("-O2",))
     :raises NativeUnavailable: disabled, or no way to build or load it here (the reason, and
         for a compiler error its log, are in the message).
     """
-    mod = _loaded.get(name)
-    if mod is not None:
-        return mod
-    with _lock:
-        mod = _loaded.get(name)
-        if mod is None:
-            mod = _loaded[name] = _load(name, source, tuple(flags))
-    return mod
+    return _loaded.get_or_make(name, _load, name, source, tuple(flags))
 
 
 def _compiler() -> list[str]:

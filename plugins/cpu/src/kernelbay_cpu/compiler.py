@@ -17,11 +17,11 @@ import os
 import re
 import subprocess
 import tempfile
-import threading
 from collections.abc import Sequence
 from importlib import resources
 
 from kernelbay.cache import lookup, make_key, store
+from kernelbay.concurrency import OnceMap
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Device, Source
 
@@ -208,19 +208,12 @@ class Module:
         self.kernels = {n: KernelHandle(lib, i, n, source.lang) for i, n in enumerate(names)}
 
 
-_modules: dict[tuple[Source, int], Module] = {}
-_modules_lock = threading.Lock()
+_modules = OnceMap()  # (source, device index) -> Module
 
 
 def compile_source(device: Device, source: Source) -> KernelHandle:
     """The compiled kernel for ``source`` (from the process cache, the disk cache, or the compiler)."""
-    key = (source, device.index)
-    mod = _modules.get(key)
-    if mod is None:
-        with _modules_lock:
-            mod = _modules.get(key)
-            if mod is None:
-                mod = _modules[key] = _build(source)
+    mod = _modules.get_or_make((source, device.index), _build, source)
     name = source.name.strip() if source.name else next(iter(mod.kernels))
     return mod.kernels[name]
 

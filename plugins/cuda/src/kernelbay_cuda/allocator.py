@@ -21,6 +21,7 @@ import ctypes
 import threading
 from typing import Any
 
+from kernelbay.concurrency import OnceMap
 from kernelbay.errors import InvalidArgumentError, OutOfMemoryError
 from kernelbay.types import MemoryStats
 
@@ -184,18 +185,15 @@ class DeviceAllocator:
         self.pool.reset_peak()
 
 
-_allocators: dict[int, DeviceAllocator] = {}
-_lock = threading.Lock()
+_allocators = OnceMap()  # device index -> DeviceAllocator
 
 
 def allocator(device: Any) -> DeviceAllocator:
-    a = _allocators.get(device.index)
-    if a is None:
-        with _lock:
-            a = _allocators.get(device.index)
-            if a is None:
-                a = _allocators[device.index] = DeviceAllocator(device.index, device.properties.get("total_memory", 0))
-    return a
+    return _allocators.get_or_make(device.index, _new_allocator, device)
+
+
+def _new_allocator(device: Any) -> DeviceAllocator:
+    return DeviceAllocator(device.index, device.properties.get("total_memory", 0))
 
 
 def set_memory_limit(device: Any, limit: int | None) -> int | None:

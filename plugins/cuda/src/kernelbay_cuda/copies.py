@@ -17,6 +17,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kernelbay.concurrency import OnceMap
 from kernelbay.errors import InvalidArgumentError
 from kernelbay.types import Buffer
 
@@ -205,18 +206,11 @@ class _PeerLink:
         self.on_dst = _event(dst)
 
 
-_links: dict[tuple[int, int], _PeerLink] = {}
-_links_lock = threading.Lock()
+_links = OnceMap()  # (src, dst) -> _PeerLink
 
 
 def _link(src: int, dst: int) -> _PeerLink:
-    link = _links.get((src, dst))
-    if link is None:
-        with _links_lock:
-            link = _links.get((src, dst))
-            if link is None:
-                link = _links[(src, dst)] = _PeerLink(src, dst)
-    return link
+    return _links.get_or_make((src, dst), _PeerLink, src, dst)
 
 
 def _peer_copy(dst: Buffer, src: Buffer, nbytes: int, s: Any) -> None:
@@ -346,15 +340,8 @@ class _Stager:
         _memmove(hptr + off, w.bufs[b].ptr, n)
 
 
-_stagers: dict[int, _Stager] = {}
-_stagers_lock = threading.Lock()
+_stagers = OnceMap()  # device index -> _Stager
 
 
 def _stager(index: int) -> _Stager:
-    s = _stagers.get(index)
-    if s is None:
-        with _stagers_lock:
-            s = _stagers.get(index)
-            if s is None:
-                s = _stagers[index] = _Stager(index)
-    return s
+    return _stagers.get_or_make(index, _Stager, index)

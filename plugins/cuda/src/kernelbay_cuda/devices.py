@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ctypes
-import threading
 from typing import Any
 
+from kernelbay.concurrency import OnceMap
 from kernelbay.errors import LaunchError
 from kernelbay.types import Device
 
@@ -58,8 +58,7 @@ def synchronize(device: Any, stream: Any) -> None:
         sync_failed(idx, rc)
 
 
-_peer: dict[tuple[int, int], bool] = {}
-_peer_lock = threading.Lock()
+_peer = OnceMap()  # (a, b) -> whether a can access b's memory
 
 
 def peer_access(a: int, b: int) -> bool:
@@ -69,14 +68,7 @@ def peer_access(a: int, b: int) -> bool:
 
     Leaves device ``a``'s context current on this thread when it had to enable access.
     """
-    got = _peer.get((a, b))
-    if got is not None:
-        return got
-    with _peer_lock:
-        got = _peer.get((a, b))
-        if got is None:
-            got = _peer[(a, b)] = _enable_peer(a, b)
-    return got
+    return _peer.get_or_make((a, b), _enable_peer, a, b)
 
 
 def _enable_peer(a: int, b: int) -> bool:
