@@ -288,32 +288,29 @@ def goals(records: list[dict]) -> list[dict]:
         r = T.find(records, group, name)
         return r["median"] if r else None
 
-    r = T.ratio(records, "launch", "kernelbay", "driver-prepacked")
-    if r is not None:
-        out.append(T.goal("launch host time vs driver binding with prepacked pointer", r, 1.10))
-    r = T.ratio(records, "launch", "kernelbay", "cupy")
-    if r is not None:
-        out.append(T.goal("launch host time vs CuPy RawKernel", r, 0.85))
-    g = med("graph-replay-per-kernel", "kernelbay")
-    if g is not None:
-        out.append(T.goal("graph replay, us per kernel", g, 1.2))
-    r = T.ratio(records, "alloc-free-1MiB", "kernelbay", "cupy")
-    if r is not None:
-        out.append(T.goal("cached allocate+free 1 MiB vs CuPy pool (kb.buffer + close vs cp.cuda.alloc + release)", r, 0.6))
-    r = T.ratio(records, "alloc-free-1MiB", "kernelbay-allocator", "cupy")
-    if r is not None:
-        out.append(T.goal("(same, the backend's allocator alone, without the Buffer object)", r, 0.6))
-    for grp in ("h2d-pinned", "d2h-pinned", "d2d"):
-        r = T.ratio(records, f"copy-{grp}", "kernelbay", "driver")
+    ratios = [  # (group, kernelbay's row, peer's row, goal text, limit, higher is better)
+        ("launch", "kernelbay", "driver-prepacked", "launch host time vs driver binding with prepacked pointer", 1.10, False),
+        ("launch", "kernelbay", "cupy", "launch host time vs CuPy RawKernel", 0.85, False),
+        ("alloc-free-1MiB", "kernelbay", "cupy",
+         "cached allocate+free 1 MiB vs CuPy pool (kb.buffer + close vs cp.cuda.alloc + release)", 0.6, False),
+        ("alloc-free-1MiB", "kernelbay-allocator", "cupy",
+         "(same, the backend's allocator alone, without the Buffer object)", 0.6, False),
+        *[(f"copy-{g}", "kernelbay", "driver", f"{g} bandwidth vs raw driver copy", 0.95, True)
+          for g in ("h2d-pinned", "d2h-pinned", "d2d")],
+        ("copy-h2d-pageable", "kernelbay", "driver",
+         "pageable H2D bandwidth vs raw cuMemcpyHtoD from the same array", 2.0, True),
+    ]
+    absolute = [  # (group, goal text, limit) on kernelbay's own median
+        ("graph-replay-per-kernel", "graph replay, us per kernel", 1.2),
+        ("compile-inprocess-hit", "compile: in-process cache hit, us", 20.0),
+        ("compile-disk-hit-fresh-process", "compile: disk-cache hit in a fresh process, ms (context excluded)", 5.0),
+    ]
+    for group, mine, peer, text, limit, higher in ratios:
+        r = T.ratio(records, group, mine, peer)
         if r is not None:
-            out.append(T.goal(f"{grp} bandwidth vs raw driver copy", r, 0.95, higher_is_better=True))
-    r = T.ratio(records, "copy-h2d-pageable", "kernelbay", "driver")
-    if r is not None:
-        out.append(T.goal("pageable H2D bandwidth vs raw cuMemcpyHtoD from the same array", r, 2.0, higher_is_better=True))
-    h = med("compile-inprocess-hit", "kernelbay")
-    if h is not None:
-        out.append(T.goal("compile: in-process cache hit, us", h, 20.0))
-    h = med("compile-disk-hit-fresh-process", "kernelbay")
-    if h is not None:
-        out.append(T.goal("compile: disk-cache hit in a fresh process, ms (context excluded)", h, 5.0))
+            out.append(T.goal(text, r, limit, higher_is_better=higher))
+    for group, text, limit in absolute:
+        m = med(group, "kernelbay")
+        if m is not None:
+            out.append(T.goal(text, m, limit))
     return out

@@ -51,36 +51,30 @@ def make_venv(path: Path, *packages: str) -> Venv:
     return Venv(path)
 
 
-BROKEN_IMPORT = {
-    "pyproject.toml": """
+def _pyproject(name: str) -> str:
+    """A backend package ``kernelbay-<name>`` whose entry point is ``kb_<name>.plugin``."""
+    return f"""
         [build-system]
         requires = ["hatchling"]
         build-backend = "hatchling.build"
         [project]
-        name = "kernelbay-brokenimport"
+        name = "kernelbay-{name}"
         version = "0.0.1"
         [project.entry-points."kernelbay.backends"]
-        brokenimport = "kb_brokenimport.plugin"
+        {name} = "kb_{name}.plugin"
         [tool.hatch.build.targets.wheel]
-        packages = ["kb_brokenimport"]
-    """,
+        packages = ["kb_{name}"]
+    """
+
+
+BROKEN_IMPORT = {
+    "pyproject.toml": _pyproject("brokenimport"),
     "kb_brokenimport/__init__.py": "",
     "kb_brokenimport/plugin.py": "import kernelbay_dependency_that_does_not_exist\n",
 }
 
 BROKEN_SIGNATURE = {
-    "pyproject.toml": """
-        [build-system]
-        requires = ["hatchling"]
-        build-backend = "hatchling.build"
-        [project]
-        name = "kernelbay-brokensig"
-        version = "0.0.1"
-        [project.entry-points."kernelbay.backends"]
-        brokensig = "kb_brokensig.plugin"
-        [tool.hatch.build.targets.wheel]
-        packages = ["kb_brokensig"]
-    """,
+    "pyproject.toml": _pyproject("brokensig"),
     "kb_brokensig/__init__.py": "",
     "kb_brokensig/plugin.py": """
         import kernelbay as kb

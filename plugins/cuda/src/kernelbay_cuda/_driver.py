@@ -85,6 +85,17 @@ INVALID = {1, 12, 33, 201, 400}
 
 _dead: dict[int, str] = {}  # device index -> why its context is unusable
 
+# The kernelbay error for a status (after the sticky ones), first match wins: 400 is a launch
+# error, 209 a launch error rather than a compile one.
+_ERRORS: tuple[tuple[set[int], type[Exception], str], ...] = (
+    (OOM, OutOfMemoryError, ": "),
+    (LAUNCH, LaunchError, " failed: "),
+    (COMPILE, CompileError, " failed: "),
+    (UNAVAILABLE, BackendUnavailableError, " failed: "),
+    (UNSUPPORTED, UnsupportedError, ": "),
+    (INVALID, InvalidArgumentError, " failed: "),
+)
+
 
 def error_name(code: int) -> str:
     try:
@@ -124,18 +135,9 @@ def check(status: Any, what: str = "CUDA call", device: int | None = None) -> No
         )
     if device is not None and device in _dead:
         raise LaunchError(f"{what}{where} failed ({name}) because the context died earlier: {_dead[device]}")
-    if code in OOM:
-        raise OutOfMemoryError(f"{what}{where}: {name}")
-    if code in LAUNCH:
-        raise LaunchError(f"{what}{where} failed: {name}")
-    if code in COMPILE:
-        raise CompileError(f"{what}{where} failed: {name}")
-    if code in UNAVAILABLE:
-        raise BackendUnavailableError(f"{what}{where} failed: {name}")
-    if code in UNSUPPORTED:
-        raise UnsupportedError(f"{what}{where}: {name}")
-    if code in INVALID:
-        raise InvalidArgumentError(f"{what}{where} failed: {name}")
+    for codes, error, sep in _ERRORS:
+        if code in codes:
+            raise error(f"{what}{where}{sep}{name}")
     raise CudaError(f"{what}{where} failed: {name}", code)
 
 

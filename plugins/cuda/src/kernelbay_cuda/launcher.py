@@ -368,12 +368,10 @@ class CudaKernel:
                 if self.tid == -1:
                     self.tid = tid
             if self.tid == tid:
-                _driver.ensure_current(self.index)
                 self.memo[0] = _STALE
                 self.packer = self.replan(args, self.block)
                 _raw_launch(self, g, b, shm, s, self.block)
                 return
-        _driver.ensure_current(self.index)
         mine = self.other_threads.get(tid)
         if mine is None:
             mine = self.other_threads[tid] = (_ParamBlock(self.params), _never)
@@ -411,10 +409,13 @@ def _never(args: Any, dev: Any, buf: Any) -> None:
 
 
 def _raw_launch(k: CudaKernel, g: tuple[int, int, int], b: tuple[int, int, int], shm: int, s: Any, blk: _ParamBlock) -> None:
-    rc = _cu_launch()(k.fn_c, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, blk.cvp, None)
+    """Launch with ``blk`` (already packed) in the kernel's context; raise for a failure."""
+    _driver.ensure_current(k.index)
+    launch = _cu_launch()
+    rc = launch(k.fn_c, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, blk.cvp, None)
     if rc in _WRONG_CONTEXT:  # another library switched the context behind our record of it
         _driver.force_current(k.index)
-        rc = _launch_fn(k.fn_c, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, blk.cvp, None)
+        rc = launch(k.fn_c, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, blk.cvp, None)
     _record(k.index, k.name, g, b)
     if rc:
         k.failed(rc, g, b, shm)
@@ -484,14 +485,7 @@ def slow_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], share
     except Exception:
         k.packer = k.replan(args, k.block)
         k.fast = make_fast(k, args)
-    _driver.ensure_current(k.index)
-    rc = _launch_fn(k.fn_c, gx, gy, gz, bx, by, bz, shared_mem, s, k.block.cvp, None)
-    if rc in _WRONG_CONTEXT:  # another library switched the context behind our record of it
-        _driver.force_current(k.index)
-        rc = _launch_fn(k.fn_c, gx, gy, gz, bx, by, bz, shared_mem, s, k.block.cvp, None)
-    _record(k.index, k.name, (gx, gy, gz), (bx, by, bz))
-    if rc:
-        k.failed(rc, (gx, gy, gz), (bx, by, bz), shared_mem)
+    _raw_launch(k, (gx, gy, gz), (bx, by, bz), shared_mem, s, k.block)
     return None
 
 

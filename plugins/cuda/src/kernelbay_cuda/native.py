@@ -76,7 +76,7 @@ class PyPool:
     def malloc(self, nbytes: int) -> int:
         if nbytes <= SMALL:
             return 0
-        size = 1 << max(4, (nbytes - 1).bit_length()) if nbytes < PAGE else (nbytes + PAGE - 1) & -PAGE
+        size = size_class(nbytes)
         with self._lock:
             lst = self.free_lists.get(size)
             if not lst:
