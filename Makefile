@@ -1,44 +1,67 @@
-# kernelbay: `make demo` and `make test` each create .venv, install the workspace and run.
+# kernelbay: `make demo` and `make test` each create .venv, install what they need and run.
 # Needs only python3 (>= 3.11), pip, make and a C++ compiler.
+#   make demo   core + cpu backend only (seconds, about 100 MB), then `kernelbay demo`
+#   make test   everything (all backends, test and check tools), then `make check` and pytest
+#   make check  ruff (lint + format), mypy and the strict docs build
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
-TEST_DEPS := pytest>=8
+MIN_PY := 3.11
+DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP := $(VENV)/.installed-test
+TEST_DEPS  := "pytest>=8" "ruff>=0.6" "mypy>=1.11" "mkdocs>=1.6"
 BENCH_DEPS := matplotlib
-MEMBERS := -e ./core -e ./plugins/cpu -e ./plugins/cuda -e ./plugins/tpu -e ./examples/plugins/kernelbay-pyref
+DEMO_MEMBERS := -e ./core -e ./plugins/cpu
+MEMBERS := $(DEMO_MEMBERS) -e "./plugins/cuda[cu13]" -e ./plugins/tpu -e ./examples/plugins/kernelbay-pyref
 PYPROJECTS := pyproject.toml $(wildcard core/pyproject.toml plugins/*/pyproject.toml examples/plugins/*/pyproject.toml)
+# pip install with uv when it can be had (bootstrapped into the venv by pip), else plain pip.
+INSTALL = if [ -x $(BIN)/uv ]; then $(BIN)/uv pip install -q --python $(BIN)/python $(1); \
+          else $(BIN)/python -m pip install -q $(1); fi
 
-.PHONY: all demo test bench bench-gpu wheels clean env
+.PHONY: all demo test check bench bench-gpu wheels clean env python-check
 
 all: test
 
-env: $(STAMP)
+# A .venv made by another Python (too old, or since removed) is made anew.
+python-check:
+	@$(PYTHON) -c 'import sys; v = tuple(map(int, "$(MIN_PY)".split("."))); sys.exit(0 if sys.version_info >= v else 1)' \
+	  || { echo "kernelbay: $(PYTHON) is `$(PYTHON) -c 'import platform; print(platform.python_version())'`; Python >= $(MIN_PY) is needed (make PYTHON=python3.12 ...)" >&2; exit 1; }
+	@if [ -d $(VENV) ] && ! $(BIN)/python -c 'import sys; v = tuple(map(int, "$(MIN_PY)".split("."))); sys.exit(0 if sys.version_info >= v else 1)' 2>/dev/null; then \
+	  echo "kernelbay: $(VENV) was made by a missing or too old Python; making it again"; rm -rf $(VENV); fi
 
-# uv is bootstrapped into the venv by pip; plain pip is the fallback where uv cannot be had.
-$(STAMP): $(PYPROJECTS)
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python: | python-check
+	$(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check uv || echo "kernelbay: uv unavailable, using pip"
-	@if [ -x $(BIN)/uv ]; then \
-	  $(BIN)/uv pip install -q --python $(BIN)/python $(MEMBERS) "$(TEST_DEPS)"; \
-	else \
-	  $(BIN)/python -m pip install -q $(MEMBERS) "$(TEST_DEPS)"; \
-	fi
-	@touch $(STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): $(PYPROJECTS) | python-check $(BIN)/python
+	@$(call INSTALL,$(DEMO_MEMBERS))
+	@touch $@
+
+$(TEST_STAMP): $(PYPROJECTS) | python-check $(BIN)/python
+	@$(call INSTALL,$(MEMBERS) $(TEST_DEPS))
+	@touch $@ $(DEMO_STAMP)
+
+env: $(TEST_STAMP)
+
+demo: python-check $(DEMO_STAMP)
 	$(BIN)/kernelbay demo
 
-test: $(STAMP)
+check: python-check $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+
+test: python-check $(TEST_STAMP)
 	$(BIN)/python -m pytest
 
-bench: $(STAMP)
-	@$(BIN)/python -c "import matplotlib" 2>/dev/null || { [ -x $(BIN)/uv ] && $(BIN)/uv pip install -q --python $(BIN)/python $(BENCH_DEPS) || $(BIN)/python -m pip install -q $(BENCH_DEPS); }
+bench: python-check $(TEST_STAMP)
+	@$(BIN)/python -c "import matplotlib" 2>/dev/null || $(call INSTALL,$(BENCH_DEPS))
 	$(BIN)/python -m benchmarks.run --suite cpu
 
-# Pure-Python wheels of every package, for machines without network (see benchmarks/README.md).
-wheels: $(STAMP)
+# Wheels of every package, for machines without network (see benchmarks/README.md).
+wheels: python-check $(TEST_STAMP)
 	rm -rf .whl && $(BIN)/python -m pip wheel -q --no-deps ./core ./plugins/cpu ./plugins/cuda ./plugins/tpu -w .whl
 	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: -d .whl pluggy attrs platformdirs
 

@@ -47,6 +47,32 @@ def test_driver_too_old_for_the_bindings(fresh_probe, monkeypatch) -> None:
         _driver.probe()
 
 
+def test_cuda12_driver_with_cuda13_bindings_names_the_cu12_extra(fresh_probe, monkeypatch) -> None:
+    monkeypatch.setattr(_driver, "_libcuda", _FakeLib(12040))
+    monkeypatch.setattr(_driver, "_bindings_major", lambda: (13, "13.5.0"))
+    with pytest.raises(BackendUnavailableError, match=r"supports CUDA 12.4.*pip install 'kernelbay-cuda\[cu12\]'"):
+        _driver.probe()
+
+
+def test_base_install_without_bindings_names_the_extra(fresh_probe, monkeypatch) -> None:
+    monkeypatch.setattr(_driver, "_libcuda", _FakeLib(13000))
+    monkeypatch.setattr(_driver, "_bindings_major", lambda: (0, "unknown"))
+    with pytest.raises(BackendUnavailableError, match=r"cuda-bindings is not installed.*kernelbay-cuda\[cu13\]"):
+        _driver.probe()
+
+
+def test_nvrtc_hint_names_the_wheel_of_the_bindings_major(fresh_probe, monkeypatch) -> None:
+    monkeypatch.setattr(_driver, "_libcuda", _FakeLib(12080))
+    monkeypatch.setattr(_driver, "_bindings_major", lambda: (12, "12.9.0"))
+
+    def no_nvrtc():
+        raise ImportError("libnvrtc.so.12 not found")
+
+    monkeypatch.setattr(_driver, "nvrtc", no_nvrtc)
+    with pytest.raises(BackendUnavailableError, match=r"install nvidia-cuda-nvrtc-cu12 .*kernelbay-cuda\[cu12\]"):
+        _driver.probe()
+
+
 def test_nvrtc_missing(fresh_probe, monkeypatch) -> None:
     monkeypatch.setattr(_driver, "_libcuda", _FakeLib(13000))
     monkeypatch.setattr(_driver, "_bindings_major", lambda: (13, "13.5.0"))

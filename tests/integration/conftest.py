@@ -116,3 +116,13 @@ def with_plugins(tmp_path_factory) -> Venv:
         str(bi),
         str(bs),
     )
+
+
+@pytest.fixture(scope="session")
+def venv_factory(tmp_path_factory):
+    """``make(label, *packages) -> Venv``: a fresh virtual environment with those installs."""
+
+    def make(label: str, *packages: str) -> Venv:
+        return make_venv(tmp_path_factory.mktemp(label) / "venv", *packages)
+
+    return make

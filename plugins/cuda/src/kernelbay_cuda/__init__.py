@@ -13,6 +13,8 @@ Importing this package imports nothing from cuda.bindings; that happens on first
 
 from __future__ import annotations
 
+__version__ = "0.1.0"
+
 from typing import Any
 
 __all__ = ["Stream", "Event", "Graph", "default_stream", "pinned_empty", "set_memory_limit", "CudaError"]

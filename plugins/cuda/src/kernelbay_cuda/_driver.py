@@ -26,6 +26,8 @@ from kernelbay.errors import (
     UnsupportedError,
 )
 
+from ._install import extra_for, install_hint, nvrtc_package
+
 __all__ = ["CudaError", "check", "driver", "nvrtc", "libcuda", "probe", "context", "ensure_current"]
 
 _lock = threading.RLock()
@@ -224,11 +226,16 @@ def probe() -> list[dict[str, Any]]:
         lib.cuDriverGetVersion(ctypes.byref(ver))
         dmaj, dmin = ver.value // 1000, (ver.value % 1000) // 10
         bmaj, bver = _bindings_major()
-        if bmaj and dmaj < bmaj:
+        if not bmaj:
             raise BackendUnavailableError(
-                f"the NVIDIA driver is too old: it supports CUDA {dmaj}.{dmin}, but the installed "
-                f"cuda-bindings {bver} needs a CUDA {bmaj}.x driver; upgrade the driver or install "
-                f"`cuda-bindings=={dmaj}.*`"
+                f"cuda-bindings is not installed (kernelbay-cuda's base install carries no CUDA "
+                f"libraries); {install_hint(dmaj)}"
+            )
+        if dmaj < bmaj:
+            raise BackendUnavailableError(
+                f"the NVIDIA driver is too old: it supports CUDA {dmaj}.{dmin}, but the installed cuda-bindings {bver} "
+                f"needs a CUDA {bmaj}.x driver; "
+                + (f"upgrade the driver, or {install_hint(dmaj)}" if extra_for(dmaj) else install_hint(dmaj))
             )
         try:
             err, _, _ = nvrtc().nvrtcVersion()
@@ -236,8 +243,8 @@ def probe() -> list[dict[str, Any]]:
                 raise RuntimeError(f"nvrtcVersion returned {err}")
         except Exception as exc:
             raise BackendUnavailableError(
-                f"NVRTC (the CUDA runtime compiler) is missing: {exc}; install it with "
-                f"`pip install nvidia-cuda-nvrtc` (matching CUDA {dmaj}.x)"
+                f"NVRTC (the CUDA runtime compiler) is missing: {exc}; install {nvrtc_package(bmaj)} "
+                f"(it comes with {install_hint(dmaj)})"
             ) from None
         if _driver_initialised(lib) or os.environ.get("KERNELBAY_CUDA_PROBE") == "inprocess":
             ns: dict[str, Any] = {"__name__": "kernelbay_cuda_probe"}

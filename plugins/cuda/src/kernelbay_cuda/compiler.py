@@ -20,7 +20,7 @@ import attrs
 
 from kernelbay.errors import CompileError, InvalidArgumentError
 
-from . import _driver
+from . import _driver, _install
 
 __all__ = ["Image", "compile_image", "choose_arch", "nvrtc_version", "parse_ptx_params", "load_module"]
 
@@ -79,7 +79,8 @@ def choose_arch(cc: tuple[int, int]) -> tuple[str, str]:
     if not older:
         raise CompileError(
             f"this NVRTC {'.'.join(map(str, nvrtc_version()))} cannot target compute capability "
-            f"{cc[0]}.{cc[1]} (it supports {', '.join(map(str, archs))}); install an older nvidia-cuda-nvrtc"
+            f"{cc[0]}.{cc[1]} (it supports {', '.join(map(str, archs))}); install an older "
+            f"{_install.nvrtc_package(nvrtc_version()[0])}"
         )
     return f"compute_{max(older)}", "ptx"
 

@@ -13,6 +13,8 @@ launch arguments after it (arrays as numpy views)::
 Slow by design: it exists to be read, and to check other backends against.
 """
 
+__version__ = "0.1.0"
+
 from .launcher import Dim3, ThreadIndex
 
 __all__ = ["Dim3", "ThreadIndex"]
