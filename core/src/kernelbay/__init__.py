@@ -7,6 +7,10 @@
 
 from __future__ import annotations
 
+from . import _log
+
+_log.configure_from_env()  # before anything else logs
+
 from ._api import asarray, backends, buffer, compile, copy, device, devices, empty, register, unregister, zeros
 from ._plugins import Backend
 from .errors import (
