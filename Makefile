@@ -2,7 +2,8 @@
 # Needs only python3 (>= 3.11), pip, make and a C++ compiler.
 #   make demo   core + cpu backend only (seconds, about 100 MB), then `kernelbay demo`
 #   make test   everything (all backends, test and check tools), then `make check` and pytest
-#   make check  ruff (lint + format), mypy and the strict docs build
+#   make check  ruff (lint + format), mypy and the strict docs site build (tools/docs_site.py)
+#   make docs   the documentation site in .venv/site
 
 PYTHON ?= python3
 VENV   := .venv
@@ -10,7 +11,7 @@ BIN    := $(VENV)/bin
 MIN_PY := 3.11
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
-TEST_DEPS  := "pytest>=8" "ruff>=0.6" "mypy>=1.11" "mkdocs>=1.6"
+TEST_DEPS  := "pytest>=8" "ruff>=0.6" "mypy>=1.11" "mkdocs>=1.6" "mkdocstrings[python]>=0.26"
 BENCH_DEPS := matplotlib
 DEMO_MEMBERS := -e ./core -e ./plugins/cpu
 MEMBERS := $(DEMO_MEMBERS) -e "./plugins/cuda[cu13]" -e ./plugins/tpu -e ./examples/plugins/kernelbay-pyref
@@ -19,7 +20,7 @@ PYPROJECTS := pyproject.toml $(wildcard core/pyproject.toml plugins/*/pyproject.
 INSTALL = if [ -x $(BIN)/uv ]; then $(BIN)/uv pip install -q --python $(BIN)/python $(1); \
           else $(BIN)/python -m pip install -q $(1); fi
 
-.PHONY: all demo test check bench bench-gpu wheels clean env python-check
+.PHONY: all demo test check docs bench bench-gpu wheels clean env python-check
 
 all: test
 
@@ -51,7 +52,10 @@ check: python-check $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	$(BIN)/python tools/docs_site.py --strict --out $(VENV)/site
+
+docs: python-check $(TEST_STAMP)
+	$(BIN)/python tools/docs_site.py --out $(VENV)/site
 
 test: python-check $(TEST_STAMP)
 	$(BIN)/python -m pytest
