@@ -21,6 +21,7 @@ from .errors import (
     LaunchError,
     NoDeviceError,
     OutOfMemoryError,
+    SettingError,
     UnsupportedError,
     UseAfterFreeError,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "MemoryStats",
     "NoDeviceError",
     "OutOfMemoryError",
+    "SettingError",
     "Source",
     "UnsupportedError",
     "UseAfterFreeError",
