@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import kernelbay as kb
-from kernelbay import _api
 from kernelbay._plugins import runtime
 
 
@@ -71,10 +70,10 @@ def isolated_runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("KERNELBAY_BACKENDS", "")
     monkeypatch.delenv("KERNELBAY_DEVICE", raising=False)
     runtime.reset()
-    _api._default_cache.clear()
+    runtime.default_devices.clear()
     yield
     runtime.reset()
-    _api._default_cache.clear()
+    runtime.default_devices.clear()
 
 
 @pytest.fixture

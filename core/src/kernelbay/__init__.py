@@ -25,6 +25,7 @@ from .errors import (
     LaunchError,
     NoDeviceError,
     OutOfMemoryError,
+    SettingError,
     UnsupportedError,
     UseAfterFreeError,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "MemoryStats",
     "NoDeviceError",
     "OutOfMemoryError",
+    "SettingError",
     "Source",
     "UnsupportedError",
     "UseAfterFreeError",

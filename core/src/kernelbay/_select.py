@@ -1,4 +1,4 @@
-"""The ``KERNELBAY_DEVICE`` selector grammar.
+"""Device selection: the ``KERNELBAY_DEVICE`` selector grammar and its resolution to a device.
 
 A selector is an ordered, comma-separated list of terms::
 
@@ -13,11 +13,15 @@ ignored; an empty selector means "unset".
 
 from __future__ import annotations
 
+import os
 import re
+from typing import Any
 
 import attrs
 
-from .errors import InvalidArgumentError
+from ._plugins import Binding, runtime
+from .errors import BackendBrokenError, BackendError, InvalidArgumentError, NoDeviceError
+from .types import Device
 
 ENV_DEVICE = "KERNELBAY_DEVICE"
 
@@ -81,3 +85,137 @@ def parse(text: str | None) -> Selector:
     if not terms:
         terms.append(Term(None))
     return Selector(raw, tuple(terms), tuple(excl))
+
+
+# --- resolution ---------------------------------------------------------------------------
+
+
+def _by_priority() -> list[Binding | BackendBrokenError]:
+    out: list[Any] = []
+    for name in sorted(runtime.records()):
+        try:
+            out.append(runtime.load(name))
+        except BackendBrokenError as exc:
+            out.append(exc)
+    return sorted(out, key=lambda b: -(b.spec.priority) if isinstance(b, Binding) else 0)
+
+
+def devices() -> list[Device]:
+    """Every device of every available backend, highest-priority backend first."""
+    out: list[Device] = []
+    for b in _by_priority():
+        if isinstance(b, Binding):
+            try:
+                out.extend(b.devices())
+            except BackendError:
+                pass
+    return out
+
+
+def device(selector: str | Device | None = None) -> Device:
+    """Pick a device.
+
+    :param selector: a selector (``"cuda:1,cpu"``, ``"!tpu"``, ``"*"``...) that overrides
+        ``KERNELBAY_DEVICE``; a :class:`Device` is returned as is. ``None``: the variable, or
+        the best available device when it is unset.
+    :raises NoDeviceError: (or a more specific :class:`BackendError`) saying what is installed,
+        what is available and why each other backend is not.
+    """
+    if isinstance(selector, Device):
+        return selector
+    text = os.environ.get(ENV_DEVICE) if selector is None else selector
+    cache = runtime.default_devices
+    dev = cache.get(text)
+    if dev is not None and dev.backend in runtime.bindings:
+        return dev
+    dev = select(parse(text), source="kb.device()" if selector is not None else ENV_DEVICE)
+    cache[text] = dev
+    return dev
+
+
+def select(sel: Selector, source: str = ENV_DEVICE) -> Device:
+    """Resolve a parsed selector to a device."""
+    records = runtime.records()
+    failures: list[tuple[str, BaseException | str]] = []
+    for term in sel.terms:
+        if term.backend is None:
+            for b in _by_priority():
+                if isinstance(b, BackendBrokenError):
+                    continue
+                if sel.excluded(b.name):
+                    continue
+                try:
+                    devs = b.devices()
+                except BackendError:
+                    continue
+                for d in devs:
+                    if not sel.excluded(d.backend, d.index):
+                        return d
+            failures.append((str(term), "no available device" + (" outside the exclusions" if sel.exclusions else "")))
+            continue
+        if term.backend not in records:
+            failures.append((str(term), runtime.not_installed(term.backend)))
+            continue
+        if sel.excluded(term.backend, term.index):
+            failures.append((str(term), f"excluded by {', '.join(map(str, sel.exclusions))}"))
+            continue
+        try:
+            devs = runtime.load(term.backend).devices()
+        except BackendError as exc:
+            failures.append((str(term), exc))
+            continue
+        for d in devs:
+            if term.matches(d.backend, d.index) and not sel.excluded(d.backend, d.index):
+                return d
+        have = ", ".join(str(d) for d in devs)
+        failures.append((str(term), f"no such device; {term.backend} has {len(devs)}: {have}"))
+    raise _no_device(sel, source, failures)
+
+
+def _no_device(sel: Selector, source: str, failures: list[tuple[str, BaseException | str]]) -> BackendError:
+    records = runtime.records()
+    what = f"{source}={sel.text!r}" if sel.text else "the default selection"
+    if not records:
+        installed = runtime.installed_names()
+        if installed:
+            return NoDeviceError(
+                f"no kernelbay backend is allowed: KERNELBAY_BACKENDS={os.environ.get('KERNELBAY_BACKENDS')!r} "
+                f"leaves out every installed one ({', '.join(installed)}); unset it or name one"
+            )
+        return NoDeviceError(f"no kernelbay backend is installed; {_install_hint()}")
+    # One explicit term: raise its own error, cause chained, so callers can catch the kind.
+    if len(failures) == 1 and isinstance(failures[0][1], BaseException) and len(sel.terms) == 1:
+        exc = failures[0][1]
+        err = type(exc)(f"{exc}\n{_summary()}")
+        err.__cause__ = exc.__cause__ or exc
+        return err
+    lines = [f"no device matches {what}:"]
+    for term, why in failures:
+        lines.append(f"  {term}: {why}")
+    lines.append(_summary())
+    return NoDeviceError("\n".join(lines))
+
+
+def _install_hint() -> str:
+    return "install one, e.g. `pip install 'kernelbay[cpu]'` (or kernelbay-cuda, kernelbay-tpu)"
+
+
+def _summary() -> str:
+    """What is installed and available, one backend a line, and a suggestion."""
+    lines = ["installed backends:"]
+    available: list[str] = []
+    recs = runtime.records()
+    for rec in (recs[n] for n in sorted(recs)):
+        status = rec.status
+        if status == "available":
+            devs = ", ".join(str(d) for d in rec.devices)
+            available.append(devs.split(",")[0])
+            lines.append(f"  {rec.name} ({rec.label}): available: {devs}")
+        else:
+            reason = (rec.reason or "").splitlines()[0]
+            lines.append(f"  {rec.name} ({rec.label}): {status}: {reason}")
+    if available:
+        lines.append(f"set KERNELBAY_DEVICE to one of the available devices, e.g. KERNELBAY_DEVICE={available[0]}")
+    else:
+        lines.append("no backend is available here; " + _install_hint())
+    return "\n".join(lines)

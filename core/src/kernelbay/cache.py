@@ -1,7 +1,17 @@
 """The disk compile cache shared by backends.
 
 One file per entry under a per-user directory (``KERNELBAY_CACHE_DIR``, else the platform's
-user cache directory), created with mode 0700 and refused if another user owns it.
+user cache directory). The cache trusts nothing it did not make:
+
+* Directories it creates are made 0700 from the start (never chmod-ed afterwards). A directory
+  the user named is never chmod-ed either: one that another user owns, or that group or others
+  can write, is refused with a message saying what to do.
+* Every use re-checks: the directory, the two-letter subdirectory and the entry are opened
+  without following symbolic links (``O_NOFOLLOW``) and checked on the opened descriptor
+  (``fstat``: owner, type, mode); everything after is relative to those descriptors. A
+  directory that vanished and was re-created by someone else is therefore seen at once.
+* A per-key lock (:meth:`DiskCache.lock`, an ``flock`` on a file in the subdirectory) lets one
+  process compile while others with the same key wait for its entry.
 
 * Keys hash everything that defines the output -- schema, backend, compiler identity and
   version, target arch, options, full source text, entry names -- never the output itself.
@@ -15,21 +25,26 @@ user cache directory), created with mode 0700 and refused if another user owns i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
+import secrets
 import stat
 import struct
-import tempfile
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
-from .errors import CacheError
+from .errors import CacheError, SettingError
+from .settings import env_bytes
 
-__all__ = ["CacheEntry", "DiskCache", "cache_dir", "default_cache", "lookup", "make_key", "store", "SCHEMA"]
+log = logging.getLogger("kernelbay.cache")
+
+__all__ = ["CacheEntry", "DiskCache", "cache_dir", "default_cache", "locked", "lookup", "make_key", "recheck", "store", "SCHEMA"]
 
 #: Bump to invalidate every entry written by older code.
 SCHEMA = 1
@@ -46,6 +61,8 @@ def cache_dir() -> str:
     """The cache directory in force (not created)."""
     env = os.environ.get(ENV_DIR)
     if env:
+        if "\0" in env:
+            raise SettingError(f"{ENV_DIR} holds a NUL character; set it to a directory path")
         return os.path.abspath(os.path.expanduser(env))
     import platformdirs
 
@@ -95,48 +112,120 @@ class CacheEntry:
     path: str
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
+_O_READ = os.O_RDONLY | _NOFOLLOW | _CLOEXEC
+_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+_LOCK = ".lock"
+
+
+def _uid() -> int | None:
+    return os.getuid() if hasattr(os, "getuid") else None
+
+
+def _is_sub(name: str) -> bool:
+    return len(name) == 2 and all(c in "0123456789abcdef" for c in name)
+
+
 class DiskCache:
     """A directory of verified, atomically written compile results."""
 
     def __init__(self, directory: str | None = None, max_bytes: int | None = None) -> None:
-        self.directory = os.path.abspath(directory) if directory else cache_dir()
+        # Resolved once: a link the user named is followed now; a link swapped in later is not.
+        self.directory = os.path.realpath(directory if directory else cache_dir())
         if max_bytes is None:
-            raw = os.environ.get(ENV_MAX)
-            try:
-                max_bytes = int(raw) if raw else DEFAULT_MAX_BYTES
-            except ValueError:
-                raise CacheError(f"{ENV_MAX}={raw!r} is not a number of bytes") from None
+            max_bytes = env_bytes(ENV_MAX, default=DEFAULT_MAX_BYTES)
         self.max_bytes = max_bytes
-        self._ready = False
         self._lock = threading.Lock()
 
-    # --- directory --------------------------------------------------------------------
+    # --- directories: opened without following links, checked on the descriptor -----------
 
-    def _ensure_dir(self) -> None:
-        if self._ready:
-            return
-        d = self.directory
-        try:
-            os.makedirs(d, mode=0o700, exist_ok=True)
-            st = os.stat(d)
-        except OSError as exc:
-            raise CacheError(
-                f"cannot create the kernelbay cache directory {d!r}: {exc.strerror}; "
-                f"set {ENV_DIR} to a writable directory"
-            ) from exc
+    def _refuse(self, what: str) -> CacheError:
+        return CacheError(f"kernelbay cache directory {self.directory!r}: {what}")
+
+    def _check_dir(self, fd: int, path: str) -> None:
+        st = os.fstat(fd)
         if not stat.S_ISDIR(st.st_mode):
-            raise CacheError(f"kernelbay cache path {d!r} is not a directory; set {ENV_DIR} elsewhere")
-        if hasattr(os, "getuid") and st.st_uid != os.getuid():
-            raise CacheError(
-                f"kernelbay cache directory {d!r} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); "
-                f"refusing to load code from it. Set {ENV_DIR} to a directory of your own"
+            raise self._refuse(f"{path!r} is not a directory; set {ENV_DIR} elsewhere")
+        uid = _uid()
+        if uid is not None and st.st_uid != uid:
+            raise self._refuse(
+                f"{path!r} belongs to uid {st.st_uid}, not to you (uid {uid}); refusing to load code from it. "
+                f"Set {ENV_DIR} to a directory of your own"
             )
-        if st.st_mode & 0o077:
+        if uid is not None and st.st_mode & 0o022:
+            who = "group and others" if st.st_mode & 0o022 == 0o022 else ("group" if st.st_mode & 0o020 else "others")
+            raise self._refuse(
+                f"{path!r} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o}); kernelbay does not load code "
+                f"from a directory others can change, and does not change the mode of a directory you chose. "
+                f"Run `chmod go-w {path}` or set {ENV_DIR} to a private directory (kernelbay creates its own 0700)"
+            )
+
+    def _open_root(self, create: bool) -> int | None:
+        d = self.directory
+        for attempt in (0, 1):
             try:
-                os.chmod(d, 0o700)
-            except OSError:
+                fd = os.open(d, _O_DIR)
+            except FileNotFoundError:
+                if not create or attempt:
+                    return None
+                try:
+                    os.makedirs(os.path.dirname(d), exist_ok=True)
+                    os.mkdir(d, 0o700)  # 0700 from the start; the umask can only take bits away
+                except FileExistsError:
+                    pass
+                except OSError as exc:
+                    raise self._refuse(f"cannot create it: {exc.strerror}; set {ENV_DIR} to a writable directory") from exc
+                continue
+            except OSError as exc:
+                if os.path.islink(d):
+                    raise self._refuse(
+                        f"it was replaced by a symbolic link (to {os.readlink(d)!r}) after this process resolved "
+                        f"it; kernelbay does not follow it. Remove the link or set {ENV_DIR}"
+                    ) from exc
+                if isinstance(exc, NotADirectoryError):
+                    raise self._refuse(f"it is not a directory; set {ENV_DIR} elsewhere") from exc
+                raise self._refuse(f"cannot open it: {exc.strerror}; set {ENV_DIR} to a directory of your own") from exc
+            try:
+                self._check_dir(fd, d)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+        return None
+
+    @contextlib.contextmanager
+    def _root(self, create: bool = True) -> Iterator[int | None]:
+        fd = self._open_root(create)
+        try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _open_sub(self, root: int, name: str, create: bool) -> int | None:
+        try:
+            fd = os.open(name, _O_DIR, dir_fd=root)
+        except FileNotFoundError:
+            if not create:
+                return None
+            try:
+                os.mkdir(name, 0o700, dir_fd=root)
+            except FileExistsError:
                 pass
-        self._ready = True
+            fd = os.open(name, _O_DIR, dir_fd=root)
+        except OSError as exc:
+            raise self._refuse(
+                f"its subdirectory {name!r} is a symbolic link or not a directory; kernelbay does not write "
+                "through links. Run `kernelbay cache clear` to remove it"
+            ) from exc
+        try:
+            self._check_dir(fd, os.path.join(self.directory, name))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def path_for(self, key: str) -> str:
         if not key or any(c not in "0123456789abcdef" for c in key):
@@ -146,23 +235,39 @@ class DiskCache:
     # --- read and write ---------------------------------------------------------------
 
     def get(self, key: str) -> CacheEntry | None:
-        """The entry for ``key`` if present and intact; a damaged entry is deleted."""
-        self._ensure_dir()
+        """The entry for ``key`` if present and intact; a damaged or foreign entry is deleted."""
         path = self.path_for(key)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
-            return None
-        entry = self._decode(key, path, data)
-        if entry is None:
-            self._discard(path)
-            return None
-        try:
-            os.utime(path)  # least-recently-used order
-        except OSError:
-            pass
-        return entry
+        name = key + _SUFFIX
+        with self._root() as root:
+            assert root is not None
+            sub = self._open_sub(root, key[:2], create=False)
+            if sub is None:
+                return None
+            try:
+                try:
+                    fd = os.open(name, _O_READ, dir_fd=sub)
+                except FileNotFoundError:
+                    return None
+                except OSError:  # a link (ELOOP) or worse: never followed, removed
+                    _unlink(name, sub)
+                    return None
+                with os.fdopen(fd, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    uid = _uid()
+                    if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid) or st.st_mode & 0o022:
+                        entry = None
+                    else:
+                        entry = self._decode(key, path, f.read())
+                        if entry is not None and os.utime in os.supports_fd:
+                            try:
+                                os.utime(f.fileno())  # least-recently-used order
+                            except OSError:
+                                pass
+                if entry is None:
+                    _unlink(name, sub)
+                return entry
+            finally:
+                os.close(sub)
 
     @staticmethod
     def _decode(key: str, path: str, data: bytes) -> CacheEntry | None:
@@ -186,74 +291,121 @@ class DiskCache:
         """Store ``payload`` under ``key`` atomically; returns the entry's path.
 
         Cache write failures (disk full, read-only) are not the user's problem: they are
-        swallowed and the compiled result is still used, uncached.
+        swallowed and the compiled result is still used, uncached. A directory that fails its
+        checks raises :class:`CacheError`.
         """
-        self._ensure_dir()
         path = self.path_for(key)
         head = json.dumps({"schema": SCHEMA, "key": key, "meta": dict(meta or {})}, sort_keys=True).encode()
         body = head + payload
         blob = _HEADER.pack(_MAGIC, len(head), len(payload)) + body + hashlib.sha256(body).digest()
-        sub = os.path.dirname(path)
-        try:
-            os.makedirs(sub, mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX, dir=sub)
+        with self._root() as root:
+            assert root is not None
             try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(blob)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                self._discard(tmp)
-                raise
-        except OSError:
-            return path
+                sub = self._open_sub(root, key[:2], create=True)
+            except OSError as exc:
+                if isinstance(exc, CacheError):
+                    raise
+                return path
+            assert sub is not None
+            tmp = f".tmp-{secrets.token_hex(8)}{_SUFFIX}"
+            try:
+                fd = os.open(tmp, _O_NEW, 0o600, dir_fd=sub)
+                try:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(blob)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    os.replace(tmp, key + _SUFFIX, src_dir_fd=sub, dst_dir_fd=sub)
+                except BaseException:
+                    _unlink(tmp, sub)
+                    raise
+            except OSError:
+                return path
+            finally:
+                os.close(sub)
         self._evict(keep=path)
         return path
 
-    @staticmethod
-    def _discard(path: str) -> None:
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        """Hold the lock of ``key``'s subdirectory: one process compiles, the others wait.
+
+        Where locking is impossible (no ``fcntl``, a read-only directory) this holds nothing.
+        """
         try:
-            os.unlink(path)
-        except OSError:
-            pass
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            yield
+            return
+        fd = -1
+        try:
+            with self._root() as root:
+                assert root is not None
+                sub = self._open_sub(root, key[:2], create=True)
+                assert sub is not None
+                try:
+                    fd = os.open(_LOCK, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=sub)
+                finally:
+                    os.close(sub)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            log.debug("compile lock for %s not taken: %s", key[:12], exc)
+            if fd >= 0:
+                os.close(fd)
+                fd = -1
+        try:
+            yield
+        finally:
+            if fd >= 0:
+                os.close(fd)  # releases the flock
 
     # --- housekeeping -----------------------------------------------------------------
 
+    def _walk(self, root: int) -> Iterator[tuple[str, str, os.stat_result]]:
+        """``(subdirectory, name, lstat)`` of every entry file, links never followed."""
+        for sub in sorted(os.listdir(root)):
+            if not _is_sub(sub):
+                continue
+            try:
+                fd = self._open_sub(root, sub, create=False)
+            except (CacheError, OSError):
+                continue
+            if fd is None:
+                continue
+            try:
+                for n in os.listdir(fd):
+                    if n.endswith(_SUFFIX) and not n.startswith(".tmp-"):
+                        try:
+                            st = os.stat(n, dir_fd=fd, follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if stat.S_ISREG(st.st_mode):
+                            yield sub, n, st
+            finally:
+                os.close(fd)
+
     def entries(self) -> list[tuple[str, int, float]]:
         """``(path, size, last use)`` of every entry."""
-        out: list[tuple[str, int, float]] = []
-        try:
-            subs = os.listdir(self.directory)
-        except OSError:
-            return out
-        for sub in subs:
-            d = os.path.join(self.directory, sub)
-            try:
-                names = os.listdir(d)
-            except OSError:
-                continue
-            for n in names:
-                if n.endswith(_SUFFIX) and not n.startswith(".tmp-"):
-                    p = os.path.join(d, n)
-                    try:
-                        st = os.stat(p)
-                    except OSError:
-                        continue
-                    out.append((p, st.st_size, st.st_mtime))
-        return out
+        with self._root(create=False) as root:
+            if root is None:
+                return []
+            return [(os.path.join(self.directory, s, n), st.st_size, st.st_mtime) for s, n, st in self._walk(root)]
 
     def _evict(self, keep: str | None = None) -> None:
-        with self._lock:
-            items = self.entries()
-            total = sum(s for _, s, _ in items)
+        with self._lock, self._root() as root:
+            assert root is not None
+            items = list(self._walk(root))
+            total = sum(st.st_size for _, _, st in items)
             if total <= self.max_bytes:
                 return
-            for p, s, _ in sorted(items, key=lambda e: e[2]):
-                if p == keep:
+            for s, n, st in sorted(items, key=lambda e: e[2].st_mtime):
+                if os.path.join(self.directory, s, n) == keep:
                     continue
-                self._discard(p)
-                total -= s
+                fd = self._open_sub(root, s, create=False)
+                if fd is not None:
+                    _unlink(n, fd)
+                    os.close(fd)
+                total -= st.st_size
                 if total <= self.max_bytes:
                     break
 
@@ -267,18 +419,70 @@ class DiskCache:
         }
 
     def clear(self) -> int:
-        """Delete every entry; returns how many."""
-        items = self.entries()
-        for p, _, _ in items:
-            self._discard(p)
-        return len(items)
+        """Delete every entry (and stray links, temporary and lock files); returns how many entries.
+
+        Links are removed, never followed.
+
+        :raises CacheError: when something could not be deleted, saying how much and why.
+        """
+        removed = 0
+        failed: list[str] = []
+        with self._root(create=False) as root:
+            if root is None:
+                return 0
+            for sub in os.listdir(root):
+                if not _is_sub(sub):
+                    continue
+                try:
+                    st = os.stat(sub, dir_fd=root, follow_symlinks=False)
+                    if not stat.S_ISDIR(st.st_mode):  # a link or a file where a subdirectory belongs
+                        os.unlink(sub, dir_fd=root)
+                        continue
+                    fd = self._open_sub(root, sub, create=False)
+                except (CacheError, OSError) as exc:
+                    failed.append(f"{sub}: {exc}")
+                    continue
+                if fd is None:
+                    continue
+                try:
+                    for n in os.listdir(fd):
+                        if not (n.endswith(_SUFFIX) or n == _LOCK):
+                            continue
+                        try:
+                            os.unlink(n, dir_fd=fd)
+                        except FileNotFoundError:
+                            continue
+                        except OSError as exc:
+                            failed.append(f"{sub}/{n}: {exc.strerror}")
+                            continue
+                        removed += n.endswith(_SUFFIX) and not n.startswith(".tmp-")
+                finally:
+                    os.close(fd)
+        if failed:
+            raise CacheError(
+                f"could not clear the kernelbay cache {self.directory!r}: {len(failed)} item(s) remain "
+                f"({'; '.join(failed[:3])}{'...' if len(failed) > 3 else ''}); {removed} entries were deleted. "
+                "Check the directory's permissions"
+            )
+        return removed
+
+
+def _unlink(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
 
 
 _default: dict[tuple[str, str | None], DiskCache] = {}
+_warned: set[str] = set()
 
 
 def default_cache() -> DiskCache:
-    """The process's cache for the directory and limit currently configured."""
+    """The process's cache for the directory and limit currently configured.
+
+    :raises SettingError: when ``KERNELBAY_CACHE_MAX_BYTES`` or ``KERNELBAY_CACHE_DIR`` is malformed.
+    """
     k = (cache_dir(), os.environ.get(ENV_MAX))
     c = _default.get(k)
     if c is None:
@@ -286,18 +490,27 @@ def default_cache() -> DiskCache:
     return c
 
 
+def _warn(exc: BaseException) -> None:
+    msg = str(exc)
+    if msg not in _warned:
+        _warned.add(msg)
+        log.warning("compiling without the disk cache: %s", msg)
+
+
 def lookup(key: str) -> tuple[DiskCache | None, CacheEntry | None]:
     """``(cache, entry)`` for ``key`` in the default cache, for callers that must work without one:
-    ``(None, None)`` when the cache cannot be used at all, ``(cache, None)`` on a miss or an
-    unreadable entry. Pair with :func:`store`."""
-    try:
-        cache = default_cache()
-    except (CacheError, OSError):
-        return None, None
+    ``(None, None)`` when the cache cannot be used at all (logged once as a warning on the
+    ``kernelbay.cache`` logger), ``(cache, None)`` on a miss or an unreadable entry. Pair with
+    :func:`store`.
+
+    :raises SettingError: for a malformed setting: a user's mistake is reported, not worked around.
+    """
+    cache = default_cache()
     try:
         return cache, cache.get(key)
-    except (CacheError, OSError):
-        return cache, None
+    except (CacheError, OSError) as exc:
+        _warn(exc)
+        return None, None
 
 
 def store(cache: DiskCache | None, key: str, payload: bytes, meta: Mapping[str, Any] | None = None) -> None:
@@ -307,5 +520,35 @@ def store(cache: DiskCache | None, key: str, payload: bytes, meta: Mapping[str, 
         return
     try:
         cache.put(key, payload, meta)
+    except (CacheError, OSError) as exc:
+        _warn(exc)
+
+
+@contextlib.contextmanager
+def locked(cache: DiskCache | None, key: str) -> Iterator[None]:
+    """Hold ``key``'s compile lock in ``cache`` (from :func:`lookup`); nothing when there is no cache.
+
+    Use it around "look again, else compile and store", so that N processes on a cold cache
+    compile once::
+
+        cache, hit = lookup(key)
+        if hit is None:
+            with locked(cache, key):
+                hit = cache.get(key) if cache else None   # another process may have made it
+                ...compile, store(cache, key, image)...
+    """
+    if cache is None:
+        yield
+        return
+    with cache.lock(key):  # never raises for a lock it cannot take: it holds nothing then
+        yield
+
+
+def recheck(cache: DiskCache | None, key: str) -> CacheEntry | None:
+    """``cache.get(key)`` that never raises (the second look inside :func:`locked`)."""
+    if cache is None:
+        return None
+    try:
+        return cache.get(key)
     except (CacheError, OSError):
-        pass
+        return None

@@ -16,6 +16,7 @@ __all__ = [
     "NoDeviceError",
     "InvalidArgumentError",
     "ArgumentTypeError",
+    "SettingError",
     "UseAfterFreeError",
     "UnsupportedError",
     "CompileError",
@@ -68,6 +69,13 @@ class InvalidArgumentError(KernelbayError, ValueError):
 
 class ArgumentTypeError(InvalidArgumentError, TypeError):
     """A value passed by the caller has the wrong type (a float where a buffer is expected...)."""
+
+
+class SettingError(InvalidArgumentError):
+    """A ``KERNELBAY_*`` environment variable holds a value kernelbay cannot use.
+
+    The message names the variable, the value, and the form it accepts.
+    """
 
 
 class UseAfterFreeError(InvalidArgumentError):

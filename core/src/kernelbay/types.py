@@ -188,9 +188,23 @@ class Array(Buffer):
         Backends whose memory the host can address (cpu) return a view that shares memory;
         the others return a copy (after waiting for queued work that writes this array).
         """
-        from . import _api
+        import numpy as np
 
-        return _api.to_numpy(self)
+        self.checked_handle()
+        view = self._b.host_view(self)
+        if view is not None:
+            return view
+        out = np.empty(self.shape, self.dtype)
+        self._b.copy(out, self, self.nbytes, None)
+        return out
+
+    def _clone(self) -> Array:
+        """A new array on the same device with the same contents (through the backend binding)."""
+        b = self._b
+        self.checked_handle()
+        out = Array(self.device, self.nbytes, b.allocate(self.device, self.nbytes), b, self.shape, self.dtype)
+        b.copy(out, self, self.nbytes, None)
+        return out
 
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
@@ -216,9 +230,7 @@ class Array(Buffer):
             host = self.numpy()
             return host.__dlpack__() if max_version is None else host.__dlpack__(max_version=max_version)
         if copy:
-            from . import _api
-
-            src = _api.copy(_api.empty(self.shape, self.dtype, self.device), self)
+            src = self._clone()
         return src._b.to_dlpack(src, stream, max_version)
 
     def __dlpack_device__(self) -> tuple[int, int]:

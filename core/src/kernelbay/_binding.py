@@ -1,0 +1,164 @@
+"""Fast-path binding: a backend's hooks resolved once for direct calls.
+
+For each backend the core resolves every hook once into a :class:`Binding`: when the backend
+is the only implementation and no extension wraps the hook, the binding holds the backend's
+plain function, so a launch costs one Python call. While an extension wraps a hook, the
+binding calls through pluggy so the wrapper runs. Bindings are rebuilt on every register or
+unregister (:meth:`kernelbay._plugins.Runtime.rebind_all`).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .errors import BackendBrokenError, BackendUnavailableError, UnsupportedError
+from .types import BackendSpec, Device
+
+ENV_BACKENDS = "KERNELBAY_BACKENDS"
+
+#: Hooks every backend must implement.
+REQUIRED_HOOKS = (
+    "kernelbay_backend",
+    "kernelbay_devices",
+    "kernelbay_allocate",
+    "kernelbay_free",
+    "kernelbay_copy",
+    "kernelbay_compile",
+    "kernelbay_launch",
+    "kernelbay_synchronize",
+)
+#: Every hook, in the order of hookspecs.py.
+ALL_HOOKS = tuple(n for n in vars(hookspecs) if n.startswith("kernelbay_"))
+
+
+def _hook_attr(hook: str) -> str:
+    attr = hook.removeprefix("kernelbay_")
+    # Binding.devices() is the cached probe; the raw hook is kept as devices_hook.
+    return "devices_hook" if attr == "devices" else attr
+
+
+class Binding:
+    """A backend's hooks resolved for direct calls: ``binding.launch(kernel, grid, ...)``.
+
+    Attribute names are the hook names without the ``kernelbay_`` prefix; the arguments are
+    the spec's, positionally.
+    """
+
+    __slots__ = ("name", "plugin", "spec", "distribution", "_devices", "_devices_error", "_lock", "wrapped") + tuple(
+        _hook_attr(n) for n in ALL_HOOKS
+    )
+
+    def __init__(self, name: str, plugin: object, distribution: str | None) -> None:
+        self.name = name
+        self.plugin = plugin
+        self.distribution = distribution
+        self.spec: BackendSpec | None = None
+        self._devices: tuple[Device, ...] | None = None
+        self._devices_error: BaseException | None = None
+        self._lock = threading.Lock()
+        self.wrapped = False
+
+    def devices(self) -> tuple[Device, ...]:
+        """Probe once; the result (or the reason there are none) is kept for the process."""
+        if self._devices is None and self._devices_error is None:
+            with self._lock:
+                if self._devices is None and self._devices_error is None:
+                    self._probe()
+        if self._devices_error is not None:
+            raise self._devices_error
+        assert self._devices is not None
+        return self._devices
+
+    def forget_probe(self) -> None:
+        with self._lock:
+            self._devices = None
+            self._devices_error = None
+
+    def _probe(self) -> None:
+        label = self.distribution or self.name
+        try:
+            found = self.devices_hook()
+        except BackendUnavailableError as exc:
+            err = BackendUnavailableError(f"{label}: {exc}")
+            err.__cause__ = exc
+            self._devices_error = err
+            return
+        except Exception as exc:
+            self._devices_error = broken(self.name, label, "its device probe failed", exc)
+            return
+        devices = tuple(found or ())
+        bad = [d for d in devices if not isinstance(d, Device) or d.backend != self.name]
+        idx = [d.index for d in devices if isinstance(d, Device)]
+        if bad or idx != list(range(len(devices))):
+            self._devices_error = BackendBrokenError(
+                f"backend {self.name!r} ({label}) announced invalid devices {devices!r}: expected "
+                f"Device(backend={self.name!r}, index=0..n-1); report this to its authors"
+            )
+            return
+        if not devices:
+            self._devices_error = BackendUnavailableError(f"{label}: the backend found no device")
+            return
+        self._devices = devices
+
+
+def broken(name: str, label: str, what: str, exc: BaseException) -> BackendBrokenError:
+    """A :class:`BackendBrokenError` for ``what`` went wrong, ``exc`` chained."""
+    detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    err = BackendBrokenError(
+        f"backend {name!r} ({label}) is broken: {what}: {detail}. "
+        f"Reinstall or upgrade {label}, or leave it out with {ENV_BACKENDS}."
+    )
+    err.__cause__ = exc
+    return err
+
+
+def bind(pm: pluggy.PluginManager, b: Binding, others: list[object], argnames: dict[str, tuple[str, ...]]) -> None:
+    """Resolve every hook of ``b`` (plain function where possible, else through pluggy)."""
+    wrapped = False
+    for hook in ALL_HOOKS:
+        names = argnames[hook]
+        caller = pm.subset_hook_caller(hook, remove_plugins=others)
+        impls = caller.get_hookimpls()
+        own = [i for i in impls if i.plugin is b.plugin]
+        attr = _hook_attr(hook)
+        if not own:
+            fn: Callable[..., Any] = _unsupported(b.name, hook)
+        elif len(impls) == 1 and not (impls[0].wrapper or impls[0].hookwrapper) and tuple(impls[0].argnames) == names:
+            fn = impls[0].function
+        else:
+            fn = _through_pluggy(caller, names)
+            wrapped = wrapped or len(impls) > 1
+        setattr(b, attr, fn)
+    b.wrapped = wrapped
+
+
+def _through_pluggy(caller: Any, argnames: tuple[str, ...]) -> Callable[..., Any]:
+    def call(*args: Any) -> Any:
+        return caller(**dict(zip(argnames, args)))
+
+    return call
+
+
+_OPTIONAL_DEFAULTS: dict[str, Callable[..., Any]] = {
+    # No host view: the core copies instead.
+    "kernelbay_host_view": lambda array: None,
+    # No external adoption: asarray falls back to numpy.
+    "kernelbay_from_external": lambda obj, device: None,
+}
+
+
+def _unsupported(backend: str, hook: str) -> Callable[..., Any]:
+    if hook in _OPTIONAL_DEFAULTS:
+        return _OPTIONAL_DEFAULTS[hook]
+    what = hook.removeprefix("kernelbay_").replace("_", " ")
+
+    def unsupported(*_args: Any) -> Any:
+        raise UnsupportedError(f"backend {backend!r} does not support {what}; use another device for this")
+
+    return unsupported

@@ -1,0 +1,223 @@
+"""Backend discovery and isolation.
+
+* Discovery reads entry-point metadata only (group ``kernelbay.backends``); a backend module
+  is imported the first time something needs more than its name.
+* Each backend is loaded, registered with the runtime's pluggy ``PluginManager`` and checked on
+  its own. Whatever goes wrong (import error, hook that does not match its spec, wrong API
+  version, probe that raises) marks *that* backend broken, with the chained cause; the others
+  go on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import attrs
+
+from . import hookspecs
+from ._binding import ALL_HOOKS, ENV_BACKENDS, REQUIRED_HOOKS, Binding, broken
+from .errors import BackendBrokenError, BackendNotInstalledError, BackendUnavailableError
+from .types import BackendSpec, Device
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._plugins import Runtime
+
+ENTRY_POINT_GROUP = "kernelbay.backends"
+_FIRST_PARTY = ("cpu", "cuda", "tpu")
+
+
+def _runtime() -> Runtime:
+    from ._plugins import runtime
+
+    return runtime
+
+
+@attrs.define(eq=False)
+class Backend:
+    """An installed backend as ``kb.backends()`` lists it.
+
+    Listing reads metadata only; ``status``, ``reason``, ``priority``, ``languages`` and
+    ``devices`` load and probe the backend on first access.
+
+    :ivar name: the backend's name (``cuda``).
+    :ivar distribution: the distribution that provides it (``kernelbay-cuda``), if known.
+    :ivar version: that distribution's version, if known.
+    :ivar target: the entry point's object reference (``kernelbay_cuda.plugin``).
+    """
+
+    name: str
+    distribution: str | None
+    version: str | None
+    target: str
+    _load: Callable[[], object] = attrs.field(repr=False)
+    _binding: Binding | None = attrs.field(default=None, repr=False, init=False)
+    _error: BaseException | None = attrs.field(default=None, repr=False, init=False)
+
+    @property
+    def label(self) -> str:
+        return self.distribution or self.name
+
+    @property
+    def status(self) -> str:
+        """``available``, ``unavailable`` (healthy, nothing to run on) or ``broken``."""
+        try:
+            _runtime().load(self.name).devices()
+        except BackendUnavailableError:
+            return "unavailable"
+        except BackendBrokenError:
+            return "broken"
+        return "available"
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the backend is unavailable or broken (with ``__cause__``), else ``None``."""
+        try:
+            _runtime().load(self.name).devices()
+        except (BackendUnavailableError, BackendBrokenError) as exc:
+            return exc
+        return None
+
+    @property
+    def reason(self) -> str | None:
+        err = self.error
+        return None if err is None else str(err)
+
+    @property
+    def spec(self) -> BackendSpec | None:
+        try:
+            return _runtime().load(self.name).spec
+        except BackendBrokenError:
+            return None
+
+    @property
+    def priority(self) -> int | None:
+        s = self.spec
+        return None if s is None else s.priority
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        s = self.spec
+        return () if s is None else s.languages
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        try:
+            return _runtime().load(self.name).devices()
+        except (BackendUnavailableError, BackendBrokenError):
+            return ()
+
+
+def allowlist() -> set[str] | None:
+    raw = os.environ.get(ENV_BACKENDS)
+    if raw is None:
+        return None
+    return {p.strip() for p in raw.split(",") if p.strip()}
+
+
+def installed_names(extra: dict[str, Backend]) -> list[str]:
+    """Every installed backend's name, allowed or not."""
+    from importlib.metadata import entry_points
+
+    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} | set(extra))
+
+
+def discover() -> dict[str, Backend]:
+    """Installed backends allowed by KERNELBAY_BACKENDS, by name. Imports nothing."""
+    from importlib.metadata import entry_points
+
+    allowed = allowlist()
+    found: dict[str, Backend] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if allowed is not None and ep.name not in allowed:
+            continue
+        if ep.name in found:  # two distributions claim one name: the first wins, visibly
+            continue
+        dist = getattr(ep, "dist", None)
+        found[ep.name] = Backend(
+            name=ep.name,
+            distribution=dist.metadata["Name"] if dist is not None else None,
+            version=dist.version if dist is not None else None,
+            target=ep.value,
+            load=ep.load,
+        )
+    return found
+
+
+def not_installed(name: str, installed: list[str]) -> BackendNotInstalledError:
+    allowed = allowlist()
+    if name in installed and allowed is not None:
+        return BackendNotInstalledError(
+            f"backend {name!r} is installed but {ENV_BACKENDS}={os.environ.get(ENV_BACKENDS)!r} "
+            f"leaves it out; add it there or unset {ENV_BACKENDS}"
+        )
+    have = ", ".join(installed) or "none"
+    how = f"`pip install 'kernelbay[{name}]'`" if name in _FIRST_PARTY else f"`pip install kernelbay-{name}`"
+    return BackendNotInstalledError(
+        f"backend {name!r} is not installed (installed: {have}); install it with {how}, "
+        "or pick another with KERNELBAY_DEVICE"
+    )
+
+
+def load(rt: Runtime, rec: Backend) -> Binding:
+    """Import, register and check one backend; returns its binding (not yet in ``rt.bindings``).
+
+    :raises BackendBrokenError: whatever went wrong, the cause chained; nothing stays registered.
+    """
+    label = rec.label
+    try:
+        plugin = rec._load()
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise broken(rec.name, label, f"importing {rec.target} failed", exc) from exc
+    pm = rt.pm
+    try:
+        pm.register(plugin, name=f"backend:{rec.name}")
+    except Exception as exc:
+        raise broken(rec.name, label, "its hooks do not match kernelbay's hookspecs", exc) from exc
+    try:
+        try:
+            pm.check_pending()
+        except Exception as exc:
+            raise broken(rec.name, label, "it implements a hook kernelbay does not define", exc) from exc
+        have = {h for h in ALL_HOOKS if any(i.plugin is plugin for i in getattr(pm.hook, h).get_hookimpls())}
+        missing = [h for h in REQUIRED_HOOKS if h not in have]
+        if missing:
+            raise BackendBrokenError(
+                f"backend {rec.name!r} ({label}) is broken: it lacks the required hooks "
+                f"{', '.join(missing)}; report this to its authors"
+            )
+        b = Binding(rec.name, plugin, rec.distribution)
+        rt.bind(b)
+        try:
+            spec = b.backend()
+        except Exception as exc:
+            raise broken(rec.name, label, "kernelbay_backend() raised", exc) from exc
+        check_spec(rec, spec)
+        b.spec = spec
+    except BaseException:
+        pm.unregister(plugin)
+        raise
+    return b
+
+
+def check_spec(rec: Backend, spec: object) -> None:
+    label = rec.label
+    if not isinstance(spec, BackendSpec):
+        raise BackendBrokenError(
+            f"backend {rec.name!r} ({label}) is broken: kernelbay_backend() returned "
+            f"{spec!r}, not a kernelbay.types.BackendSpec"
+        )
+    if spec.api_version != hookspecs.API_VERSION:
+        raise BackendBrokenError(
+            f"backend {rec.name!r} ({label} {rec.version or ''}) was built for kernelbay API "
+            f"version {spec.api_version}, but this kernelbay provides version "
+            f"{hookspecs.API_VERSION}; install versions of kernelbay and {label} that match"
+        )
+    if spec.name != rec.name:
+        raise BackendBrokenError(
+            f"backend {rec.name!r} ({label}) is broken: it calls itself {spec.name!r}; the "
+            "entry-point name and BackendSpec.name must agree"
+        )
