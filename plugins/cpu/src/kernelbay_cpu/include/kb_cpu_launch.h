@@ -140,7 +140,7 @@ inline int run_threads_(void** args, long gx, long gy, long gz, long bx, long by
 }
 
 template <auto F>
-inline int run_threads(void** args, long gx, long gy, long gz, long bx, long by, long bz) {
+inline int run_threads(void** args, long gx, long gy, long gz, long bx, long by, long bz, long /*shmem*/) {
     return run_threads_<F>(args, gx, gy, gz, bx, by, bz, std::make_index_sequence<sig<decltype(F)>::n>{});
 }
 
@@ -160,7 +160,7 @@ inline int run_blocks_(void** args, long gx, long gy, long gz, long bx, long by,
 }
 
 template <auto F>
-inline int run_blocks(void** args, long gx, long gy, long gz, long bx, long by, long bz) {
+inline int run_blocks(void** args, long gx, long gy, long gz, long bx, long by, long bz, long /*shmem*/) {
     return run_blocks_<F>(args, gx, gy, gz, bx, by, bz, std::make_index_sequence<sig<decltype(F)>::n>{});
 }
 
