@@ -341,17 +341,8 @@ inline std::uint64_t warp_op(int op, unsigned mask, std::uint64_t val, int arg, 
                  "exited; a warp operation's mask may name only lanes that reach it",
                  s.block.x, s.block.y, s.block.z, op_name(op), base_name(file), line, mask, l, o.x, o.y, o.z);
         }
-        if (st == F_WARP) {
-            const Lane& o = s.lane[base + l];
-            if (o.mask != mask || o.op != op)
-                fail("block (%u,%u,%u): warp %d: lane %d calls %s at %s:%d with mask 0x%08x while lane %d waits "
-                     "in %s at %s:%d with mask 0x%08x; the lanes a mask names must all call the same warp "
-                     "operation with the same mask",
-                     s.block.x, s.block.y, s.block.z, t >> 5, lane, op_name(op), base_name(file), line, mask, l,
-                     op_name(o.op), base_name(o.file), o.line, o.mask);
-        } else {
-            all = false;
-        }
+        // A lane waiting with another mask is in another group (legal divergence): not here yet.
+        if (st != F_WARP || s.lane[base + l].mask != mask || s.lane[base + l].op != op) all = false;
     }
     if (all) warp_complete(s, base, mask, op);
     else wait_here(s, F_WARP, line, file);
