@@ -248,8 +248,9 @@ class Module:
         self.lib = lib
         lib.kb_error_message.restype = ctypes.c_char_p
         lib.kb_set_threads(_driver.threads())
-        lib.kb_set_fiber_stack(ctypes.c_longlong(_driver.fiber_stack()))
         fibers = source.lang == "cuda" and needs_fibers(source)
+        if source.lang == "cuda":
+            lib.kb_set_fiber_stack(ctypes.c_longlong(_driver.fiber_stack()))
         self.kernels = {n: KernelHandle(lib, i, n, source.lang, fibers) for i, n in enumerate(names)}
 
 
