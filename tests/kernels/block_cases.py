@@ -110,7 +110,7 @@ __global__ void softmax_rows(const float* x, float* y, int cols) {
     const float* row = x + (long)blockIdx.x * cols;
     float* out = y + (long)blockIdx.x * cols;
     int t = threadIdx.x;
-    float m = -INFINITY;
+    float m = __int_as_float(0xff800000);  // -inf, without <cmath> under NVRTC
     for (int c = t; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
     red[t] = m;
     __syncthreads();
