@@ -8,12 +8,12 @@ namespace cooperative_groups {
 
 namespace details {
 inline unsigned linear_tid() {
-    const auto& t = ::kb_cpu::cur_threadIdx;
-    const auto& d = ::kb_cpu::cur_blockDim;
+    const auto& t = ::kb_threadIdx;
+    const auto& d = ::kb_blockDim;
     return t.x + d.x * (t.y + d.y * t.z);
 }
 inline unsigned block_size() {
-    const auto& d = ::kb_cpu::cur_blockDim;
+    const auto& d = ::kb_blockDim;
     return d.x * d.y * d.z;
 }
 // The lanes of the calling thread's tile of `n` threads, clipped to the lanes that exist.
@@ -32,10 +32,10 @@ public:
     unsigned thread_rank() const { return details::linear_tid(); }
     unsigned size() const { return details::block_size(); }
     unsigned num_threads() const { return details::block_size(); }
-    dim3 group_dim() const { return ::kb_cpu::cur_blockDim; }
-    dim3 dim_threads() const { return ::kb_cpu::cur_blockDim; }
-    uint3 group_index() const { return ::kb_cpu::cur_blockIdx; }
-    uint3 thread_index() const { return ::kb_cpu::cur_threadIdx; }
+    dim3 group_dim() const { return ::kb_blockDim; }
+    dim3 dim_threads() const { return ::kb_blockDim; }
+    uint3 group_index() const { return ::kb_blockIdx; }
+    uint3 thread_index() const { return ::kb_threadIdx; }
 };
 
 inline thread_block this_thread_block() { return thread_block(); }

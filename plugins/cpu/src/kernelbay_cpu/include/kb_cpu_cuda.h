@@ -33,10 +33,52 @@
 
 using kb_cpu::dim3;
 using kb_cpu::uint3;
-#define threadIdx (static_cast<const ::kb_cpu::uint3&>(::kb_cpu::cur_threadIdx))
-#define blockIdx (static_cast<const ::kb_cpu::uint3&>(::kb_cpu::cur_blockIdx))
-#define blockDim (static_cast<const ::kb_cpu::dim3&>(::kb_cpu::cur_blockDim))
-#define gridDim (static_cast<const ::kb_cpu::dim3&>(::kb_cpu::cur_gridDim))
+// Unqualified on purpose: in a kernel body wrapped in KB_THREADS_BEGIN/END they name the locals
+// declared there; elsewhere the thread_locals the runners set (kb_cpu_launch.h).
+#define threadIdx (static_cast<const ::kb_cpu::uint3&>(kb_threadIdx))
+#define blockIdx (static_cast<const ::kb_cpu::uint3&>(kb_blockIdx))
+#define blockDim (static_cast<const ::kb_cpu::dim3&>(kb_blockDim))
+#define gridDim (static_cast<const ::kb_cpu::dim3&>(kb_gridDim))
+
+// The fast path. kernelbay_cpu.compiler wraps the body of each __global__ function of a kernel
+// without barriers, shared memory or warp operations (and whose source reads threadIdx only in
+// kernel bodies) in KB_THREADS_BEGIN ... KB_THREADS_END, on the lines of its braces. The kernel
+// is then called once per block and runs the block's threads as a loop whose index the compiler
+// sees: the geometry is loop-invariant locals, threadIdx the loop variables, and threads with
+// no barrier between them are independent (CUDA gives them no order), which the loop pragma
+// tells the vectoriser. `return` in the body leaves the lambda: that thread only.
+#if defined(__clang__)
+#define KB_SIMD _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define KB_SIMD _Pragma("GCC ivdep")
+#endif
+#define KB_THREADS_BEGIN                                                            \
+    const ::kb_cpu::dim3 kb_blockDim = ::kb_blockDim, kb_gridDim = ::kb_gridDim;    \
+    const ::kb_cpu::uint3 kb_blockIdx = ::kb_blockIdx;                              \
+    auto kb_thread = [&](const ::kb_cpu::uint3 kb_threadIdx) __attribute__((always_inline)) {
+#define KB_THREAD_LOOP(X_LOOP)                                \
+    for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)     \
+        for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y) \
+            X_LOOP
+// Two copies of the x loop. The first runs for any usual grid (fewer than 2^21 blocks per
+// dimension): its bounds tell the compiler that blockIdx * blockDim + threadIdx cannot wrap, and
+// it counts the global index blockIdx.x * blockDim.x + threadIdx.x itself, so a guard such as
+// `if (i < n)` compares the loop variable and the compiler splits the loop there and vectorises
+// the part before it without masked stores (slow on some CPUs). The second serves larger grids.
+#define KB_X_FAST                                                                               \
+    KB_SIMD for (int kb_g = kb_base; kb_g < kb_base + (int)kb_blockDim.x; ++kb_g)              \
+        kb_thread(::kb_cpu::uint3{(unsigned)(kb_g - kb_base), kb_y, kb_z});
+#define KB_X_PLAIN \
+    KB_SIMD for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) kb_thread(::kb_cpu::uint3{kb_x, kb_y, kb_z});
+#define KB_THREADS_END                                                                      \
+    };                                                                                      \
+    if (kb_blockIdx.x < 2097152u && kb_blockIdx.y < 2097152u && kb_blockIdx.z < 2097152u && \
+        kb_blockDim.x <= 1024u && kb_blockDim.y <= 1024u && kb_blockDim.z <= 64u) {         \
+        const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);                           \
+        KB_THREAD_LOOP(KB_X_FAST)                                                           \
+    } else {                                                                                \
+        KB_THREAD_LOOP(KB_X_PLAIN)                                                          \
+    }
 
 // --- vector types -------------------------------------------------------------------------
 #define KB_VEC(T, N2, N3, N4)                                                   \

@@ -526,7 +526,7 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
         for (int i = 0; i < n; ++i) {
             if (s.state[i] != F_READY) continue;
             s.cur = i;
-            cur_threadIdx = tid_of(s, i);
+            ::kb_threadIdx = tid_of(s, i);
             ctx_switch(s.main, s.ctx[i]);
             ran = true;
             if (s.state[i] == F_DONE) --live;
@@ -558,9 +558,9 @@ inline int run_fibers_(void** args, long gx, long gy, long gz, long bx, long by,
         F(std::get<I>(t)...);
     };
     return for_each_block(gx, gy, gz, [&](uint3 bi) {
-        cur_gridDim = grid;
-        cur_blockDim = block;
-        cur_blockIdx = bi;
+        ::kb_gridDim = grid;
+        ::kb_blockDim = block;
+        ::kb_blockIdx = bi;
         run_block_fibers(body, const_cast<void*>(static_cast<const void*>(&p)), bi, (unsigned)bx, (unsigned)by,
                          (unsigned)bz, shmem);
     });
