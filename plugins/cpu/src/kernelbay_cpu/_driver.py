@@ -25,6 +25,10 @@ from kernelbay.errors import BackendUnavailableError, CompileError, LaunchError
 
 ENV_CXX = "CXX"
 ENV_THREADS = "KERNELBAY_CPU_THREADS"
+ENV_FIBER_STACK = "KERNELBAY_CPU_FIBER_STACK"
+#: Usable stack of each fiber (one per CUDA thread of a block that uses barriers or warps).
+DEFAULT_FIBER_STACK = 128 * 1024
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _CANDIDATES = ("c++", "g++", "clang++")
 NO_COMPILER = "no C++ compiler: install g++ or set CXX"
 PROBE_SCHEMA = "1"
@@ -193,6 +197,25 @@ def threads() -> int:
         from kernelbay.errors import InvalidArgumentError
 
         raise InvalidArgumentError(f"{ENV_THREADS}={raw!r} must be a number of threads >= 1 (or unset)")
+    return n
+
+
+def fiber_stack() -> int:
+    """``KERNELBAY_CPU_FIBER_STACK`` in bytes (a number, optionally with k/m/g), else 128 KiB."""
+    raw = os.environ.get(ENV_FIBER_STACK, "").strip()
+    if not raw:
+        return DEFAULT_FIBER_STACK
+    num, unit = raw.rstrip("kKmMgGbB"), raw[len(raw.rstrip("kKmMgGbB")) :].lower().rstrip("b")
+    try:
+        n = int(num) * _UNITS[unit]
+    except (ValueError, KeyError):
+        n = -1
+    if n < 16384:
+        from kernelbay.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"{ENV_FIBER_STACK}={raw!r} must be a stack size of at least 16384 bytes (e.g. 262144, 256k or 1M)"
+        )
     return n
 
 

@@ -33,27 +33,37 @@ DEFAULT_STD = "-std=c++17"
 DEFAULT_ARCH = "-march=native"
 _FILE = {"cuda": "kernel.cu", "c++": "kernel.cpp"}
 _PRELUDE = {"cuda": "kb_cpu_cuda.h", "c++": "kb_cpu_cxx.h"}
-_HEADERS = ("kb_cpu_launch.h", "kb_cpu_cuda.h", "kb_cpu_cxx.h")
+_HEADERS = (
+    "kb_cpu_launch.h",
+    "kb_cpu_fiber.h",
+    "kb_cpu_cuda.h",
+    "kb_cpu_cxx.h",
+    "cooperative_groups.h",
+    "cooperative_groups/reduce.h",
+)
 
-# --- features the CPU backend cannot honour -----------------------------------------------
+# --- features: what picks the fiber runner, and what the CPU backend cannot honour --------------
 
 _UNSUPPORTED = [
-    (r"\b__syncthreads(?:_count|_and|_or)?\b", "__syncthreads (block barrier)"),
-    (r"\b__shared__\b", "__shared__ memory"),
-    (r"\b__syncwarp\b", "__syncwarp (warp intrinsic)"),
-    (r"\b__shfl\w*", "__shfl* (warp shuffle intrinsic)"),
-    (r"\b__ballot\w*", "__ballot* (warp vote intrinsic)"),
-    (r"\b__(?:any|all|uni)(?:_sync)?\s*\(", "__any/__all (warp vote intrinsic)"),
-    (r"\b__activemask\b", "__activemask (warp intrinsic)"),
-    (r"\b__match_\w+", "__match_* (warp intrinsic)"),
-    (r"\b__reduce_\w+_sync\b", "__reduce_*_sync (warp intrinsic)"),
-    (r"\bwarpSize\b", "warpSize (warps)"),
-    (r"\bcooperative_groups\b", "cooperative_groups"),
-    (r"\b(?:tex[123]D\w*|texture\s*<|surf[123]D\w*)", "textures and surfaces"),
+    (r"\b(?:this_grid|grid_group|this_multi_grid|multi_grid_group)\b", "grid-wide cooperative groups (this_grid)"),
+    (r"\b(?:coalesced_threads|coalesced_group|labeled_partition|binary_partition)\b",
+     "coalesced/labeled cooperative groups"),
+    (r"\b(?:tex[123]D\w*|texture\s*<|surf[123]D\w*|cudaTextureObject_t|cudaSurfaceObject_t)", "textures and surfaces"),
     (r"\basm\b|\b__asm__\b", "inline PTX assembly (asm)"),
     (r"<<<", "launching kernels from device code (<<< >>>)"),
 ]
 _UNSUPPORTED_RE = [(re.compile(p), what) for p, what in _UNSUPPORTED]
+
+#: Anything that needs the threads of a block to run together: such kernels run as fibers.
+_BLOCK_FEATURES_RE = re.compile(
+    r"\b(?:__syncthreads\w*|__shared__|__syncwarp|__shfl\w*|__ballot\w*|__any_sync|__all_sync|__uni_sync"
+    r"|__activemask|__match_\w+|__reduce_\w+_sync|cooperative_groups)\b"
+)
+_EXTERN_SHARED_RE = re.compile(
+    r"\bextern\s+(?:__shared__\s+((?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+)?"
+    r"|(?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+__shared__\s+)"
+    r"(?P<type>[A-Za-z_][\w:<>,\s]*?[\w>])\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
+)
 _STRIP_RE = re.compile(
     r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""",
     re.S,
@@ -65,19 +75,22 @@ def strip_comments_and_strings(text: str) -> str:
 
     def blank(m: re.Match[str]) -> str:
         s = m.group(0)
-        if s.startswith("/") :
+        if s.startswith("/"):
             return re.sub(r"[^\n]", " ", s)
         return s[0] + re.sub(r"[^\n]", " ", s[1:-1]) + s[-1]
 
     return _STRIP_RE.sub(blank, text)
 
 
+def _texts(source: Source) -> list[tuple[str, str]]:
+    return [(_FILE["cuda"], source.text), *sorted(source.headers.items())]
+
+
 def check_features(source: Source) -> None:
     """Refuse CUDA features the CPU backend cannot run correctly, naming each and its line."""
-    texts = [(_FILE["cuda"], source.text), *sorted(source.headers.items())]
     found: list[tuple[str, str, int]] = []
     lines: set[int] = set()
-    for fname, text in texts:
+    for fname, text in _texts(source):
         clean = strip_comments_and_strings(text)
         for rx, what in _UNSUPPORTED_RE:
             m = rx.search(clean)
@@ -89,13 +102,99 @@ def check_features(source: Source) -> None:
     if found:
         where = "; ".join(f"{what} at {fname}:{ln}" for what, fname, ln in found)
         raise CompileError(
-            f"the cpu backend cannot run this kernel correctly: it uses {where}. The cpu backend runs the "
-            "threads of a block one after another, so block barriers, shared memory and warp intrinsics have no "
-            "correct meaning there; write a variant without them (or a 'c++' Source) for cpu, or pick a "
-            "CUDA device",
+            f"the cpu backend cannot run this kernel: it uses {where}. Write a variant without it for cpu "
+            "(or a 'c++' Source), or pick a CUDA device",
             source=source.text,
             lines=lines,
         )
+
+
+def needs_fibers(source: Source) -> bool:
+    """Whether a cuda source uses barriers, shared memory, warp operations or cooperative groups."""
+    return any(_BLOCK_FEATURES_RE.search(strip_comments_and_strings(t)) for _, t in _texts(source))
+
+
+_BUILTIN_RE = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim)\b")
+
+
+def _kernel_bodies(clean: str) -> list[tuple[int, int]] | None:
+    """``(open, close)`` brace offsets of each ``__global__`` function body, or None when one
+    cannot be delimited (a declaration without a body is skipped)."""
+    bodies = []
+    for m in _GLOBAL_RE.finditer(clean):
+        depth, i = 0, m.end() - 1
+        while i < len(clean):  # the parameter list's closing parenthesis
+            depth += {"(": 1, ")": -1}.get(clean[i], 0)
+            if depth == 0:
+                break
+            i += 1
+        j = i + 1
+        while j < len(clean) and clean[j].isspace():
+            j += 1
+        if j >= len(clean) or clean[j] != "{":
+            if j < len(clean) and clean[j] == ";":
+                continue
+            return None
+        depth, k = 0, j
+        while k < len(clean):
+            depth += {"{": 1, "}": -1}.get(clean[k], 0)
+            if depth == 0:
+                break
+            k += 1
+        if k >= len(clean):
+            return None
+        bodies.append((j, k))
+    return bodies
+
+
+def wrap_thread_loops(source: Source, text: str) -> str | None:
+    """``text`` with each kernel body wrapped in KB_THREADS_BEGIN/END (see kb_cpu_cuda.h), or None
+    when that is not safe: a function other than a kernel, or a header, reads threadIdx and its
+    kin (it would see the thread_locals, which the thread loop does not set)."""
+    if any(_BUILTIN_RE.search(strip_comments_and_strings(t)) for _, t in sorted(source.headers.items())):
+        return None
+    clean = strip_comments_and_strings(text)
+    bodies = _kernel_bodies(clean)
+    if not bodies:
+        return None
+    outside = clean
+    for a, b in bodies:
+        outside = outside[:a] + " " * (b - a) + outside[b:]
+    if _BUILTIN_RE.search(outside):
+        return None
+    out, pos = [], 0
+    for a, b in bodies:
+        out.append(text[pos : a + 1] + " KB_THREADS_BEGIN " + text[a + 1 : b] + " KB_THREADS_END ")
+        pos = b
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def rewrite_extern_shared(text: str) -> str:
+    """``extern __shared__ T name[];`` made a pointer to the launch's dynamic shared memory.
+
+    Inside a function it becomes a local ``T* name``; at file scope, where it stands alone on its
+    line, a ``#define``. Line numbers are kept, so diagnostics still point at the user's lines.
+    """
+    clean = strip_comments_and_strings(text)
+    out: list[str] = []
+    pos = 0
+    for m in _EXTERN_SHARED_RE.finditer(clean):
+        t, name = " ".join(m.group("type").split()), m.group("name")
+        ptr = f"reinterpret_cast<{t}*>(::kb_cpu::dyn_shared())"
+        depth = clean.count("{", 0, m.start()) - clean.count("}", 0, m.start())
+        line_start = clean.rfind("\n", 0, m.start()) + 1
+        line_end = clean.find("\n", m.end())
+        line_end = len(clean) if line_end < 0 else line_end
+        alone = not clean[line_start : m.start()].strip() and not clean[m.end() : line_end].strip()
+        if depth == 0 and alone:
+            repl = f"#define {name} ({ptr})"
+        else:
+            repl = f"{t}* const {name} = {ptr};"
+        out.append(text[pos : m.start()] + repl)
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
 
 
 # --- flags ------------------------------------------------------------------------------
@@ -131,6 +230,10 @@ def flags(options: Sequence[str], tc: _driver.Toolchain) -> list[str]:
         out.append(arch)
     if openmp:
         out.append("-fopenmp")
+    # A GPU raises no floating-point traps: without them the compiler may compute a guarded
+    # `if (i < n) y[i] = a * x[i]` for every lane and mask the store, i.e. vectorise it.
+    if "-ftrapping-math" not in extra:
+        out.append("-fno-trapping-math")
     return [*out, "-shared", "-fPIC", "-fvisibility=hidden", *extra]
 
 
@@ -166,8 +269,7 @@ def entries(source: Source) -> list[str]:
     return names
 
 
-def _launcher(lang: str, names: list[str]) -> str:
-    runner = "run_threads" if lang == "cuda" else "run_blocks"
+def _launcher(lang: str, names: list[str], runner: str) -> str:
     parts = ["\n// --- generated by kernelbay_cpu ---"]
     for i, n in enumerate(names):
         parts.append(
@@ -176,8 +278,8 @@ static constexpr auto kb_entry_{i} = &{n};
 extern "C" __attribute__((visibility("default"))) int kb_info_{i}(long long* sizes, char* kinds, int cap) {{
     return kb_cpu::sig<decltype(kb_entry_{i})>::info(sizes, kinds, cap);
 }}
-extern "C" __attribute__((visibility("default"))) int kb_launch_{i}(void** a, const int* g) {{
-    return kb_cpu::{runner}<kb_entry_{i}>(a, g[0], g[1], g[2], g[3], g[4], g[5]);
+extern "C" __attribute__((visibility("default"))) int kb_launch_{i}(void** a, const int* g, int shmem) {{
+    return kb_cpu::{runner}<kb_entry_{i}>(a, g[0], g[1], g[2], g[3], g[4], g[5], shmem);
 }}"""
         )
     return "\n".join(parts) + "\n"
@@ -205,7 +307,10 @@ class Module:
         self.lib = lib
         lib.kb_error_message.restype = ctypes.c_char_p
         lib.kb_set_threads(_driver.threads())
-        self.kernels = {n: KernelHandle(lib, i, n, source.lang) for i, n in enumerate(names)}
+        fibers = source.lang == "cuda" and needs_fibers(source)
+        if source.lang == "cuda":
+            lib.kb_set_fiber_stack(ctypes.c_longlong(_driver.fiber_stack()))
+        self.kernels = {n: KernelHandle(lib, i, n, source.lang, fibers) for i, n in enumerate(names)}
 
 
 _modules = OnceMap()  # (source, device index) -> Module
@@ -222,13 +327,19 @@ def _build(source: Source) -> Module:
     if not isinstance(source.code, str):
         raise InvalidArgumentError(f"a {source.lang!r} Source must be text, not {type(source.code).__name__}")
     names = entries(source)
+    text, runner = source.text, "run_blocks"
     if source.lang == "cuda":
         check_features(source)
+        if needs_fibers(source):
+            text, runner = rewrite_extern_shared(text), "run_fibers"
+        else:
+            wrapped = wrap_thread_loops(source, text)
+            text, runner = (text, "run_threads") if wrapped is None else (wrapped, "run_blocks")
     tc = _driver.toolchain()
     fl = flags(source.options, tc)
     pre = preludes()
     fname = _FILE[source.lang]
-    main = f'#include "{_PRELUDE[source.lang]}"\n#include "{fname}"\n' + _launcher(source.lang, names)
+    main = f'#include "{_PRELUDE[source.lang]}"\n#include "{fname}"\n' + _launcher(source.lang, names, runner)
     key = make_key(
         backend="cpu",
         compiler=" ".join(tc.argv),
@@ -240,6 +351,7 @@ def _build(source: Source) -> Module:
         extra={
             "lang": source.lang,
             "main": main,
+            "text": text,
             **{f"prelude:{k}": v for k, v in pre.items()},
             **{f"header:{k}": v for k, v in source.headers.items()},
         },
@@ -250,7 +362,7 @@ def _build(source: Source) -> Module:
             return Module(_driver.load_library(hit.payload), names, source)
         except CompileError:
             pass  # a cached image that no longer loads: rebuild it
-    image = _run_compiler(tc, fl, source, fname, main, pre)
+    image = _run_compiler(tc, fl, source, text, fname, main, pre)
     store(cache, key, image, {"backend": "cpu", "entries": names, "compiler": tc.version})
     return Module(_driver.load_library(image), names, source)
 
@@ -259,10 +371,10 @@ _DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s*(?:fatal )?
 
 
 def _run_compiler(
-    tc: _driver.Toolchain, fl: list[str], source: Source, fname: str, main: str, pre: dict[str, str]
+    tc: _driver.Toolchain, fl: list[str], source: Source, text: str, fname: str, main: str, pre: dict[str, str]
 ) -> bytes:
     with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-build-") as d:
-        files = {**pre, **dict(source.headers), fname: source.text, "kb_main.cpp": main}
+        files = {**pre, **dict(source.headers), fname: text, "kb_main.cpp": main}
         for n, text in files.items():
             p = os.path.join(d, n)
             os.makedirs(os.path.dirname(p), exist_ok=True)

@@ -21,6 +21,9 @@ from . import _driver
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
+#: Dynamic shared memory a launch may ask for: CUDA's default per-block limit, so a launch that
+#: works here works on a GPU too (Device.properties["max_shared_memory_per_block"]).
+MAX_SHARED_MEMORY_PER_BLOCK = 48 * 1024
 
 _INT_TYPES = {
     ("i", 1): ctypes.c_int8,
@@ -45,10 +48,12 @@ def _describe(kind: str, size: int) -> str:
 class KernelHandle:
     """One entry of a compiled module: its native launcher and its parameters."""
 
-    def __init__(self, lib: ctypes.CDLL, index: int, name: str, lang: str) -> None:
+    def __init__(self, lib: ctypes.CDLL, index: int, name: str, lang: str, fibers: bool = False) -> None:
         self.lib = lib
         self.name = name
         self.lang = lang
+        #: whether the kernel's threads run as fibers (it uses barriers, shared memory or warps)
+        self.fibers = fibers
         info = getattr(lib, f"kb_info_{index}")
         cap = 256
         sizes = (ctypes.c_longlong * cap)()
@@ -229,10 +234,7 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_me
                 _geometries.clear()
             _geometries[grid, block] = geom
     if shared_mem:
-        raise InvalidArgumentError(
-            f"launch of {ln.name!r} asks for {shared_mem} bytes of dynamic shared memory; the cpu backend has no "
-            "shared memory (pass shared_mem=0)"
-        )
+        _check_shared_mem(ln.name, shared_mem)
     if len(args) != ln.n:
         raise InvalidArgumentError(f"kernel {ln.name!r} takes {ln.n} arguments ({_signature(h)}), got {len(args)}")
     lock = h._lock
@@ -240,16 +242,24 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_me
         try:
             for conv, a, s in zip(ln.convs, args, h._slots):
                 conv(a, s)
-            status = ln.fn(h._argv, geom)
+            status = ln.fn(h._argv, geom, shared_mem)
         finally:
             lock.release()
     else:  # another thread is launching this kernel: private slots
         slots, argv = h._new_slots()
         for conv, a, s in zip(ln.convs, args, slots):
             conv(a, s)
-        status = ln.fn(argv, geom)
+        status = ln.fn(argv, geom, shared_mem)
     if status:
         _driver.check(status, ln.lib, ln.name)
+
+
+def _check_shared_mem(name: str, shared_mem: Any) -> None:
+    if type(shared_mem) is not int or not 0 <= shared_mem <= MAX_SHARED_MEMORY_PER_BLOCK:
+        raise InvalidArgumentError(
+            f"launch of {name!r} asks for {shared_mem!r} bytes of dynamic shared memory; the cpu backend allows "
+            f"0 to {MAX_SHARED_MEMORY_PER_BLOCK} per block (Device.properties['max_shared_memory_per_block'])"
+        )
 
 
 def _signature(h: KernelHandle) -> str:

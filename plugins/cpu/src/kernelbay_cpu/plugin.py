@@ -47,6 +47,8 @@ def kernelbay_devices() -> Sequence[Device]:
                 "max_threads_per_block": launcher.MAX_THREADS_PER_BLOCK,
                 "max_block": launcher.MAX_BLOCK,
                 "max_grid": launcher.MAX_GRID,
+                "max_shared_memory_per_block": launcher.MAX_SHARED_MEMORY_PER_BLOCK,
+                "warp_size": 32,
             },
         )
     ]

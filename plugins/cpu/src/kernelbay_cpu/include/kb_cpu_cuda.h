@@ -1,9 +1,11 @@
 // kernelbay CPU backend: the prelude that makes CUDA C++ kernel source compile for the host.
-// Blocks run in parallel on the host's cores; the threads of a block run one after another,
-// so everything here is correct for that model. What cannot be (__syncthreads, __shared__,
-// warp intrinsics) is refused before compiling, by kernelbay_cpu.compiler.
+// Blocks run in parallel on the host's cores. A kernel without barriers, shared memory or warp
+// operations runs a block's threads one after another (kb_cpu::run_threads); one with them runs
+// each thread as a fiber (kb_cpu::run_fibers, kb_cpu_fiber.h). kernelbay_cpu.compiler picks the
+// runner from the source, and refuses what neither can run (textures, asm, device launches).
 #pragma once
 #include "kb_cpu_launch.h"
+#include "kb_cpu_fiber.h"
 
 #include <algorithm>
 #include <cassert>
@@ -19,6 +21,9 @@
 #define __forceinline__ __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __constant__
+// One instance per block: every fiber of a block runs on the OS thread that runs the block.
+#define __shared__ alignas(16) static thread_local
+#define __align__(n) alignas(n)
 #define __managed__
 #define __launch_bounds__(...)
 #define __grid_constant__
@@ -28,10 +33,52 @@
 
 using kb_cpu::dim3;
 using kb_cpu::uint3;
-#define threadIdx (static_cast<const ::kb_cpu::uint3&>(::kb_cpu::cur_threadIdx))
-#define blockIdx (static_cast<const ::kb_cpu::uint3&>(::kb_cpu::cur_blockIdx))
-#define blockDim (static_cast<const ::kb_cpu::dim3&>(::kb_cpu::cur_blockDim))
-#define gridDim (static_cast<const ::kb_cpu::dim3&>(::kb_cpu::cur_gridDim))
+// Unqualified on purpose: in a kernel body wrapped in KB_THREADS_BEGIN/END they name the locals
+// declared there; elsewhere the thread_locals the runners set (kb_cpu_launch.h).
+#define threadIdx (static_cast<const ::kb_cpu::uint3&>(kb_threadIdx))
+#define blockIdx (static_cast<const ::kb_cpu::uint3&>(kb_blockIdx))
+#define blockDim (static_cast<const ::kb_cpu::dim3&>(kb_blockDim))
+#define gridDim (static_cast<const ::kb_cpu::dim3&>(kb_gridDim))
+
+// The fast path. kernelbay_cpu.compiler wraps the body of each __global__ function of a kernel
+// without barriers, shared memory or warp operations (and whose source reads threadIdx only in
+// kernel bodies) in KB_THREADS_BEGIN ... KB_THREADS_END, on the lines of its braces. The kernel
+// is then called once per block and runs the block's threads as a loop whose index the compiler
+// sees: the geometry is loop-invariant locals, threadIdx the loop variables, and threads with
+// no barrier between them are independent (CUDA gives them no order), which the loop pragma
+// tells the vectoriser. `return` in the body leaves the lambda: that thread only.
+#if defined(__clang__)
+#define KB_SIMD _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define KB_SIMD _Pragma("GCC ivdep")
+#endif
+#define KB_THREADS_BEGIN                                                            \
+    const ::kb_cpu::dim3 kb_blockDim = ::kb_blockDim, kb_gridDim = ::kb_gridDim;    \
+    const ::kb_cpu::uint3 kb_blockIdx = ::kb_blockIdx;                              \
+    auto kb_thread = [&](const ::kb_cpu::uint3 kb_threadIdx) __attribute__((always_inline)) {
+#define KB_THREAD_LOOP(X_LOOP)                                \
+    for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)     \
+        for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y) \
+            X_LOOP
+// Two copies of the x loop. The first runs for any usual grid (fewer than 2^21 blocks per
+// dimension): its bounds tell the compiler that blockIdx * blockDim + threadIdx cannot wrap, and
+// it counts the global index blockIdx.x * blockDim.x + threadIdx.x itself, so a guard such as
+// `if (i < n)` compares the loop variable and the compiler splits the loop there and vectorises
+// the part before it without masked stores (slow on some CPUs). The second serves larger grids.
+#define KB_X_FAST                                                                               \
+    KB_SIMD for (int kb_g = kb_base; kb_g < kb_base + (int)kb_blockDim.x; ++kb_g)              \
+        kb_thread(::kb_cpu::uint3{(unsigned)(kb_g - kb_base), kb_y, kb_z});
+#define KB_X_PLAIN \
+    KB_SIMD for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) kb_thread(::kb_cpu::uint3{kb_x, kb_y, kb_z});
+#define KB_THREADS_END                                                                      \
+    };                                                                                      \
+    if (kb_blockIdx.x < 2097152u && kb_blockIdx.y < 2097152u && kb_blockIdx.z < 2097152u && \
+        kb_blockDim.x <= 1024u && kb_blockDim.y <= 1024u && kb_blockDim.z <= 64u) {         \
+        const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);                           \
+        KB_THREAD_LOOP(KB_X_FAST)                                                           \
+    } else {                                                                                \
+        KB_THREAD_LOOP(KB_X_PLAIN)                                                          \
+    }
 
 // --- vector types -------------------------------------------------------------------------
 #define KB_VEC(T, N2, N3, N4)                                                   \
@@ -166,3 +213,104 @@ inline unsigned int atomicDec(unsigned int* a, unsigned int v) {
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+// --- block barriers (fiber runner only) ------------------------------------------------------
+inline void __syncthreads(int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    kb_cpu::barrier(kb_cpu::BAR_SYNC, 0, line, file);
+}
+inline int __syncthreads_count(int p, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    return kb_cpu::barrier(kb_cpu::BAR_COUNT, p, line, file);
+}
+inline int __syncthreads_and(int p, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    return kb_cpu::barrier(kb_cpu::BAR_AND, p, line, file);
+}
+inline int __syncthreads_or(int p, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    return kb_cpu::barrier(kb_cpu::BAR_OR, p, line, file);
+}
+
+// --- warp intrinsics: a rendezvous of the lanes the mask names ---------------------------------
+constexpr int warpSize = 32;
+
+namespace kb_cpu {
+template <class T>
+inline std::uint64_t to_bits(T v) {
+    static_assert(sizeof(T) <= 8, "warp shuffles move values of at most 8 bytes");
+    std::uint64_t b = 0;
+    std::memcpy(&b, &v, sizeof(T));
+    return b;
+}
+template <class T>
+inline T from_bits(std::uint64_t b) {
+    T v;
+    std::memcpy(&v, &b, sizeof(T));
+    return v;
+}
+template <class T>
+inline T shfl(int op, unsigned mask, T v, int arg, int width, int line, const char* file) {
+    return from_bits<T>(warp_op(op, mask, to_bits(v), arg, width, line, file));
+}
+}  // namespace kb_cpu
+
+inline void __syncwarp(unsigned mask = 0xffffffffu, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    kb_cpu::warp_op(kb_cpu::W_SYNC, mask, 0, 0, 32, line, file);
+}
+template <class T>
+inline T __shfl_sync(unsigned mask, T v, int src, int width = warpSize, int line = __builtin_LINE(),
+                     const char* file = __builtin_FILE()) {
+    return kb_cpu::shfl(kb_cpu::W_SHFL, mask, v, src, width, line, file);
+}
+template <class T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = warpSize, int line = __builtin_LINE(),
+                        const char* file = __builtin_FILE()) {
+    return kb_cpu::shfl(kb_cpu::W_UP, mask, v, (int)d, width, line, file);
+}
+template <class T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = warpSize, int line = __builtin_LINE(),
+                          const char* file = __builtin_FILE()) {
+    return kb_cpu::shfl(kb_cpu::W_DOWN, mask, v, (int)d, width, line, file);
+}
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize, int line = __builtin_LINE(),
+                         const char* file = __builtin_FILE()) {
+    return kb_cpu::shfl(kb_cpu::W_XOR, mask, v, lane_mask, width, line, file);
+}
+inline unsigned __ballot_sync(unsigned mask, int p, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    return (unsigned)kb_cpu::warp_op(kb_cpu::W_BALLOT, mask, p != 0, 0, 32, line, file);
+}
+inline int __any_sync(unsigned mask, int p, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    return __ballot_sync(mask, p, line, file) != 0;
+}
+inline int __all_sync(unsigned mask, int p, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    return __ballot_sync(mask, p, line, file) == mask;
+}
+inline int __uni_sync(unsigned mask, int p, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    const unsigned b = __ballot_sync(mask, p, line, file);
+    return b == 0 || b == mask;
+}
+// The lanes of the calling warp that have not exited (see the plugin README).
+inline unsigned __activemask() { return (unsigned)kb_cpu::warp_op(kb_cpu::W_ACTIVE, 0, 0, 0, 32, 0, ""); }
+template <class T>
+inline unsigned __match_any_sync(unsigned mask, T v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    return (unsigned)kb_cpu::warp_op(kb_cpu::W_MATCH_ANY, mask, kb_cpu::to_bits(v), 0, 32, line, file);
+}
+template <class T>
+inline unsigned __match_all_sync(unsigned mask, T v, int* pred, int line = __builtin_LINE(),
+                                 const char* file = __builtin_FILE()) {
+    const unsigned r = (unsigned)kb_cpu::warp_op(kb_cpu::W_MATCH_ALL, mask, kb_cpu::to_bits(v), 0, 32, line, file);
+    *pred = r != 0;
+    return r;
+}
+#define KB_REDUCE(name, T, op)                                                                          \
+    inline T name(unsigned mask, T v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) { \
+        return (T)kb_cpu::warp_op(op, mask, (std::uint32_t)v, 0, 32, line, file);                       \
+    }
+KB_REDUCE(__reduce_add_sync, unsigned, kb_cpu::W_ADD)
+KB_REDUCE(__reduce_add_sync, int, kb_cpu::W_ADD)
+KB_REDUCE(__reduce_min_sync, unsigned, kb_cpu::W_MIN_U)
+KB_REDUCE(__reduce_min_sync, int, kb_cpu::W_MIN_S)
+KB_REDUCE(__reduce_max_sync, unsigned, kb_cpu::W_MAX_U)
+KB_REDUCE(__reduce_max_sync, int, kb_cpu::W_MAX_S)
+KB_REDUCE(__reduce_and_sync, unsigned, kb_cpu::W_AND)
+KB_REDUCE(__reduce_or_sync, unsigned, kb_cpu::W_OR)
+KB_REDUCE(__reduce_xor_sync, unsigned, kb_cpu::W_XOR_R)
+#undef KB_REDUCE

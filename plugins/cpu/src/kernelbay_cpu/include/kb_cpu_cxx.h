@@ -7,7 +7,7 @@
 namespace kb {
 using kb_cpu::dim3;
 using kb_cpu::uint3;
-inline const uint3& blockIdx() { return kb_cpu::cur_blockIdx; }
-inline const dim3& blockDim() { return kb_cpu::cur_blockDim; }
-inline const dim3& gridDim() { return kb_cpu::cur_gridDim; }
+inline const uint3& blockIdx() { return ::kb_blockIdx; }
+inline const dim3& blockDim() { return ::kb_blockDim; }
+inline const dim3& gridDim() { return ::kb_gridDim; }
 }  // namespace kb

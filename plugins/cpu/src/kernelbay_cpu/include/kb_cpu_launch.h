@@ -26,14 +26,21 @@ struct dim3 {
     constexpr operator uint3() const { return uint3{x, y, z}; }
 };
 
+}  // namespace kb_cpu
+
 // The running block and thread. thread_local: the blocks of a grid run on several cores.
 // Each on its own cache line: cheap insurance against false sharing between the dynamic TLS
 // blocks of two threads (not measured to matter). Kept as separate variables: grouped in one
 // struct, GCC no longer keeps them apart from the kernel's stores and saxpy got 4x slower.
-alignas(64) static thread_local uint3 cur_threadIdx;
-alignas(64) static thread_local uint3 cur_blockIdx;
-alignas(64) static thread_local dim3 cur_blockDim;
-alignas(64) static thread_local dim3 cur_gridDim;
+// In the global namespace, under the names the cuda prelude's threadIdx/blockIdx/... macros use
+// unqualified: a kernel body run by KB_THREADS_BEGIN declares locals of the same names, which
+// the compiler sees as loop variables and invariants (kb_cpu_cuda.h).
+alignas(64) static thread_local kb_cpu::uint3 kb_threadIdx;
+alignas(64) static thread_local kb_cpu::uint3 kb_blockIdx;
+alignas(64) static thread_local kb_cpu::dim3 kb_blockDim;
+alignas(64) static thread_local kb_cpu::dim3 kb_gridDim;
+
+namespace kb_cpu {
 
 static int n_threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else all cores)
 static char error_message[512];
@@ -127,20 +134,20 @@ inline int run_threads_(void** args, long gx, long gy, long gz, long bx, long by
     const typename S::values p = S::load(args, seq);
     const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)gz), block((unsigned)bx, (unsigned)by, (unsigned)bz);
     return for_each_block(gx, gy, gz, [&](uint3 bi) {
-        cur_gridDim = grid;
-        cur_blockDim = block;
-        cur_blockIdx = bi;
+        ::kb_gridDim = grid;
+        ::kb_blockDim = block;
+        ::kb_blockIdx = bi;
         for (unsigned z = 0; z < (unsigned)bz; ++z)
             for (unsigned y = 0; y < (unsigned)by; ++y)
                 for (unsigned x = 0; x < (unsigned)bx; ++x) {
-                    cur_threadIdx = uint3{x, y, z};
+                    ::kb_threadIdx = uint3{x, y, z};
                     F(std::get<I>(p)...);
                 }
     });
 }
 
 template <auto F>
-inline int run_threads(void** args, long gx, long gy, long gz, long bx, long by, long bz) {
+inline int run_threads(void** args, long gx, long gy, long gz, long bx, long by, long bz, long /*shmem*/) {
     return run_threads_<F>(args, gx, gy, gz, bx, by, bz, std::make_index_sequence<sig<decltype(F)>::n>{});
 }
 
@@ -152,15 +159,15 @@ inline int run_blocks_(void** args, long gx, long gy, long gz, long bx, long by,
     const typename S::values p = S::load(args, seq);
     const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)gz), block((unsigned)bx, (unsigned)by, (unsigned)bz);
     return for_each_block(gx, gy, gz, [&](uint3 bi) {
-        cur_gridDim = grid;
-        cur_blockDim = block;
-        cur_blockIdx = bi;
+        ::kb_gridDim = grid;
+        ::kb_blockDim = block;
+        ::kb_blockIdx = bi;
         F(std::get<I>(p)...);
     });
 }
 
 template <auto F>
-inline int run_blocks(void** args, long gx, long gy, long gz, long bx, long by, long bz) {
+inline int run_blocks(void** args, long gx, long gy, long gz, long bx, long by, long bz, long /*shmem*/) {
     return run_blocks_<F>(args, gx, gy, gz, bx, by, bz, std::make_index_sequence<sig<decltype(F)>::n>{});
 }
 

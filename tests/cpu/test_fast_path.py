@@ -1,0 +1,86 @@
+"""The fast path (kernels without barriers, shared memory or warps): a kernel body runs as a loop
+over the block's threads. Early returns, multi-dimensional blocks, device functions that read
+threadIdx (which keep the per-thread runner), and huge grids all give numpy's answers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import kernelbay as kb
+from kernelbay_cpu import compiler
+
+EARLY_RETURN = r"""
+__global__ void k(int* y, int n);  // a declaration first: it has no body to wrap
+__global__ void k(int* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;              // leaves this thread only
+    if (i % 3 == 0) { y[i] = -1; return; }
+    y[i] = i * 2;
+}
+"""
+
+
+def test_early_return_ends_only_that_thread(cpu):
+    n = 1000
+    k = kb.compile(kb.Source(EARLY_RETURN, lang="cuda", name="k"), cpu)
+    y = kb.asarray(np.full(1024, 7, np.int32), device=cpu)
+    k.launch(4, 256, (y, n))
+    i = np.arange(1024)
+    want = np.where(i >= n, 7, np.where(i % 3 == 0, -1, i * 2))
+    np.testing.assert_array_equal(y.numpy(), want)
+
+
+THREE_D = r"""
+__global__ void k(int* out, int nx, int ny, int nz) {
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    int z = blockIdx.z * blockDim.z + threadIdx.z;
+    if (x < nx && y < ny && z < nz) out[(z * ny + y) * nx + x] = x + 100 * y + 10000 * z + gridDim.x * 1000000;
+}
+"""
+
+
+def test_three_dimensional_blocks(cpu):
+    nx, ny, nz = 13, 7, 5
+    k = kb.compile(kb.Source(THREE_D, lang="cuda", name="k"), cpu)
+    out = kb.asarray(np.zeros(nx * ny * nz, np.int32), device=cpu)
+    k.launch((4, 3, 2), (4, 3, 3), (out, nx, ny, nz))
+    z, y, x = np.meshgrid(np.arange(nz), np.arange(ny), np.arange(nx), indexing="ij")
+    np.testing.assert_array_equal(out.numpy().reshape(nz, ny, nx), x + 100 * y + 10000 * z + 4 * 1000000)
+
+
+DEVICE_READS_THREADIDX = r"""
+__device__ int my_index() { return blockIdx.x * blockDim.x + threadIdx.x; }
+__global__ void k(int* y) { y[my_index()] = my_index() * 3; }
+"""
+
+
+def test_device_function_reading_threadidx_keeps_the_per_thread_runner(cpu):
+    src = kb.Source(DEVICE_READS_THREADIDX, lang="cuda", name="k")
+    assert compiler.wrap_thread_loops(src, src.text) is None
+    assert compiler.wrap_thread_loops(kb.Source(EARLY_RETURN, lang="cuda", name="k"), EARLY_RETURN) is not None
+    k = kb.compile(src, cpu)
+    y = kb.asarray(np.zeros(512, np.int32), device=cpu)
+    k.launch(2, 256, (y,))
+    np.testing.assert_array_equal(y.numpy(), np.arange(512) * 3)
+
+
+def test_wrapping_keeps_line_numbers():
+    src = kb.Source(EARLY_RETURN, lang="cuda", name="k")
+    wrapped = compiler.wrap_thread_loops(src, src.text)
+    assert wrapped is not None and wrapped.count("\n") == EARLY_RETURN.count("\n")
+    assert wrapped.count("KB_THREADS_BEGIN") == 1
+
+
+def test_grid_past_two_million_blocks(cpu):
+    # blocks past 2^21 take the loop without the no-wrap bounds
+    src = r"""
+__global__ void k(unsigned* y) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (blockIdx.x >= 2097150u) y[i - 2097150u * 2u] = i;
+}
+"""
+    k = kb.compile(kb.Source(src, lang="cuda", name="k"), cpu)
+    y = kb.asarray(np.zeros(8, np.uint32), device=cpu)
+    k.launch(2097154, 2, (y,))
+    np.testing.assert_array_equal(y.numpy(), 2097150 * 2 + np.arange(8))
