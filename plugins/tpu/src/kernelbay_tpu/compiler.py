@@ -15,7 +15,7 @@ from typing import Any
 from kernelbay.errors import CompileError
 from kernelbay.types import Device, Source
 
-from . import _call
+
 
 META_KEYS = frozenset({
     "outputs", "inplace", "block_specs", "scratch_shapes", "compiler_params", "cost_estimate",
@@ -207,7 +207,9 @@ class PallasKernel:
 
         :param grid: the Pallas grid (default: ``meta['grid_spec']``'s, else ``()``).
         """
-        return _call.call_jax(self, args, kwargs, grid)
+        from ._jaxfn import call_jax
+
+        return call_jax(self, args, kwargs, grid)
 
     def lower(self, grid: Any, args: Sequence[Any]) -> Any:
         """``jax.jit(...).lower(...)`` of the call a launch with these arguments runs
