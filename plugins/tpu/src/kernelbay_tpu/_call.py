@@ -183,6 +183,8 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
 
     def padded(p: int) -> Any:
         s = sig[p]
+        if s[0] == "x":
+            return jax.ShapeDtypeStruct((1,), s[1])
         if p not in k.pad:
             return s[2] if s[1] is None else jax.tree_util.tree_unflatten(s[1], list(s[2]))
         if s[1] is not None:
