@@ -15,8 +15,11 @@ from typing import Any
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, UseAfterFreeError
 from kernelbay.types import Array, Buffer, Device, Kernel
 
-from . import _call, _driver
+from . import _call
 from .allocator import Unset, layout, materialize
+
+
+_NOTHING = object()
 
 
 class _Last:
@@ -210,21 +213,31 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
     ins = [i for i in range(n) if i not in k.outputs and (i in arrays or i in k.scalars)]
     outs = sorted(i for i in arrays if i in k.outputs or i in k.inplace)
     check = " and ".join(f"type(a{i}) is Array" for i in arrays) or "True"
+    # Identity with the last launch's arguments (M0, M1, ...) stands for the whole key: an
+    # Array's shape and dtype never change, and a static is the same object. The fast path
+    # therefore keeps the last arguments alive until the kernel's next launch.
+    same = " and ".join(f"a{i} is M{i}" for i in range(n))
+    memo = ", ".join(["MG", "ME"] + [f"M{i}" for i in range(n)])
     operands = ", ".join(f"a{i}.handle" if i in arrays else f"a{i}" for i in ins)
     store = f"({', '.join(f'a{i}.handle' for i in outs)},) = r" if outs else "pass"
     src = f"""
 def fast(grid, args):
+    global {memo}
     if type(args) is dict or len(args) != {n}:
         return False
     {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = args
-    if not ({check}):
-        return False
-    try:
-        e = cache.get(({', '.join(key)},))
-    except TypeError:
-        return False
-    if e is None:
-        return False
+    if {same} and grid == MG:
+        e = ME  # the very arguments of the last launch: the same signature
+    else:
+        if not ({check}):
+            return False
+        try:
+            e = cache.get(({', '.join(key)},))
+        except TypeError:
+            return False
+        if e is None:
+            return False
+        {memo} = grid, e, {', '.join(f'a{i}' for i in range(n))}
     try:
         r = e.fn({operands})
     except Exception as exc:
@@ -233,7 +246,8 @@ def fast(grid, args):
     last.results = r
     return True
 """
-    scope: dict[str, Any] = {"Array": Array, "cache": k.cache, "last": _last, "recover": _recover, "k": k}
+    scope: dict[str, Any] = {"Array": Array, "cache": k.cache, "last": _last, "recover": _recover, "k": k,
+                             "MG": _NOTHING, "ME": None, **{f"M{i}": _NOTHING for i in range(n)}}
     exec(src, scope)  # noqa: S102 - generated from argument positions only
     return scope["fast"]
 
@@ -258,14 +272,11 @@ def synchronize(device: Device, stream: Any) -> None:
     r = _last.results
     if not r:
         return  # nothing launched since the last wait
-    import jax
-
     from kernelbay.errors import LaunchError
 
     _last.results = ()
     try:
-        jax.block_until_ready(r)
-        if _driver.state.interpret:  # interpret mode runs kernels through host callbacks
-            jax.effects_barrier()
+        for a in r:  # each array's own wait: jax.block_until_ready's pytree walk costs more
+            a.block_until_ready()
     except Exception as exc:
         raise LaunchError(f"a Pallas kernel on {device} failed: {exc}") from exc
