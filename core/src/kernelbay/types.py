@@ -418,6 +418,20 @@ class Kernel:
     def name(self) -> str:
         return self.source.name or "<kernel>"
 
+    @property
+    def jax(self) -> Any:
+        """The kernel as a pure JAX function (arrays in, outputs returned), for backends whose
+        compiled kernel offers one (``handle.jax``; the tpu backend's Pallas kernels).
+
+        :raises UnsupportedError: the backend offers no JAX function.
+        """
+        fn = getattr(self.handle, "jax", None)
+        if fn is None:
+            from .errors import UnsupportedError
+
+            raise UnsupportedError(f"kernel {self.name!r} on {self.device} has no JAX function; launch it with .launch()")
+        return fn
+
     def launch(
         self,
         grid: Any = None,

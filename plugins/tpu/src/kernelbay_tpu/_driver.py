@@ -6,16 +6,23 @@ selecting backends never pays for it.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 from kernelbay.errors import BackendUnavailableError
 from kernelbay.types import Device
 
-ENV_INTERPRET = "KERNELBAY_TPU_INTERPRET"
-UNAVAILABLE = "no TPU found; set KERNELBAY_TPU_INTERPRET=1 to run Pallas kernels in interpret mode on the CPU"
+log = logging.getLogger("kernelbay.tpu")
 
-#: Fallback VMEM capacity when the chip cannot tell (interpret mode, older jax).
+ENV_INTERPRET = "KERNELBAY_TPU_INTERPRET"
+UNAVAILABLE = (
+    "no TPU found; set KERNELBAY_TPU_INTERPRET=1 to run Pallas kernels in interpret mode on the CPU "
+    "(KERNELBAY_TPU_INTERPRET=tpu: JAX's TPU interpreter, which poisons uninitialised memory and "
+    "detects out-of-bounds reads)"
+)
+
+#: Fallback VMEM budget when the chip cannot tell (interpret mode, older jax).
 DEFAULT_VMEM_BYTES = 16 * 1024 * 1024
 
 
@@ -23,16 +30,26 @@ class _State:
     """What the probe found. Filled once by :func:`probe`; read on every hot path."""
 
     interpret: bool = False
+    #: what ``pallas_call(interpret=...)`` receives: False, True or ``pltpu.InterpretParams()``
+    interpret_arg: Any = False
     jax_devices: list[Any] = []
+    #: the budget the VMEM check uses when a kernel sets no ``vmem_limit_bytes``
     vmem_bytes: int = DEFAULT_VMEM_BYTES
     vmem_known: bool = False
+    #: what ``vmem_limit_bytes`` may be at most (the chip's capacity; in interpret mode the
+    #: capacity of the chip registered for interpret mode), or 0 when unknown
+    vmem_capacity: int = 0
 
 
 state = _State()
 
 
-def interpret_requested() -> bool:
-    return os.environ.get(ENV_INTERPRET, "").strip().lower() not in ("", "0", "false", "no", "off")
+def interpret_requested() -> str:
+    """``""`` (off), ``"tpu"`` (JAX's TPU interpreter) or ``"1"`` (``interpret=True``)."""
+    v = os.environ.get(ENV_INTERPRET, "").strip().lower()
+    if v in ("", "0", "false", "no", "off"):
+        return ""
+    return "tpu" if v == "tpu" else "1"
 
 
 def probe() -> list[Device]:
@@ -42,9 +59,10 @@ def probe() -> list[Device]:
     """
     tpus = _tpu_devices()
     if tpus:
-        state.interpret = False
+        state.interpret, state.interpret_arg = False, False
         state.jax_devices = tpus
         state.vmem_bytes, state.vmem_known = _vmem_capacity()
+        state.vmem_capacity = state.vmem_bytes if state.vmem_known else 0
         return [
             Device(
                 "tpu",
@@ -59,7 +77,8 @@ def probe() -> list[Device]:
             )
             for i, d in enumerate(tpus)
         ]
-    if not interpret_requested():
+    mode = interpret_requested()
+    if not mode:
         raise BackendUnavailableError(UNAVAILABLE)
     import jax
 
@@ -67,14 +86,50 @@ def probe() -> list[Device]:
     state.interpret = True
     state.jax_devices = [cpu]
     state.vmem_bytes, state.vmem_known = DEFAULT_VMEM_BYTES, False
+    state.vmem_capacity = register_interpret_tpu_info()
+    if mode == "tpu":
+        from jax.experimental.pallas import tpu as pltpu
+
+        state.interpret_arg = pltpu.InterpretParams()
+        what = "JAX's TPU interpreter (KERNELBAY_TPU_INTERPRET=tpu)"
+    else:
+        state.interpret_arg = True
+        what = "Pallas interpret mode (KERNELBAY_TPU_INTERPRET=1)"
     return [
         Device(
             "tpu",
             0,
-            name="Pallas interpret mode on the JAX CPU backend (KERNELBAY_TPU_INTERPRET=1)",
-            properties={"interpret": True, "platform": "cpu", "vmem_bytes": DEFAULT_VMEM_BYTES},
+            name=f"{what} on the JAX CPU backend",
+            properties={
+                "interpret": True,
+                "interpreter": "tpu" if mode == "tpu" else "hlo",
+                "platform": "cpu",
+                "vmem_bytes": DEFAULT_VMEM_BYTES,
+            },
         )
     ]
+
+
+#: The chip whose description interpret mode registers (as Helion does): TPU7x, one core.
+INTERPRET_CHIP = "TPU_7X"
+
+
+def register_interpret_tpu_info() -> int:
+    """Give JAX a TPU description for the CPU platform, so code that asks for one in interpret
+    mode (``emit_pipeline``, ``pltpu.get_tpu_info()``) gets an answer; return its VMEM capacity
+    (0 when this jax has no registry)."""
+    try:
+        from jax._src.pallas.mosaic import tpu_info
+    except ImportError:  # a jax without the registry: emit_pipeline needs a TPU there
+        return 0
+    try:
+        chip = getattr(tpu_info.ChipVersion, INTERPRET_CHIP)
+        info = tpu_info.get_tpu_info_for_chip(chip, 1)
+    except Exception as exc:  # noqa: BLE001 - an older table: leave interpret mode as jax has it
+        log.info("kernelbay-tpu: no %s description in this jax (%s); emit_pipeline needs a TPU", INTERPRET_CHIP, exc)
+        return 0
+    tpu_info.registry.setdefault("cpu", lambda: info)
+    return int(tpu_info.registry["cpu"]().vmem_capacity_bytes)
 
 
 def _tpu_possible() -> bool:

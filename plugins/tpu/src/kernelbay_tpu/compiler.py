@@ -1,9 +1,9 @@
-"""Compile: validate a Pallas Source, and build one jitted ``pallas_call`` per launch signature.
+"""Compile: validate a Pallas Source's ``meta`` against the kernel function.
 
-``kernelbay_compile`` only checks ``Source.meta`` against the kernel function and returns a
-:class:`PallasKernel`. The ``pallas_call`` itself depends on the grid and on the arguments'
-shapes, dtypes and static values, so it is built on the first launch of each such signature
-(:meth:`PallasKernel.build`) and cached on the kernel.
+``kernelbay_compile`` returns a :class:`PallasKernel`. The ``pallas_call`` itself depends on
+the grid and on the arguments' shapes, dtypes and static values, so it is built per such
+signature (:mod:`._call`) and cached on the kernel; :meth:`PallasKernel.jax` (the kernel as a
+pure JAX function) and the buffer-style launch (:mod:`.launcher`) share it.
 """
 
 from __future__ import annotations
@@ -12,34 +12,19 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernelbay.errors import ArgumentTypeError, CompileError, InvalidArgumentError, UseAfterFreeError
-from kernelbay.types import Array, Buffer, Device, Source
-
-from . import _driver
-
-META_KEYS = frozenset({"outputs", "inplace", "block_specs", "scratch_shapes", "compiler_params", "cost_estimate"})
-
-#: Element types a TPU Pallas kernel can take (no 64-bit, no complex).
-TPU_DTYPES = frozenset(
-    {"float32", "bfloat16", "float16", "int32", "uint32", "int16", "uint16", "int8", "uint8", "bool",
-     "float8_e4m3fn", "float8_e5m2"}
-)
+from kernelbay.errors import CompileError
+from kernelbay.types import Device, Source
 
 
-class Entry:
-    """One compiled launch signature: the jitted call and where its operands come from."""
 
-    __slots__ = ("fn", "ins", "outs", "pallas")
-
-    def __init__(self, fn: Any, ins: tuple[int, ...], outs: tuple[int, ...], pallas: Any) -> None:
-        self.fn = fn  # jax.jit(pallas_call) with in-place operands donated
-        self.ins = ins  # argument positions passed to fn, in order
-        self.outs = outs  # argument positions that receive fn's results, in order
-        self.pallas = pallas  # the bare pallas_call, for inspection
+META_KEYS = frozenset({
+    "outputs", "inplace", "block_specs", "scratch_shapes", "compiler_params", "cost_estimate",
+    "grid_spec", "input_output_aliases", "scalars", "pad",
+})
 
 
 class PallasKernel:
-    """A validated Pallas kernel (``Kernel.handle`` on this backend) and its launch cache."""
+    """A validated Pallas kernel (``Kernel.handle`` on this backend) and its call cache."""
 
     def __init__(self, device: Device, source: Source) -> None:
         fn = source.code
@@ -58,21 +43,40 @@ class PallasKernel:
                 f"unknown Source.meta key(s) for pallas: {', '.join(unknown)}; known: {', '.join(sorted(META_KEYS))}"
             )
         self.device = device
-        self.scratch = tuple(meta.get("scratch_shapes") or ())
+        gs = meta.get("grid_spec")
+        if gs is not None and not hasattr(gs, "in_specs"):
+            raise self._error(f"meta['grid_spec'] must be a pl.GridSpec or pltpu.PrefetchScalarGridSpec, not {gs!r}")
+        self.grid_spec = gs
+        self.num_prefetch = int(getattr(gs, "num_scalar_prefetch", 0) or 0)
+        self.default_grid = tuple(getattr(gs, "grid", ()) or ())
+        self.scratch = tuple(meta.get("scratch_shapes") or ()) + tuple(getattr(gs, "scratch_shapes", ()) or ())
         self.compiler_params = meta.get("compiler_params")
         self.cost_estimate = meta.get("cost_estimate")
-        self.params, self.nargs = self._signature(fn)
+        self.params, self.nargs, self.kwonly = self._signature(fn)
         self.outputs = self._positions(meta.get("outputs"), "outputs")
         self.inplace = self._positions(meta.get("inplace"), "inplace")
+        self.scalars = self._positions(meta.get("scalars"), "scalars")
         both = self.outputs & self.inplace
         if both:
             raise self._error(
                 f"argument(s) {self._labels(both)} of {self.name!r} are listed both as outputs (written only) "
                 "and inplace (read and written); list each in one of them"
             )
+        prefetch = frozenset(range(self.num_prefetch))
+        bad = (self.outputs | self.inplace | self.scalars) & prefetch
+        if bad:
+            raise self._error(
+                f"argument(s) {self._labels(bad)} of {self.name!r} are scalar-prefetch arguments (the first "
+                f"{self.num_prefetch}, grid_spec.num_scalar_prefetch): they are read-only SMEM inputs"
+            )
+        self.aliases = self._aliases(meta.get("input_output_aliases"))
         self.specs = self._block_specs(meta.get("block_specs"))
-        self.cache: dict[Any, Entry] = {}
+        self.pad = self._pad(meta.get("pad"))
+        self.cache: dict[Any, Any] = {}  # launch signature -> _call.Entry
+        self.jax_cache: dict[Any, Any] = {}  # k.jax signature -> _call.Entry
         self.fast: Any = None  # the generated launch fast path (launcher._specialise)
+        self.static_seen: dict[int | str, set[Any]] = {}  # static values compiled, per argument
+        self.warned: set[int | str] = set()
 
     def _error(self, message: str) -> CompileError:
         try:
@@ -84,24 +88,30 @@ class PallasKernel:
 
     # --- meta -------------------------------------------------------------------------
 
-    def _signature(self, fn: Any) -> tuple[list[str], int | None]:
+    def _signature(self, fn: Any) -> tuple[list[str], int | None, tuple[str, ...]]:
         try:
             sig = inspect.signature(fn)
         except (TypeError, ValueError):
-            return [], None
+            return [], None, ()
         names: list[str] = []
+        kwonly: list[str] = []
+        var = False
         for p in sig.parameters.values():
             if p.kind is p.VAR_POSITIONAL:
-                return names, None
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                var = True
+            elif p.kind is p.KEYWORD_ONLY:
+                kwonly.append(p.name)
+            elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and not var:
                 names.append(p.name)
+        if var:
+            return names, None, tuple(kwonly)
         n = len(names) - len(self.scratch)
         if n < 0:
             raise self._error(
                 f"kernel {self.name!r} takes {len(names)} arguments but meta has {len(self.scratch)} scratch_shapes; "
                 "scratch refs come after the kernel's own arguments"
             )
-        return names[:n], n
+        return names[:n], n, tuple(kwonly)
 
     def _position(self, item: Any, what: str) -> int:
         if isinstance(item, str):
@@ -124,6 +134,24 @@ class PallasKernel:
             value = (value,)
         return frozenset(self._position(v, what) for v in value)
 
+    def _aliases(self, value: Any) -> dict[int, int]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self._error("meta['input_output_aliases'] maps an input argument to the output argument it shares memory with")
+        out: dict[int, int] = {}
+        for src, dst in value.items():
+            i, o = self._position(src, "input_output_aliases"), self._position(dst, "input_output_aliases")
+            if o not in self.outputs or i in self.outputs or i in self.inplace or i < self.num_prefetch:
+                raise self._error(
+                    f"meta['input_output_aliases'] maps {self._label(i)} to {self._label(o)}: the key must be an "
+                    "input (not in outputs or inplace, not scalar prefetch) and the value an argument in meta['outputs']"
+                )
+            if o in out.values():
+                raise self._error(f"meta['input_output_aliases'] aliases {self._label(o)} to more than one input")
+            out[i] = o
+        return out
+
     def _block_specs(self, value: Any) -> dict[int, Any]:
         if value is None:
             return {}
@@ -138,214 +166,58 @@ class PallasKernel:
             return {i: v for i, v in enumerate(value) if v is not None}
         raise self._error(f"meta['block_specs'] must be a mapping or a sequence, not {type(value).__name__}")
 
-    def _label(self, i: int) -> str:
+    def _pad(self, value: Any) -> dict[int, dict[int, tuple[int, int]]]:
+        """``meta['pad']``: argument -> {dim: multiple or (multiple, extra)} (Helion's pl.ds padding)."""
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self._error("meta['pad'] maps an argument to {dim: multiple} (or {dim: (multiple, extra)})")
+        out: dict[int, dict[int, tuple[int, int]]] = {}
+        for arg, dims in value.items():
+            p = self._position(arg, "pad")
+            if not isinstance(dims, Mapping):
+                raise self._error(f"meta['pad'][{arg!r}] must be a mapping {{dim: multiple}}, not {dims!r}")
+            entry: dict[int, tuple[int, int]] = {}
+            for d, m in dims.items():
+                mult, extra = (m if isinstance(m, tuple) else (m, 0))
+                if not (isinstance(d, int) and isinstance(mult, int) and mult >= 1 and isinstance(extra, int) and extra >= 0):
+                    raise self._error(f"meta['pad'][{arg!r}] entry {d!r}: {m!r} must be dim: multiple >= 1 (or (multiple, extra >= 0))")
+                entry[d] = (mult, extra)
+            out[p] = entry
+        return out
+
+    def _label(self, i: int | str) -> str:
+        if isinstance(i, str):
+            return repr(i)
         return f"{self.params[i]!r} (position {i})" if i < len(self.params) else f"at position {i}"
 
     def _labels(self, positions: Any) -> str:
         return ", ".join(self._label(i) for i in sorted(positions))
 
-    # --- building a launch signature ----------------------------------------------------
+    # --- the kernel as a JAX function ----------------------------------------------------
 
-    def build(self, grid: Any, args: Sequence[Any]) -> Entry:
-        """Validate one launch and build its jitted ``pallas_call`` (the slow path)."""
-        import jax
-        from jax.experimental import pallas as pl
+    def jax(self, *args: Any, grid: Any = None, **kwargs: Any) -> Any:
+        """Call the kernel as a pure JAX function: JAX arrays (or pytrees of them) in, outputs
+        returned. Usable inside ``jax.jit``, ``jax.vmap``, ``jax.grad`` (through
+        ``jax.custom_vjp``). An output-only argument is given as anything with ``shape`` and
+        ``dtype`` (``jax.ShapeDtypeStruct``, or an array, which is not read); in-place arguments
+        are returned as new values. The result is the one output, or a tuple of them in the
+        kernel's argument order. Nothing is donated: wrap the call in ``jax.jit(...,
+        donate_argnums=...)`` to update in place.
 
-        grid_t = normalise_grid(grid)
-        if self.nargs is not None and len(args) != self.nargs:
-            raise InvalidArgumentError(
-                f"kernel {self.name!r} takes {self.nargs} arguments ({', '.join(self.params)}), got {len(args)}"
-            )
-        ins: list[int] = []
-        outs: list[int] = []
-        statics: dict[int, Any] = {}
-        for i, a in enumerate(args):
-            if isinstance(a, Buffer):
-                if a.handle is None:
-                    raise UseAfterFreeError(f"argument {self._label(i)} of {self.name!r} was used after close()")
-                if a.device != self.device:
-                    raise InvalidArgumentError(
-                        f"argument {self._label(i)} of {self.name!r} lives on {a.device}, the kernel on "
-                        f"{self.device}; copy it with kb.asarray(x, device={str(self.device)!r})"
-                    )
-                dt = a.dtype if isinstance(a, Array) else None
-                if dt is not None and dt.name not in TPU_DTYPES:
-                    raise InvalidArgumentError(
-                        f"argument {self._label(i)} of {self.name!r} has dtype {dt}, which TPU Pallas kernels "
-                        f"cannot take; use a 32-bit type (float32 or int32), e.g. kb.asarray(x, dtype='float32')"
-                    )
-                if i in self.outputs or i in self.inplace:
-                    outs.append(i)
-                if i not in self.outputs:
-                    ins.append(i)
-            else:
-                if i in self.outputs or i in self.inplace:
-                    raise ArgumentTypeError(
-                        f"argument {self._label(i)} of {self.name!r} is an output, so it must be a kernelbay "
-                        f"array, not {type(a).__name__}"
-                    )
-                statics[i] = a
-        for i in self.specs:
-            if i >= len(args) or i in statics:
-                raise InvalidArgumentError(f"meta['block_specs'] gives a BlockSpec for {self._label(i)}, which is not an array")
-        check_vmem(self, grid_t, args, ins, outs)
+        :param grid: the Pallas grid (default: ``meta['grid_spec']``'s, else ``()``).
+        """
+        from ._jaxfn import call_jax
 
-        def shape_of(a: Any) -> jax.ShapeDtypeStruct:
-            from .allocator import layout
-
-            shape, dtype = layout(a)
-            return jax.ShapeDtypeStruct(shape, dtype)
-
-        in_pos = {p: k for k, p in enumerate(ins)}
-        out_shape = tuple(shape_of(args[p]) for p in outs)
-        aliases = {in_pos[p]: k for k, p in enumerate(outs) if p in self.inplace}
-        kw: dict[str, Any] = {}
-        if self.specs:
-            whole = pl.BlockSpec()
-            kw["in_specs"] = [self.specs.get(p, whole) for p in ins]
-            kw["out_specs"] = tuple(self.specs.get(p, whole) for p in outs)
-        if self.compiler_params is not None:
-            kw["compiler_params"] = self.compiler_params
-        if self.cost_estimate is not None:
-            kw["cost_estimate"] = self.cost_estimate
-        body = self._body(len(args), ins, outs, statics)
-        call = pl.pallas_call(
-            body,
-            out_shape=out_shape,
-            grid=grid_t,
-            scratch_shapes=self.scratch,
-            input_output_aliases=aliases,
-            interpret=_driver.state.interpret,
-            name=self.name,
-            **kw,
-        )
-        donate = tuple(sorted(aliases))
-        return Entry(jax.jit(call, donate_argnums=donate), tuple(ins), tuple(outs), call)
-
-    def _body(self, nargs: int, ins: list[int], outs: list[int], statics: dict[int, Any]) -> Any:
-        """The kernel pallas_call runs: its refs (inputs, outputs, scratch) put back in the
-        user kernel's own argument order, static values in their places."""
-        fn = self.fn
-        n_in, n_refs = len(ins), len(ins) + len(outs)
-        in_slot = {p: k for k, p in enumerate(ins)}
-        layout: list[tuple[str, Any]] = [("s", None)] * nargs
-        for p, v in statics.items():
-            layout[p] = ("s", v)
-        for p in ins:
-            layout[p] = ("r", in_slot[p])
-        refill: list[tuple[int, int]] = []
-        for k, p in enumerate(outs):
-            layout[p] = ("r", n_in + k)
-            if p in self.inplace and self._needs_refill(p):
-                refill.append((in_slot[p], n_in + k))
-        plan = tuple(layout)
-
-        def body(*refs: Any) -> None:
-            # On a TPU an output block starts uninitialised even when aliased to an input:
-            # copy the input block in so the kernel's single ref reads what it writes.
-            for src, dst in refill:
-                refs[dst][...] = refs[src][...]
-            ordered = [refs[v] if kind == "r" else v for kind, v in plan]
-            fn(*ordered, *refs[n_refs:])
-
-        return body
-
-    def _needs_refill(self, p: int) -> bool:
-        if _driver.state.interpret:  # interpret mode starts aliased outputs from the input
-            return False
-        spec = self.specs.get(p)
-        ms = getattr(spec, "memory_space", None)
-        return ms is None or str(ms).lower() == "vmem"  # refs left in HBM (pl.ANY) are one buffer
+        return call_jax(self, args, kwargs, grid)
 
     def lower(self, grid: Any, args: Sequence[Any]) -> Any:
         """``jax.jit(...).lower(...)`` of the call a launch with these arguments runs
         (for inspecting the program: aliases, copies)."""
-        import jax
+        from .launcher import launch_entry
 
-        e = self.build(grid, args)
-        from .allocator import layout
-
-        avals = []
-        for p in e.ins:
-            shape, dtype = layout(args[p])
-            avals.append(jax.ShapeDtypeStruct(shape, dtype))
+        e, avals = launch_entry(self, grid, args)
         return e.fn.lower(*avals)
-
-
-def normalise_grid(grid: Any) -> tuple[int, ...]:
-    """A Pallas grid: an int or a tuple of ints >= 1 (any number of dimensions)."""
-    dims = grid if isinstance(grid, (tuple, list)) else (grid,)
-    out: list[int] = []
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int):
-            try:
-                import operator
-
-                d = operator.index(d)
-            except TypeError:
-                raise ArgumentTypeError(f"a Pallas grid is an int or a tuple of ints, not {grid!r}") from None
-        if d < 1:
-            raise InvalidArgumentError(f"grid dimensions must all be >= 1, got {tuple(dims)}")
-        out.append(d)
-    if not out:
-        raise InvalidArgumentError("grid must have at least one dimension")
-    return tuple(out)
-
-
-# --- VMEM ---------------------------------------------------------------------------------
-
-
-def _in_vmem(memory_space: Any) -> bool:
-    return memory_space is None or str(memory_space).lower() == "vmem"
-
-
-def _block_dim(d: Any) -> int:
-    if d is None:
-        return 1  # squeezed
-    if isinstance(d, int):
-        return d
-    size = getattr(d, "block_size", None)
-    return int(size) if size is not None else 1
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB ({n} bytes)"
-
-
-def check_vmem(k: PallasKernel, grid: tuple[int, ...], args: Sequence[Any], ins: list[int], outs: list[int]) -> None:
-    """Estimate the VMEM the kernel's blocks need, double-buffered, and reject what cannot fit."""
-    import numpy as np
-
-    from .allocator import layout
-
-    parts: list[tuple[str, int]] = []
-    for kind, positions in (("in", ins), ("out", outs)):
-        for p in positions:
-            spec = k.specs.get(p)
-            if spec is not None and not _in_vmem(getattr(spec, "memory_space", None)):
-                continue
-            shape, dtype = layout(args[p])
-            block = getattr(spec, "block_shape", None)
-            dims = shape if block is None else tuple(_block_dim(d) for d in block)
-            n = 2 * int(np.prod(dims, dtype=np.int64)) * np.dtype(dtype).itemsize
-            parts.append((f"{k.params[p] if p < len(k.params) else p} ({kind})", n))
-    for j, s in enumerate(k.scratch):
-        shape, dtype = getattr(s, "shape", None), getattr(s, "dtype", None)
-        if shape is None or dtype is None or not _in_vmem(getattr(s, "memory_space", None)):
-            continue
-        parts.append((f"scratch {j}", int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize))
-    need = sum(n for _, n in parts)
-    limit = getattr(k.compiler_params, "vmem_limit_bytes", None) or _driver.state.vmem_bytes
-    if need > limit:
-        detail = ", ".join(f"{name} {_mib(n)}" for name, n in sorted(parts, key=lambda t: -t[1])[:4])
-        where = "the chip's VMEM capacity" if _driver.state.vmem_known else "the assumed VMEM capacity (chip unknown)"
-        if getattr(k.compiler_params, "vmem_limit_bytes", None):
-            where = "compiler_params.vmem_limit_bytes"
-        raise InvalidArgumentError(
-            f"kernel {k.name!r} needs about {_mib(need)} of VMEM for its blocks (double-buffered: {detail}), "
-            f"more than {where} of {_mib(limit)}; use smaller block shapes in meta['block_specs'] "
-            f"(grid {grid})"
-        )
 
 
 def compile(device: Device, source: Source) -> PallasKernel:  # noqa: A001

@@ -1,20 +1,30 @@
-"""Launch: the hot path. One dict lookup for the signature, one call of the cached jitted
-``pallas_call``, and the results stored into the callers' arrays (a handle swap, no copy)."""
+"""Launch: the buffer-style hot path over the pure function :mod:`._call` builds.
+
+One dict lookup for the signature, one call of the cached jitted function, and the results
+stored into the callers' arrays (a handle swap, no copy). A launch runs the kernel once: a
+new signature is lowered and compiled before anything runs (a kernel that fails to trace or
+compile raises ``CompileError`` with its donated inputs untouched), and a failed call is
+diagnosed, never repeated, except where it failed before running (an unwritten input).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernelbay.errors import InvalidArgumentError
+from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, UseAfterFreeError
 from kernelbay.types import Array, Buffer, Device, Kernel
 
-from .allocator import Unset, materialize
+from . import _call
+from .allocator import Unset, layout, materialize
+
+
+_NOTHING = object()
 
 
 class _Last:
-    # The results of the most recent launch: a TPU runs its programs in order, so waiting
-    # for these waits for everything queued before them.
+    # The results of the most recent launch not yet waited for: a TPU runs its programs in
+    # order, so waiting for these waits for everything queued before them.
     results: Any = ()
 
 
@@ -31,126 +41,215 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_me
     return _generic(k, grid, args)
 
 
-def _generic(k: Any, grid: Any, args: Sequence[Any]) -> None:
+def _key(k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any]) -> tuple[Any, ...]:
     key: list[Any] = [grid]
-    for a in args:
+    for p, a in enumerate(vals):
         if type(a) is Array:
-            key.append(a.shape)
-            key.append(a.dtype)
+            key += (a.shape, a.dtype)
         elif isinstance(a, Buffer):
-            key.append((a.nbytes,))
-            key.append(None)
+            key += ((a.nbytes,), None)
+        elif p in k.scalars:
+            key.append((type(a), getattr(a, "dtype", None)))
         else:
             key.append((type(a), a))
+    for i, o in k.aliases.items():
+        if i < len(vals) and o < len(vals) and isinstance(vals[i], Buffer):
+            key.append(vals[i] is vals[o])
+    if kw:
+        key.append(tuple(sorted(kw.items())))
+    return tuple(key)
+
+
+def _signature(k: Any, vals: Sequence[Any]) -> tuple[tuple[Any, ...], frozenset[int]]:
+    import jax
+
+    sig: list[Any] = []
+    for p, a in enumerate(vals):
+        if isinstance(a, Buffer):
+            if a.handle is None:
+                raise UseAfterFreeError(f"argument {k._label(p)} of {k.name!r} was used after close()")
+            if a.device != k.device:
+                raise InvalidArgumentError(
+                    f"argument {k._label(p)} of {k.name!r} lives on {a.device}, the kernel on "
+                    f"{k.device}; copy it with kb.asarray(x, device={str(k.device)!r})"
+                )
+            if isinstance(a, Array) and a.dtype.name not in _call.TPU_DTYPES:
+                raise InvalidArgumentError(
+                    f"argument {k._label(p)} of {k.name!r} has dtype {a.dtype}, which TPU Pallas kernels "
+                    f"cannot take; use a 32-bit type (float32 or int32), e.g. kb.asarray(x, dtype='float32')"
+                )
+            shape, dtype = layout(a)
+            sig.append(("a", None, jax.ShapeDtypeStruct(shape, dtype)))
+        elif p in k.scalars:
+            sig.append(("x", _call.scalar_dtype(a), isinstance(a, (int, float))))
+        else:
+            sig.append(("s", a))
+    donate = set(p for p in k.inplace if p < len(vals))
+    donate.update(i for i, o in k.aliases.items() if i < len(vals) and o < len(vals) and vals[i] is vals[o])
+    return tuple(sig), frozenset(donate)
+
+
+def launch_entry(k: Any, grid: Any, args: Any) -> tuple[Any, Any]:
+    """The entry a launch with these arguments runs (built if new), and its operand shapes."""
+    vals, kw = _bind(k, args)
+    key = _key(k, grid, vals, kw)
+    e = k.cache.get(key)
+    if e is None:
+        sig, donate = _signature(k, vals)
+        e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
+    return e, e.avals
+
+
+def _bind(k: Any, args: Any) -> tuple[Sequence[Any], dict[str, Any]]:
+    if isinstance(args, Mapping):
+        from ._jaxfn import bind
+
+        return bind(k, (), args)
+    return args, {}
+
+
+def _generic(k: Any, grid: Any, args: Any) -> None:
+    vals, kw = _bind(k, args)
     try:
-        e = k.cache[tuple(key)]
-    except KeyError:
-        e, res = _miss(k, grid, args, key)
+        key = _key(k, grid, vals, kw)
+        e = k.cache.get(key)
     except TypeError:  # an unhashable grid or static value
-        e, res = _miss(k, grid, args, None)
-    else:
-        try:
-            res = e.fn(*[args[i].handle for i in e.ins])
-        except Exception:
-            res = _retry(k, e, args)
-    for i, r in zip(e.outs, res):
-        args[i].handle = r
+        bad = [a for a in vals if not isinstance(a, Buffer)]
+        raise ArgumentTypeError(
+            f"Pallas static arguments and the grid must be hashable (they key the compile cache); got grid "
+            f"{grid!r} and static values {bad!r}. Pass arrays as kernelbay arrays (kb.asarray), and numbers "
+            "that change as Source.meta['scalars']"
+        ) from None
+    if e is None:
+        e = _miss(k, grid, vals, kw)
+        k.cache[key] = e
+    handles = []
+    for p in e.ins:
+        a = vals[p]
+        if isinstance(a, Buffer):
+            h = a.handle
+            if h is None:
+                raise UseAfterFreeError(f"argument {k._label(p)} of {k.name!r} was used after close()")
+            if type(h) is Unset:
+                h = materialize(a)
+            handles.append(h)
+        else:
+            handles.append(a)
+    res = e.fn(*handles)
+    for p, r in zip(e.outs, res):
+        vals[p].handle = r
     _last.results = res
-    if k.fast is None and all(type(a) is Array or not isinstance(a, Buffer) for a in args):
+    if k.fast is None and not kw and isinstance(args, (tuple, list)) and all(
+        type(a) is Array or not isinstance(a, Buffer) for a in args
+    ):
         k.fast = _specialise(k, args)
     return None
 
 
-def _specialise(k: Any, args: Sequence[Any]) -> Any:
-    """Generate the launch fast path for this kernel's argument pattern (which positions are
-    arrays): unpack, key, call and store results with no loop. It answers False (and the
-    generic path takes over) for anything else: another pattern, a miss, an error."""
-    n = len(args)
-    names = [f"a{i}" for i in range(n)]
-    arrays = [i for i, a in enumerate(args) if type(a) is Array]
-    key = ["grid"]
-    for i in range(n):
-        key += [f"a{i}.shape", f"a{i}.dtype"] if i in arrays else [f"(type(a{i}), a{i})"]
-    ins = [i for i in arrays if i not in k.outputs]
-    outs = [i for i in arrays if i in k.outputs or i in k.inplace]
-    check = " and ".join(f"type(a{i}) is Array" for i in arrays) or "True"
-    call = f"e.fn({', '.join(f'a{i}.handle' for i in ins)})"
-    store = f"({', '.join(f'a{i}.handle' for i in outs)},) = r" if outs else "pass"
-    src = f"""
-def fast(grid, args):
-    if len(args) != {n}:
-        return False
-    {', '.join(names)}{',' if n == 1 else ''} = args
-    if not ({check}):
-        return False
-    try:
-        e = cache.get(({', '.join(key)},))
-        if e is None:
-            return False
-        r = {call}
-    except Exception:
-        return False
-    {store}
-    last.results = r
-    return True
-"""
-    if n == 0:
-        return None
-    scope: dict[str, Any] = {"Array": Array, "cache": k.cache, "last": _last}
-    exec(src, scope)  # noqa: S102 - generated from argument positions only
-    return scope["fast"]
-
-
-def _miss(k: Any, grid: Any, args: Sequence[Any], key: list[Any] | None) -> tuple[Any, Any]:
-    """A new launch signature: validate, build, and run the first call (which traces and
-    compiles; a failure there is the kernel's, reported as a CompileError)."""
+def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any]) -> Any:
+    """A new launch signature: validate, build, lower and compile, all before anything runs
+    (a failure here leaves donated inputs untouched and is reported as a CompileError)."""
     import traceback
 
-    from kernelbay.errors import ArgumentTypeError, CompileError, KernelbayError
+    from kernelbay.errors import CompileError, KernelbayError
 
-    e = k.build(grid, args)
-    if key is None:
-        bad = [a for a in args if not isinstance(a, Buffer)]
-        raise ArgumentTypeError(
-            f"Pallas static arguments and the grid must be hashable (they key the compile cache); got grid "
-            f"{grid!r} and static values {bad!r}. Pass arrays as kernelbay arrays (kb.asarray)"
-        )
-    handles = [materialize(args[i]) for i in e.ins]
+    sig, donate = _signature(k, vals)
+    e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
     try:
-        res = e.fn(*handles)
+        e.fn.lower(*e.avals).compile()
     except KernelbayError:
         raise
     except Exception as exc:
         shapes = ", ".join(
             f"{k._label(i)}: {getattr(a, 'shape', None)} {getattr(a, 'dtype', '')}" if isinstance(a, Buffer) else f"{k._label(i)}: {a!r}"
-            for i, a in enumerate(args)
+            for i, a in enumerate(vals)
         )
         raise CompileError(
             f"Pallas kernel {k.name!r} failed to trace or compile for grid {grid!r} and arguments [{shapes}]: "
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
             log="".join(traceback.format_exception(exc)),
         ) from exc
-    k.cache[tuple(key)] = e
-    return e, res
+    return e
 
 
-def _retry(k: Any, e: Any, args: Sequence[Any]) -> Any:
-    # The call failed: an argument closed since the signature was built, one of another
-    # device, or one nothing has written yet (kb.empty) used as an input. Say which, or fill
-    # the unwritten one and call again.
-    handles = []
-    for i in e.ins:
-        a = args[i]
-        h = a.checked_handle()
-        if a.device != k.device:
-            raise InvalidArgumentError(
-                f"argument {k._label(i)} of {k.name!r} lives on {a.device}, the kernel on {k.device}; "
-                f"copy it with kb.asarray(x, device={str(k.device)!r})"
-            )
-        if type(h) is Unset:
-            h = materialize(a)
-        handles.append(h)
-    return e.fn(*handles)
+def _recover(k: Any, e: Any, args: Sequence[Any], exc: Exception) -> Any:
+    """The cached call raised. An argument closed since, or on another device: say which. An
+    input nothing has written yet (kb.empty): the call failed before running, so fill it and
+    call once more. Anything else is the kernel's own error, raised as it came."""
+    unset = False
+    for p in e.ins:
+        a = args[p]
+        if isinstance(a, Buffer):
+            if a.handle is None:
+                raise UseAfterFreeError(f"argument {k._label(p)} of {k.name!r} was used after close()") from exc
+            if a.device != k.device:
+                raise InvalidArgumentError(
+                    f"argument {k._label(p)} of {k.name!r} lives on {a.device}, the kernel on {k.device}; "
+                    f"copy it with kb.asarray(x, device={str(k.device)!r})"
+                ) from exc
+            unset = unset or type(a.handle) is Unset
+    if not unset:
+        raise exc
+    return e.fn(*[materialize(args[p]) if isinstance(args[p], Buffer) else args[p] for p in e.ins])
+
+
+def _specialise(k: Any, args: Sequence[Any]) -> Any:
+    """Generate the launch fast path for this kernel's argument pattern (which positions are
+    arrays): unpack, key, call and store results with no loop. It answers False (and the
+    generic path takes over) for another pattern or a new signature."""
+    n = len(args)
+    if n == 0:
+        return None
+    arrays = [i for i, a in enumerate(args) if type(a) is Array]
+    key = ["grid"]
+    for i in range(n):
+        if i in arrays:
+            key += [f"a{i}.shape", f"a{i}.dtype"]
+        elif i in k.scalars:
+            key.append(f"(type(a{i}), getattr(a{i}, 'dtype', None))")
+        else:
+            key.append(f"(type(a{i}), a{i})")
+    key += [f"a{i} is a{o}" for i, o in k.aliases.items() if i in arrays and o < n]
+    ins = [i for i in range(n) if i not in k.outputs and (i in arrays or i in k.scalars)]
+    outs = sorted(i for i in arrays if i in k.outputs or i in k.inplace)
+    check = " and ".join(f"type(a{i}) is Array" for i in arrays) or "True"
+    # Identity with the last launch's arguments (M0, M1, ...) stands for the whole key: an
+    # Array's shape and dtype never change, and a static is the same object. The fast path
+    # therefore keeps the last arguments alive until the kernel's next launch.
+    same = " and ".join(f"a{i} is M{i}" for i in range(n))
+    memo = ", ".join(["MG", "ME"] + [f"M{i}" for i in range(n)])
+    operands = ", ".join(f"a{i}.handle" if i in arrays else f"a{i}" for i in ins)
+    store = f"({', '.join(f'a{i}.handle' for i in outs)},) = r" if outs else "pass"
+    src = f"""
+def fast(grid, args):
+    global {memo}
+    if type(args) is dict or len(args) != {n}:
+        return False
+    {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = args
+    if {same} and grid == MG:
+        e = ME  # the very arguments of the last launch: the same signature
+    else:
+        if not ({check}):
+            return False
+        try:
+            e = cache.get(({', '.join(key)},))
+        except TypeError:
+            return False
+        if e is None:
+            return False
+        {memo} = grid, e, {', '.join(f'a{i}' for i in range(n))}
+    try:
+        r = e.fn({operands})
+    except Exception as exc:
+        r = recover(k, e, args, exc)
+    {store}
+    last.results = r
+    return True
+"""
+    scope: dict[str, Any] = {"Array": Array, "cache": k.cache, "last": _last, "recover": _recover, "k": k,
+                             "MG": _NOTHING, "ME": None, **{f"M{i}": _NOTHING for i in range(n)}}
+    exec(src, scope)  # noqa: S102 - generated from argument positions only
+    return scope["fast"]
 
 
 def _reject(kernel: Kernel, block: Any, shared_mem: int, stream: Any) -> None:
@@ -170,12 +269,14 @@ def _reject(kernel: Kernel, block: Any, shared_mem: int, stream: Any) -> None:
 
 
 def synchronize(device: Device, stream: Any) -> None:
-    import jax
-
+    r = _last.results
+    if not r:
+        return  # nothing launched since the last wait
     from kernelbay.errors import LaunchError
 
+    _last.results = ()
     try:
-        jax.block_until_ready(_last.results)
-        jax.effects_barrier()
+        for a in r:  # each array's own wait: jax.block_until_ready's pytree walk costs more
+            a.block_until_ready()
     except Exception as exc:
         raise LaunchError(f"a Pallas kernel on {device} failed: {exc}") from exc

@@ -22,11 +22,12 @@ def forget_probe() -> None:
 
 
 @contextmanager
-def interpret_mode(on: bool = True) -> Iterator[None]:
-    """Within the block the tpu backend runs in interpret mode (``on``) or sees no TPU flag."""
+def interpret_mode(on: bool | str = True) -> Iterator[None]:
+    """Within the block the tpu backend runs in interpret mode (``on``: True or ``"1"`` for
+    ``interpret=True``, ``"tpu"`` for JAX's TPU interpreter) or sees no TPU flag (False)."""
     old = os.environ.get(ENV_INTERPRET)
     if on:
-        os.environ[ENV_INTERPRET] = "1"
+        os.environ[ENV_INTERPRET] = "tpu" if on == "tpu" else "1"
     else:
         os.environ.pop(ENV_INTERPRET, None)
     forget_probe()

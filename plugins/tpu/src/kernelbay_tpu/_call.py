@@ -1,0 +1,344 @@
+"""One ``pallas_call`` per call signature, as a pure JAX function.
+
+A *signature* gives, per kernel argument, what it is in this call: ``("a", treedef, avals)``
+an array or pytree of arrays (``treedef`` None: one array), ``("x", dtype)`` a scalar passed
+at run time in SMEM (``meta['scalars']``), or ``("s", value)`` a static Python value.
+:func:`build` turns a signature into an :class:`Entry`: ``fn(*operands) -> outputs``, the
+jitted pure function that ``k.jax`` and ``k.launch`` both call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
+
+from . import _driver
+from ._vmem import check_vmem
+
+log = logging.getLogger("kernelbay.tpu")
+
+#: Distinct values of one static argument after which a kernel warns (once) about recompiling.
+RECOMPILE_WARN_AFTER = 8
+
+
+class RecompileWarning(UserWarning):
+    """A static kernel argument changes from call to call, and each new value compiles anew."""
+
+
+class Entry:
+    """One call signature: the jitted pure function and where its operands come from."""
+
+    __slots__ = ("fn", "raw", "ins", "outs", "pallas", "avals")
+
+    def __init__(self, fn: Any, raw: Any, ins: tuple[int, ...], outs: tuple[int, ...], pallas: Any, avals: Any) -> None:
+        self.fn = fn  # jax.jit(raw), donating what the caller asked for
+        self.raw = raw  # the pure function: operands -> tuple of outputs
+        self.ins = ins  # argument positions whose values are fn's operands, in order
+        self.outs = outs  # argument positions fn's results belong to, in order
+        self.pallas = pallas  # the bare pallas_call, for inspection
+        self.avals = avals  # fn's operand shapes (for lowering without running)
+
+
+def normalise_grid(k: Any, grid: Any) -> tuple[int, ...]:
+    """A Pallas grid: an int or a tuple of ints >= 1, ``()`` for one step. A grid that a
+    ``LaunchConfig`` padded to three dimensions is cut back to the index maps' rank."""
+    if grid is None:
+        return k.default_grid
+    dims = grid if isinstance(grid, (tuple, list)) else (grid,)
+    out: list[int] = []
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int):
+            try:
+                import operator
+
+                d = operator.index(d)
+            except TypeError:
+                raise ArgumentTypeError(f"a Pallas grid is an int or a tuple of ints, not {grid!r}") from None
+        if d < 1:
+            raise InvalidArgumentError(f"grid dimensions must all be >= 1, got {tuple(dims)}")
+        out.append(d)
+    rank = index_rank(k)
+    while rank is not None and len(out) > rank and out[-1] == 1:
+        out.pop()
+    return tuple(out)
+
+
+def index_rank(k: Any) -> int | None:
+    """How many grid indices the kernel's index maps take (None: no index maps, or they disagree)."""
+    ranks = set()
+    specs = list(k.specs.values()) + list(_seq(getattr(k.grid_spec, "in_specs", None))) + list(_seq(getattr(k.grid_spec, "out_specs", None)))
+    for s in specs:
+        im = getattr(s, "index_map", None)
+        im = getattr(im, "index_map", im)  # jax wraps it
+        if im is None:
+            continue
+        try:
+            ps = inspect.signature(im).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        if any(p.kind is p.VAR_POSITIONAL for p in ps):
+            return None
+        ranks.add(sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in ps) - k.num_prefetch)
+    return ranks.pop() if len(ranks) == 1 else None
+
+
+def _seq(v: Any) -> Sequence[Any]:
+    if v is None or not isinstance(v, (list, tuple)):
+        return ()
+    return v
+
+
+def note_statics(k: Any, statics: dict[int | str, Any]) -> None:
+    """Count each static argument's distinct values; warn once when one keeps changing."""
+    for p, v in statics.items():
+        seen = k.static_seen.setdefault(p, set())
+        try:
+            seen.add(v)
+        except TypeError:
+            continue
+        if len(seen) >= RECOMPILE_WARN_AFTER and p not in k.warned:
+            k.warned.add(p)
+            msg = (
+                f"static argument {k._label(p)} of Pallas kernel {k.name!r} has taken {len(seen)} values, and each "
+                f"compiles a new pallas_call; pass it as a run-time SMEM scalar instead: list it in "
+                f"Source.meta['scalars'] and read it in the kernel as {k.params[p] if isinstance(p, int) and p < len(k.params) else 'ref'}[0]"
+            )
+            log.warning(msg)
+            warnings.warn(msg, RecompileWarning, stacklevel=4)
+
+
+def scalar_dtype(v: Any) -> Any:
+    import numpy as np
+
+    if isinstance(v, bool):
+        return np.dtype(np.int32)
+    if isinstance(v, int):
+        return np.dtype(np.int32)
+    if isinstance(v, float):
+        return np.dtype(np.float32)
+    dt = getattr(v, "dtype", None)
+    if dt is None:
+        raise ArgumentTypeError(f"a Source.meta['scalars'] argument is a number or a 0-d/1-element array, not {type(v).__name__}")
+    return np.dtype(dt)
+
+
+def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[str, Any], ...], donate_pos: frozenset[int]) -> Entry:
+    """Validate one call signature and build its pure function (the slow path)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    if k.nargs is not None and len(sig) != k.nargs:
+        raise InvalidArgumentError(
+            f"kernel {k.name!r} takes {k.nargs} arguments ({', '.join(k.params)}), got {len(sig)}"
+        )
+    n_pre = k.num_prefetch
+    pre: list[int] = []
+    ins: list[int] = []
+    outs: list[int] = []
+    statics: dict[int | str, Any] = {}
+    for p, s in enumerate(sig):
+        kind = s[0]
+        if kind == "s":
+            if p in k.outputs or p in k.inplace or p < n_pre or p in k.aliases:
+                raise ArgumentTypeError(
+                    f"argument {k._label(p)} of {k.name!r} is an array argument (output, in-place, aliased or scalar "
+                    f"prefetch), so it must be an array, not {type(s[1]).__name__}"
+                )
+            statics[p] = s[1]
+            continue
+        if p < n_pre:
+            pre.append(p)
+        elif p in k.outputs:
+            outs.append(p)
+        else:
+            ins.append(p)
+            if p in k.inplace:
+                outs.append(p)
+        if kind == "a":
+            for a in (s[2] if s[1] is not None else (s[2],)):
+                if str(a.dtype) not in TPU_DTYPES:
+                    raise InvalidArgumentError(
+                        f"argument {k._label(p)} of {k.name!r} has dtype {a.dtype}, which TPU Pallas kernels "
+                        f"cannot take; use a 32-bit type (float32 or int32), e.g. kb.asarray(x, dtype='float32')"
+                    )
+    outs.sort()
+    for p in k.specs:
+        if p >= len(sig) or p in statics:
+            raise InvalidArgumentError(f"meta['block_specs'] gives a BlockSpec for {k._label(p)}, which is not an array")
+    kwstat = dict(kw)
+    for name in kwstat:
+        statics[name] = kwstat[name]
+    note_statics(k, statics)
+
+    def tree(p: int, value: Any) -> Any:
+        s = sig[p]
+        return value if s[1] is None else jax.tree_util.tree_unflatten(s[1], [value] * s[1].num_leaves)
+
+    def padded(p: int) -> Any:
+        s = sig[p]
+        if s[0] == "x":
+            return jax.ShapeDtypeStruct((1,), s[1])
+        if p not in k.pad:
+            return s[2] if s[1] is None else jax.tree_util.tree_unflatten(s[1], list(s[2]))
+        if s[1] is not None:
+            raise InvalidArgumentError(f"meta['pad'] pads single arrays; {k._label(p)} is a pytree")
+        shape = list(s[2].shape)
+        for d, (mult, extra) in k.pad[p].items():
+            shape[d] = -(-shape[d] // mult) * mult + extra
+        return jax.ShapeDtypeStruct(tuple(shape), s[2].dtype)
+
+    # Specs in Pallas order. grid_spec's own in/out specs cover the array arguments that are
+    # not scalar prefetch, not SMEM scalars and have no entry in meta['block_specs'].
+    gs_in, gs_out = list(_seq(getattr(k.grid_spec, "in_specs", None))), list(_seq(getattr(k.grid_spec, "out_specs", None)))
+    if k.grid_spec is not None and getattr(k.grid_spec, "out_specs", None) is not None and not gs_out:
+        gs_out = [k.grid_spec.out_specs]
+    smem = pl.BlockSpec(memory_space=pltpu.SMEM)
+    any_spec = bool(k.specs or gs_in or gs_out or any(sig[p][0] == "x" for p in ins))
+
+    def spec_for(p: int, pool: list[Any], j: int) -> Any:
+        if sig[p][0] == "x":
+            return smem
+        spec = k.specs.get(p, pool[j] if j < len(pool) else pl.BlockSpec())
+        if sig[p][1] is not None and isinstance(spec, pl.BlockSpec):
+            return tree(p, spec)
+        return spec
+
+    array_ins = [p for p in ins if sig[p][0] == "a"]
+    in_specs = [spec_for(p, gs_in, array_ins.index(p) if p in array_ins else -1) for p in ins]
+    out_specs = [spec_for(p, gs_out, j) for j, p in enumerate(outs)]
+    out_shape = tuple(padded(p) for p in outs)
+    in_index = {p: n_pre + j for j, p in enumerate(ins)}
+    aliases = {in_index[p]: outs.index(p) for p in ins if p in k.inplace}
+    aliases.update({in_index[i]: outs.index(o) for i, o in k.aliases.items() if i in in_index and o in outs})
+    check_vmem(k, grid, [(p, padded(p), in_specs[j]) for j, p in enumerate(ins)], [(p, out_shape[j], out_specs[j]) for j, p in enumerate(outs)])
+
+    kwargs: dict[str, Any] = {}
+    if n_pre:
+        kwargs["grid_spec"] = pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=n_pre, grid=grid, in_specs=in_specs, out_specs=tuple(out_specs), scratch_shapes=k.scratch
+        )
+    else:
+        kwargs.update(grid=grid, scratch_shapes=k.scratch)
+        if any_spec:
+            kwargs.update(in_specs=in_specs, out_specs=tuple(out_specs))
+    if k.compiler_params is not None:
+        kwargs["compiler_params"] = k.compiler_params
+    if k.cost_estimate is not None:
+        kwargs["cost_estimate"] = k.cost_estimate
+    body = _body(k, grid, len(sig), pre, ins, outs, statics, kwstat, in_specs, out_specs)
+    call = pl.pallas_call(
+        body, out_shape=out_shape, input_output_aliases=aliases, interpret=_driver.state.interpret_arg, name=k.name, **kwargs
+    )
+    passed = tuple(pre + ins)
+    scalars = {j: sig[p][1] for j, p in enumerate(passed) if sig[p][0] == "x"}
+    pads = {j: (k.pad[p], padded(p)) for j, p in enumerate(passed) if p in k.pad}
+    cuts = {j: sig[p][2].shape for j, p in enumerate(outs) if p in k.pad}
+
+    def pure(*operands: Any) -> tuple[Any, ...]:
+        ops = list(operands)
+        for j, dt in scalars.items():
+            ops[j] = jnp.asarray(ops[j], dt).reshape((1,))
+        for j, (_, want) in pads.items():
+            ops[j] = jnp.pad(ops[j], [(0, w - n) for n, w in zip(ops[j].shape, want.shape)])
+        res = call(*ops)
+        if cuts:
+            res = tuple(r[tuple(slice(0, n) for n in cuts[j])] if j in cuts else r for j, r in enumerate(res))
+        return tuple(res)
+
+    donate = tuple(j for j, p in enumerate(passed) if p in donate_pos)
+    avals = []
+    for p in passed:
+        s = sig[p]
+        if s[0] == "x":
+            avals.append(jax.ShapeDtypeStruct((), s[1], weak_type=s[2]))
+        else:
+            avals.append(s[2] if s[1] is None else jax.tree_util.tree_unflatten(s[1], list(s[2])))
+    return Entry(jax.jit(pure, donate_argnums=donate), pure, passed, tuple(outs), call, tuple(avals))
+
+
+#: Element types a TPU Pallas kernel can take (no 64-bit, no complex).
+TPU_DTYPES = frozenset(
+    {"float32", "bfloat16", "float16", "int32", "uint32", "int16", "uint16", "int8", "uint8", "bool",
+     "float8_e4m3fn", "float8_e5m2"}
+)
+
+
+def _body(k: Any, grid: tuple[int, ...], nargs: int, pre: list[int], ins: list[int], outs: list[int],
+          statics: dict[Any, Any], kwstat: dict[str, Any], in_specs: list[Any], out_specs: list[Any]) -> Any:
+    """The kernel pallas_call runs: its refs put back in the user kernel's own argument order.
+
+    An in-place argument is one buffer in HBM (aliased input and output); the kernel sees its
+    output block, which a TPU does not load from HBM. So that the single ref reads what it
+    holds, its input block is copied in when the block changes from one grid step to the
+    next, which is when a TPU fetches an input block; revisiting a block on consecutive steps
+    keeps what the kernel accumulated there, as Pallas outputs do.
+    """
+    fn = k.fn
+    n_pre, n_in = len(pre), len(ins)
+    plan: list[tuple[str, Any]] = [("s", statics.get(p)) for p in range(nargs)]
+    for j, p in enumerate(pre):
+        plan[p] = ("r", j)
+    for j, p in enumerate(ins):
+        plan[p] = ("r", n_pre + j)
+    fills = []
+    for j, p in enumerate(outs):
+        plan[p] = ("r", n_pre + n_in + j)
+        if p in k.inplace:
+            fills.append((n_pre + ins.index(p), n_pre + n_in + j, out_specs[j]))
+    n_refs = n_pre + n_in + len(outs)
+    layout = tuple(plan)
+
+    def body(*refs: Any) -> None:
+        for src, dst, spec in fills:
+            _fill_on_new_block(refs[src], refs[dst], spec, grid, refs[:n_pre])
+        fn(*[refs[v] if kind == "r" else v for kind, v in layout], *refs[n_refs:], **kwstat)
+
+    return body
+
+
+def _fill_on_new_block(src: Any, dst: Any, spec: Any, grid: tuple[int, ...], prefetch: Sequence[Any]) -> None:
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    for s_ref, d_ref, sp in zip(jax.tree.leaves(src), jax.tree.leaves(dst), _spec_leaves(spec, src)):
+        ms = str(getattr(sp, "memory_space", None)).lower()
+        if "any" in ms or "hbm" in ms:
+            continue  # one buffer in HBM: the kernel's ref already reads the input
+        im = getattr(sp, "index_map", None)
+        if not grid:
+            d_ref[...] = s_ref[...]
+            continue
+        ids = [pl.program_id(d) for d in range(len(grid))]
+        strides = [1] * len(grid)
+        for d in range(len(grid) - 2, -1, -1):
+            strides[d] = strides[d + 1] * grid[d + 1]
+        flat = sum(i * s for i, s in zip(ids, strides))
+        changed = flat == 0
+        if im is not None and getattr(sp, "block_shape", None) is not None:
+            prev = [((flat - 1 + strides[0] * grid[0]) // s) % g for s, g in zip(strides, grid)]
+            cur, was = im(*ids, *prefetch), im(*prev, *prefetch)
+            for a, b in zip(jax.tree.leaves(cur), jax.tree.leaves(was)):
+                changed = jnp.logical_or(changed, jnp.asarray(a) != jnp.asarray(b))
+
+        @pl.when(changed)
+        def _(s_ref: Any = s_ref, d_ref: Any = d_ref) -> None:
+            d_ref[...] = s_ref[...]
+
+
+def _spec_leaves(spec: Any, ref_tree: Any) -> list[Any]:
+    import jax
+    from jax.experimental import pallas as pl
+
+    n = len(jax.tree.leaves(ref_tree))
+    if isinstance(spec, pl.BlockSpec):
+        return [spec] * n
+    leaves = jax.tree.leaves(spec, is_leaf=lambda x: isinstance(x, pl.BlockSpec))
+    return leaves if len(leaves) == n else [pl.BlockSpec()] * n
