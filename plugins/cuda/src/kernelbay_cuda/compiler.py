@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import re
 import threading
@@ -18,11 +19,14 @@ from typing import Any
 
 import attrs
 
+from kernelbay.cache import lookup, make_key, store
 from kernelbay.errors import CompileError, InvalidArgumentError
 
-from . import _driver
+from . import _driver, launcher
+from .kernel import CudaKernel
+from .packing import layout
 
-__all__ = ["Image", "compile_image", "choose_arch", "nvrtc_version", "parse_ptx_params", "load_module"]
+__all__ = ["Image", "Module", "compile_kernel", "compile_image", "choose_arch", "nvrtc_version", "parse_ptx_params", "load_module"]
 
 
 @attrs.frozen
@@ -123,8 +127,6 @@ def _options(source: Any, arch: str) -> list[str]:
 
 def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -> Image:
     """Compile a ``cuda`` source for compute capability ``cc`` through the disk cache."""
-    from kernelbay.cache import lookup, make_key, store
-
     arch, kind = choose_arch(cc)
     entry, exprs = entry_names(source)
     opts = _options(source, arch)
@@ -246,8 +248,6 @@ class Module:
     """A module loaded into one device's primary context; unloaded when collected."""
 
     def __init__(self, device_index: int, image: Image) -> None:
-        import ctypes
-
         _driver.ensure_current(device_index)
         lib = _driver.libcuda()
         self.device_index = device_index
@@ -275,8 +275,6 @@ class Module:
         self.jit_log = info.value.decode(errors="replace")
 
     def function(self, symbol: str) -> int:
-        import ctypes
-
         fn = ctypes.c_void_p()
         rc = _driver.libcuda().cuModuleGetFunction(ctypes.byref(fn), ctypes.c_void_p(self.handle), symbol.encode())
         if rc:
@@ -290,9 +288,7 @@ class Module:
         h = self.handle
         if h is not None and _driver.dead_reason(self.device_index) is None:
             try:
-                import ctypes
-
-                _driver.libcuda().cuModuleUnload(ctypes.c_void_p(h))
+                        _driver.libcuda().cuModuleUnload(ctypes.c_void_p(h))
             except Exception:
                 pass
 
@@ -301,4 +297,55 @@ def load_module(device_index: int, image: Image) -> Module:
     return Module(device_index, image)
 
 
-_cache_lock = threading.Lock()
+# --- the compile hook and the in-process caches -------------------------------------------
+
+_kernels: dict[tuple[int, Any], CudaKernel] = {}
+_modules: dict[tuple[int, bytes], Module] = {}
+_lock = threading.Lock()
+
+
+def compile_kernel(device: Any, source: Any) -> CudaKernel:
+    """The ``kernelbay_compile`` hook: a kernel from the in-process cache, the disk cache or NVRTC."""
+    key = (device.index, source)
+    k = _kernels.get(key)
+    if k is not None:
+        return k
+    with _lock:
+        k = _kernels.get(key)
+        if k is not None:
+            return k
+        _driver.check_alive(device.index)
+        image, expr = _image_for(device, source)
+        mkey = (device.index, image.data)
+        mod = _modules.get(mkey)
+        if mod is None:
+            mod = _modules[mkey] = Module(device.index, image)
+        symbol = image.lowered.get(expr, expr)
+        raw = image.params.get(symbol)
+        params = layout(raw) if raw is not None else None
+        k = CudaKernel(device, mod, expr, symbol, params)
+        launcher.arm(k)
+        _kernels[key] = k
+        return k
+
+
+def _image_for(device: Any, source: Any) -> tuple[Image, str]:
+    cc = tuple(device.properties["compute_capability"])
+    lang = source.lang
+    if lang == "cuda":
+        entry, _ = entry_names(source)
+        return compile_image(source, cc), entry
+    data = source.code if isinstance(source.code, bytes) else source.code.encode()
+    params: dict[str, list[tuple[int, int, str]]] = {}
+    if lang == "ptx":
+        text = data.decode(errors="replace")
+        params = parse_ptx_params(text)
+        if not data.endswith(b"\0"):
+            data += b"\0"
+    name = source.name
+    if name is None:
+        if len(params) == 1:
+            name = next(iter(params))
+        else:
+            raise InvalidArgumentError(f"a {lang} source needs Source(..., name='kernel_symbol') to say which kernel to launch")
+    return Image(data=data, kind=lang, params=params), name

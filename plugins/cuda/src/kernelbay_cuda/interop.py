@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+import kernelbay as kb
 from kernelbay.errors import InvalidArgumentError
 
 from . import _driver
@@ -38,7 +39,7 @@ def _device_of(ptr: int) -> int | None:
 def from_external(obj: Any, device: Any) -> tuple[Any, tuple[int, ...], Any] | None:
     """The ``kernelbay_from_external`` hook: adopt a CUDA array through its CUDA array interface
     or, failing that, DLPack (kDLCUDA)."""
-    import numpy as np
+    import numpy as np  # deferred for speed: importing the plugin stays cheap
 
     try:
         cai = obj.__cuda_array_interface__
@@ -62,8 +63,6 @@ def from_external(obj: Any, device: Any) -> tuple[Any, tuple[int, ...], Any] | N
                 "make it contiguous first (x.contiguous() in PyTorch, cupy.ascontiguousarray)"
             )
     ptr = int(cai["data"][0] or 0)
-    import kernelbay as kb
-
     devs = [d for d in kb.devices() if d.backend == "cuda"]
     if not devs:
         return None
@@ -186,13 +185,13 @@ def _dl_dtype(dt: Any) -> tuple[int, int]:
 
 def _np_dtype(code: int, bits: int, lanes: int) -> Any:
     """The numpy dtype of a DLDataType, or None when kernelbay cannot hold it."""
-    import numpy as np
+    import numpy as np  # deferred for speed: importing the plugin stays cheap
 
     if lanes != 1:
         return None
     if code == 4 and bits == 16:
         try:
-            from ml_dtypes import bfloat16
+            from ml_dtypes import bfloat16  # deferred: optional, and heavy
         except ImportError:
             return None
         return np.dtype(bfloat16)
@@ -244,7 +243,7 @@ def to_dlpack(array: Any, stream: Any, max_version: tuple[int, int] | None) -> A
     default stream orders with); any other handle is made to wait for the work queued so far on
     the default stream (an event, ``cuStreamWaitEvent``), so the consumer does not block.
     """
-    import numpy as np
+    import numpy as np  # deferred for speed: importing the plugin stays cheap
 
     ptr = int(array.checked_handle())
     dt = np.dtype(array.dtype)
@@ -346,8 +345,6 @@ def _from_dlpack(obj: Any, device: Any) -> tuple[Any, tuple[int, ...], Any] | No
         return None
     if dev_type != KDLCUDA:
         return None
-    import kernelbay as kb
-
     target = next((d for d in kb.devices() if d.backend == "cuda" and d.index == dev_id), None)
     if target is None:
         return None
