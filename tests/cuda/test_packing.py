@@ -66,11 +66,11 @@ def test_changed_types_are_repacked() -> None:
     ("args", "error", "match"),
     [
         ((1, 2, 3), kb.InvalidArgumentError, r"takes 4 argument\(s\).*got 3"),
-        ((_arr(8), _arr(8), np.float64(1), np.int32(1)), kb.ArgumentTypeError, "float64 .8 bytes., but the parameter is 4"),
-        ((_arr(8), _arr(8), np.float32(1), np.float32(1)), kb.ArgumentTypeError, "parameter is u32"),
+        ((_arr(8), _arr(8), np.float64(1), np.int32(1)), kb.ArgumentTypeError, "argument 2 .*4-byte floating-point, got float64"),
+        ((_arr(8), _arr(8), np.float32(1), np.float32(1)), kb.ArgumentTypeError, "4-byte integer, got float32"),
         ((_arr(8), _arr(8), np.float32(1), 1.5), kb.ArgumentTypeError, "Python float"),
         ((_arr(8), _arr(8), np.float32(1), 1 << 40), kb.InvalidArgumentError, "does not fit"),
-        ((_arr(8), _arr(8), np.float32(1), "x"), kb.ArgumentTypeError, "has type str"),
+        ((_arr(8), _arr(8), np.float32(1), "x"), kb.ArgumentTypeError, "got str"),
         ((_arr(8, OTHER), _arr(8), np.float32(1), np.int32(1)), kb.InvalidArgumentError, "argument 0 .* lives on cuda:1"),
     ],
 )
@@ -91,3 +91,47 @@ def test_python_int_needs_an_explicit_size_for_odd_parameters() -> None:
         packing.make_packer("k", packing.layout([(2, 2, "")]), (3,), DEV)
     blk, _ = _pack(packing.layout([(2, 2, "")]), (np.int16(-3),))
     assert struct.unpack("<h", bytes(blk.buf)[:2]) == (-3,)
+
+
+# --- the core's scalar rules, with the C types the compile probe finds -------------------
+
+TYPED = packing.layout([(8, 8, "pointer"), (4, 4, "int"), (4, 4, "unsigned int"), (1, 1, "bool"), (4, 4, "u32")])
+
+
+def _typed_args(**over):
+    args = [_arr(8), np.int32(1), np.uint32(1), True, 1]
+    for i, v in over.items():
+        args[int(i[1:])] = v
+    return tuple(args)
+
+
+@pytest.mark.parametrize(
+    ("over", "error", "match"),
+    [
+        ({"a1": 3_000_000_000}, kb.InvalidArgumentError, "argument 1 .*4-byte signed integer.*out of range"),
+        ({"a1": np.uint32(4_000_000_000)}, kb.InvalidArgumentError, "argument 1 .*out of range"),
+        ({"a2": -1}, kb.InvalidArgumentError, "argument 2 .*unsigned.*out of range"),
+        ({"a2": np.int32(-1)}, kb.InvalidArgumentError, "argument 2 .*out of range"),
+        ({"a3": 1}, kb.ArgumentTypeError, "argument 3 .*bool.*True or False"),
+        ({"a1": None}, kb.ArgumentTypeError, "argument 1 .*None"),
+        ({"a1": np.int64(1)}, kb.ArgumentTypeError, "argument 1 .*8 bytes"),
+        ({"a1": _arr(16)}, kb.ArgumentTypeError, "argument 1 .*pointer parameter"),
+        ({"a4": 1 << 32}, kb.InvalidArgumentError, "argument 4 .*out of range"),
+    ],
+)
+def test_scalar_rules_follow_the_core_table(over, error, match) -> None:
+    with pytest.raises(error, match=match):
+        packing.make_packer("k", TYPED, _typed_args(**over), DEV)
+
+
+def test_sign_unknown_parameter_takes_either_sign() -> None:
+    for v in (3_000_000_000, -1):
+        blk, _ = _pack(TYPED, _typed_args(a4=v))
+        assert struct.unpack_from("<I", bytes(blk.buf), 20)[0] == v & 0xFFFFFFFF
+    *_, ckinds = packing.pack_plan("k", TYPED, _typed_args(a4=5), DEV)
+    assert ckinds == ["P", "i", "I", "?", "4"]
+
+
+def test_numpy_scalars_in_range_cross_signedness() -> None:
+    blk, _ = _pack(TYPED, _typed_args(a1=np.uint32(7), a2=np.int32(9), a3=np.bool_(True)))
+    assert struct.unpack_from("<iI?", bytes(blk.buf), 8) == (7, 9, True)

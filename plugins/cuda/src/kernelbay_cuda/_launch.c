@@ -74,19 +74,25 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 /* ---- a kernel's launch fast path --------------------------------------------------------
  *
  * FastLaunch(...)(grid, block, args, shared_mem, stream) does in C what launcher.py's generated
- * Python fast path does: for int grid and block within the kernel's limits, the default stream
- * or a kernelbay Stream of the kernel's device, arguments of exactly the types seen when it was
- * made, launched from the kernel's first thread, it writes every argument value into the
- * kernel's parameter buffer and calls cuLaunchKernel. Anything else -- and any value that does
- * not fit its parameter -- goes to the Python slow path, which validates fully and says what is
- * wrong. kinds: 'P' a kernelbay buffer's handle, else a struct format code (f d b B h H i I q Q ?). */
+ * Python fast path does, for every call form the core hands over: grid and block as ints or
+ * tuples of 1 to 3 ints (a LaunchConfig arrives as 3-tuples) within the kernel's limits; the
+ * default stream, a kernelbay Stream of the kernel's device, or a foreign stream (an object
+ * with __cuda_stream__, or a PyTorch stream's int .cuda_stream); arguments of exactly the types
+ * seen when it was made, launched from the kernel's first thread. It writes every argument
+ * value into the kernel's parameter buffer and calls cuLaunchKernel. Anything else -- and any
+ * value that does not fit its parameter -- goes to the Python slow path, which validates fully
+ * and says what is wrong.
+ *
+ * kinds, one per argument: 'P' a kernelbay buffer's handle; a struct format code (f d e b B h H
+ * i I q Q ?) with that code's range; '1' '2' '4' '8' an integer of that many bytes whose sign
+ * the parameter does not say (either sign's range: kernelbay.argrules.int_range("n", size)). */
 
 #include <float.h>
 #include <math.h>
 #include <string.h>
 #include "pythread.h"
 
-static PyObject *s_handle, *s_device, *s_index;
+static PyObject *s_handle, *s_device, *s_index, *s_cuda_stream_proto, *s_cuda_stream;
 
 typedef struct {
     PyObject_HEAD
@@ -95,7 +101,7 @@ typedef struct {
     void *params;
     char *buf;
     unsigned long tid;
-    long long max_gx, max_threads, dyn_limit;
+    long long max_g[3], max_b[3], max_threads, dyn_limit;
     PyObject *stream_type;
     long long index;
     PyObject *dev;
@@ -113,14 +119,61 @@ static PyObject *fl_slow(FastLaunch *self, PyObject *const *a) {
 }
 
 static int as_ll(PyObject *o, long long *out) {
-    /* -1: not an int that fits (the caller takes the slow path) */
-    if (PyLong_Check(o)) {
+    /* -1: not an exact int that fits (the caller takes the slow path) */
+    if (PyLong_CheckExact(o)) {
         int overflow = 0;
         *out = PyLong_AsLongLongAndOverflow(o, &overflow);
         if (overflow || (*out == -1 && PyErr_Occurred())) return -1;
         return 0;
     }
     return -1;
+}
+
+/* A grid or block size: an int, or a tuple of 1 to 3 ints, each in [1, max]. 0: ok. */
+static int dims(PyObject *o, const long long *max, long long *d) {
+    d[0] = d[1] = d[2] = 1;
+    if (PyLong_CheckExact(o)) {
+        if (as_ll(o, &d[0])) return -1;
+    } else if (PyTuple_CheckExact(o)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(o);
+        if (n < 1 || n > 3) return -1;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (as_ll(PyTuple_GET_ITEM(o, i), &d[i])) return -1;
+    } else {
+        return -1;
+    }
+    for (int i = 0; i < 3; i++)
+        if (d[i] < 1 || d[i] > max[i]) return -1;
+    return 0;
+}
+
+/* The CUstream of a foreign stream object: __cuda_stream__() -> (version, handle), else an
+ * int .cuda_stream (PyTorch before the protocol). 0: ok. */
+static int foreign_stream(PyObject *o, void **out) {
+    PyObject *h = NULL;
+    PyObject *proto = PyObject_GetAttr(o, s_cuda_stream_proto);
+    if (proto != NULL) {
+        PyObject *got = PyCallable_Check(proto) ? PyObject_CallNoArgs(proto) : (Py_INCREF(proto), proto);
+        Py_DECREF(proto);
+        if (got == NULL) return -1;
+        if (PyTuple_Check(got) && PyTuple_GET_SIZE(got) == 2) {
+            h = PyTuple_GET_ITEM(got, 1);
+            Py_INCREF(h);
+        }
+        Py_DECREF(got);
+    } else {
+        PyErr_Clear();
+        h = PyObject_GetAttr(o, s_cuda_stream);
+    }
+    if (h == NULL || !PyLong_Check(h)) {
+        Py_XDECREF(h);
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(h);
+    Py_DECREF(h);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    *out = (void *)(uintptr_t)v;
+    return 0;
 }
 
 static int pack_int(PyObject *o, char kind, char *dst) {
@@ -140,6 +193,19 @@ static int pack_int(PyObject *o, char kind, char *dst) {
             else if (kind == 'I') memcpy(dst, &b4, 4);
             else memcpy(dst, &u, 8);
         }
+    } else if (kind == '8') {
+        /* either sign, 8 bytes: [-2**63, 2**64 - 1] */
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(v);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) rc = -1;
+            else memcpy(dst, &u, 8);
+        } else if (overflow < 0 || (x == -1 && PyErr_Occurred())) {
+            rc = -1;
+        } else {
+            memcpy(dst, &x, 8);
+        }
     } else {
         int overflow = 0;
         long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -147,11 +213,14 @@ static int pack_int(PyObject *o, char kind, char *dst) {
         else if (kind == 'b' && (x < -128 || x > 127)) rc = -1;
         else if (kind == 'h' && (x < -32768 || x > 32767)) rc = -1;
         else if (kind == 'i' && (x < -2147483648LL || x > 2147483647LL)) rc = -1;
+        else if (kind == '1' && (x < -128 || x > 255)) rc = -1;
+        else if (kind == '2' && (x < -32768 || x > 65535)) rc = -1;
+        else if (kind == '4' && (x < -2147483648LL || x > 4294967295LL)) rc = -1;
         else {
             signed char b1 = (signed char)x; short b2 = (short)x; int b4 = (int)x;
-            if (kind == 'b') memcpy(dst, &b1, 1);
-            else if (kind == 'h') memcpy(dst, &b2, 2);
-            else if (kind == 'i') memcpy(dst, &b4, 4);
+            if (kind == 'b' || kind == '1') memcpy(dst, &b1, 1);
+            else if (kind == 'h' || kind == '2') memcpy(dst, &b2, 2);
+            else if (kind == 'i' || kind == '4') memcpy(dst, &b4, 4);
             else memcpy(dst, &x, 8);
         }
     }
@@ -166,15 +235,13 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
         return NULL;
     }
     PyObject *grid = a[0], *block = a[1], *args = a[2], *shm = a[3], *stream = a[4];
-    long long g, b, sm;
-    if (!PyLong_CheckExact(grid) || !PyLong_CheckExact(block) || !PyLong_CheckExact(shm)) return fl_slow(self, a);
+    long long g[3], b[3], sm;
     if (PyThread_get_thread_ident() != self->tid) return fl_slow(self, a);
-    if (as_ll(grid, &g) || as_ll(block, &b) || as_ll(shm, &sm)) return fl_slow(self, a);
-    if (g <= 0 || g > self->max_gx || b <= 0 || b > self->max_threads || sm < 0 || sm > self->dyn_limit)
-        return fl_slow(self, a);
+    if (dims(grid, self->max_g, g) || dims(block, self->max_b, b) || as_ll(shm, &sm)) return fl_slow(self, a);
+    if (b[0] * b[1] * b[2] > self->max_threads || sm < 0 || sm > self->dyn_limit) return fl_slow(self, a);
     void *sh = NULL;
-    if (stream != Py_None) {
-        if ((PyObject *)Py_TYPE(stream) != self->stream_type) return fl_slow(self, a);
+    if (stream == Py_None) {
+    } else if ((PyObject *)Py_TYPE(stream) == self->stream_type) {
         PyObject *idx = PyObject_GetAttr(stream, s_index);
         long long si = -1;
         int bad = idx == NULL || as_ll(idx, &si) || si != self->index;
@@ -187,8 +254,12 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
         }
         unsigned long long hv = PyLong_AsUnsignedLongLong(h);
         Py_DECREF(h);
+        /* 0: a closed stream (or the default stream's wrapper): the slow path tells them apart */
         if (hv == 0 || (hv == (unsigned long long)-1 && PyErr_Occurred())) return fl_slow(self, a);
         sh = (void *)(uintptr_t)hv;
+    } else if (PyLong_Check(stream) || PyObject_TypeCheck(stream, (PyTypeObject *)self->stream_type) ||
+               foreign_stream(stream, &sh)) {
+        return fl_slow(self, a);
     }
     PyObject *const *items;
     Py_ssize_t len;
@@ -220,17 +291,21 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
             Py_DECREF(h);
             if (p == (unsigned long long)-1 && PyErr_Occurred()) return fl_slow(self, a);
             memcpy(dst, &p, 8);
-        } else if (kind == 'f' || kind == 'd') {
+        } else if (kind == 'f' || kind == 'd' || kind == 'e') {
             double v = PyFloat_AsDouble(o);
             if (v == -1.0 && PyErr_Occurred()) return fl_slow(self, a);
             if (kind == 'f') {
-                if (isfinite(v) && (v > FLT_MAX || v < -FLT_MAX)) return fl_slow(self, a); /* struct refuses it */
+                if (isfinite(v) && (v > FLT_MAX || v < -FLT_MAX)) return fl_slow(self, a); /* out of range */
                 float f = (float)v;
                 memcpy(dst, &f, 4);
+            } else if (kind == 'e') {
+                if (isfinite(v) && (v > 65504.0 || v < -65504.0)) return fl_slow(self, a);
+                if (PyFloat_Pack2(v, dst, 1) < 0) return fl_slow(self, a);
             } else {
                 memcpy(dst, &v, 8);
             }
         } else if (kind == '?') {
+            /* the type is bool or numpy.bool_ (argrules takes nothing else for a bool) */
             int t = PyObject_IsTrue(o);
             if (t < 0) return fl_slow(self, a);
             *dst = (char)t;
@@ -244,7 +319,8 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = cu_launch(self->fn, (unsigned)g, 1, 1, (unsigned)b, 1, 1, (unsigned)sm, sh, (void **)self->params, NULL);
+    rc = cu_launch(self->fn, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], (unsigned)b[0], (unsigned)b[1],
+                   (unsigned)b[2], (unsigned)sm, sh, (void **)self->params, NULL);
     Py_END_ALLOW_THREADS
     PyObject *c0 = self->name, *c1 = grid, *c2 = block;
     Py_INCREF(c0);
@@ -268,17 +344,23 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
     const char *kinds;
     Py_ssize_t nkinds;
     PyObject *offsets;
-    if (!PyArg_ParseTuple(args, "KKKkLLLOLOOs#OOOOOO", &fn, &params, &buf, &tid, &self->max_gx, &self->max_threads,
-                          &self->dyn_limit, &self->stream_type, &self->index, &self->dev, &self->types, &kinds,
-                          &nkinds, &offsets, &self->slow, &self->kernel, &self->failed, &self->cell, &self->name))
+    if (!PyArg_ParseTuple(args, "KKKk(LLL)(LLL)LLOLOOs#OOOOOO", &fn, &params, &buf, &tid, &self->max_g[0],
+                          &self->max_g[1], &self->max_g[2], &self->max_b[0], &self->max_b[1], &self->max_b[2],
+                          &self->max_threads, &self->dyn_limit, &self->stream_type, &self->index, &self->dev,
+                          &self->types, &kinds, &nkinds, &offsets, &self->slow, &self->kernel, &self->failed,
+                          &self->cell, &self->name))
         return -1;
     if (!PyTuple_Check(self->types) || !PyTuple_Check(offsets) || !PyList_Check(self->cell) ||
         PyList_GET_SIZE(self->cell) < 3 || PyTuple_GET_SIZE(self->types) != nkinds ||
-        PyTuple_GET_SIZE(offsets) != nkinds || nkinds > 256) {
+        PyTuple_GET_SIZE(offsets) != nkinds || nkinds > 256 || !PyType_Check(self->stream_type)) {
         PyErr_SetString(PyExc_ValueError, "FastLaunch: inconsistent arguments");
         return -1;
     }
     for (Py_ssize_t i = 0; i < nkinds; i++) {
+        if (!strchr("PfdebBhHiIqQ?1248", kinds[i])) {
+            PyErr_Format(PyExc_ValueError, "FastLaunch: unknown kind %c", kinds[i]);
+            return -1;
+        }
         self->kinds[i] = kinds[i];
         self->offsets[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, i));
         if (self->offsets[i] < 0) {
@@ -369,7 +451,9 @@ PyMODINIT_FUNC PyInit__kbcuda_native(void) {
     s_handle = PyUnicode_InternFromString("handle");
     s_device = PyUnicode_InternFromString("device");
     s_index = PyUnicode_InternFromString("index");
-    if (!s_handle || !s_device || !s_index) return NULL;
+    s_cuda_stream_proto = PyUnicode_InternFromString("__cuda_stream__");
+    s_cuda_stream = PyUnicode_InternFromString("cuda_stream");
+    if (!s_handle || !s_device || !s_index || !s_cuda_stream_proto || !s_cuda_stream) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (pool_add_type(m) < 0) {

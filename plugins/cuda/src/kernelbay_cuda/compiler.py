@@ -13,18 +13,22 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import re
 import threading
 from typing import Any
 
 import attrs
 
+from kernelbay.argrules import PARAM
 from kernelbay.cache import lookup, make_key, store
 from kernelbay.errors import CompileError, InvalidArgumentError
 
 from . import _driver, launcher
 from .kernel import CudaKernel
 from .packing import layout
+
+log = logging.getLogger("kernelbay.cuda")
 
 __all__ = ["Image", "Module", "compile_kernel", "compile_image", "choose_arch", "nvrtc_version", "parse_ptx_params", "load_module"]
 
@@ -40,6 +44,9 @@ class Image:
     :ivar params: lowered symbol -> ``[(size, align, ptx_type), ...]`` where known.
     :ivar log: the compiler's log (warnings).
     :ivar from_cache: ``"disk"`` when read from the disk cache, else ``""``.
+    :ivar kinds: lowered symbol -> one letter per parameter from the signature probe
+        (:data:`SIG_PROBE`): ``p`` pointer, ``i``/``u`` signed/unsigned integer, ``f`` float,
+        ``b`` bool, ``o`` other; absent where the probe could not run.
     """
 
     data: bytes
@@ -49,6 +56,7 @@ class Image:
     params: dict[str, list[tuple[int, int, str]]] = attrs.field(factory=dict)
     log: str = ""
     from_cache: str = ""
+    kinds: dict[str, str] = attrs.field(factory=dict)
 
 
 _version: tuple[int, int] | None = None
@@ -142,7 +150,7 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
         options=opts,
         source=source.text,
         entries=exprs,
-        extra={"headers": json.dumps(dict(sorted(source.headers.items()))), "kind": kind},
+        extra={"headers": json.dumps(dict(sorted(source.headers.items()))), "kind": kind, "probe": _PROBE_VERSION},
     )
     cache = None
     if use_cache:
@@ -157,15 +165,27 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
                 params={k: [tuple(p) for p in v] for k, v in m["params"].items()},
                 log=m.get("log", ""),
                 from_cache="disk",
+                kinds=dict(m.get("kinds", {})),
             )
-    img = _nvrtc(source, exprs, opts, kind, arch)
-    store(cache, key, img.data, {"kind": img.kind, "arch": img.arch, "lowered": img.lowered, "params": img.params, "log": img.log})
+    try:
+        img = _nvrtc(source, exprs, opts, kind, arch, probe=True)
+    except CompileError:
+        # The probe cannot name every entry (an overloaded kernel, say): compile without it,
+        # which also reports the user's own errors as they are.
+        log.debug("kernelbay.cuda: signature probe failed for %r; compiling without it", entry)
+        img = _nvrtc(source, exprs, opts, kind, arch)
+    meta = {"kind": img.kind, "arch": img.arch, "lowered": img.lowered, "params": img.params, "log": img.log, "kinds": img.kinds}
+    store(cache, key, img.data, meta)
     return img
 
 
-def _nvrtc(source: Any, exprs: list[str], opts: list[str], kind: str, arch: str) -> Image:
+def _nvrtc(source: Any, exprs: list[str], opts: list[str], kind: str, arch: str, probe: bool = False) -> Image:
     nv = _driver.nvrtc()
     text = source.text
+    probes = {e: f"kernelbay_sig_probe::sig<decltype({e})>" for e in exprs} if probe else {}
+    if probe:
+        text += SIG_PROBE
+        exprs = [*exprs, *probes.values()]
     name = b"kernel.cu"
     hdr_names = [k.encode() for k in source.headers]
     hdr_srcs = [v.encode() for v in source.headers.values()]
@@ -200,7 +220,11 @@ def _nvrtc(source: Any, exprs: list[str], opts: list[str], kind: str, arch: str)
         if not int(err):
             ptx = b" " * psize
             _driver.check(nv.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
-        params = parse_ptx_params(ptx.rstrip(b"\0").decode(errors="replace"))
+        ptx_text = ptx.rstrip(b"\0").decode(errors="replace")
+        params = parse_ptx_params(ptx_text)
+        kinds = {lowered[e]: k for e, p in probes.items() if (k := _probe_kinds(ptx_text, lowered[p])) is not None}
+        for p in probes.values():
+            del lowered[p]
         if kind == "cubin":
             err, csize = nv.nvrtcGetCUBINSize(prog)
             _driver.check(err, "nvrtcGetCUBINSize")
@@ -208,9 +232,49 @@ def _nvrtc(source: Any, exprs: list[str], opts: list[str], kind: str, arch: str)
             _driver.check(nv.nvrtcGetCUBIN(prog, data), "nvrtcGetCUBIN")
         else:
             data = ptx if ptx.endswith(b"\0") else ptx + b"\0"
-        return Image(data=data, kind=kind, arch=arch, lowered=lowered, params=params, log=log)
+        return Image(data=data, kind=kind, arch=arch, lowered=lowered, params=params, log=log, kinds=kinds)
     finally:
         nv.nvrtcDestroyProgram(prog)
+
+
+# Appended to a cuda source: for each kernel F, kernelbay_sig_probe::sig<decltype(F)> is a
+# device array holding one letter per parameter (the C type's kind, which PTX does not keep:
+# an int and an unsigned are both .u32). Read back from the PTX, without a GPU.
+_PROBE_VERSION = "1"
+SIG_PROBE = r"""
+namespace kernelbay_sig_probe {
+template <class T> struct K { enum : char { v = 'o' }; };
+template <class T> struct K<T*> { enum : char { v = 'p' }; };
+template <> struct K<bool> { enum : char { v = 'b' }; };
+template <> struct K<char> { enum : char { v = (char)-1 < 0 ? 'i' : 'u' }; };
+template <> struct K<signed char> { enum : char { v = 'i' }; };
+template <> struct K<unsigned char> { enum : char { v = 'u' }; };
+template <> struct K<short> { enum : char { v = 'i' }; };
+template <> struct K<unsigned short> { enum : char { v = 'u' }; };
+template <> struct K<int> { enum : char { v = 'i' }; };
+template <> struct K<unsigned int> { enum : char { v = 'u' }; };
+template <> struct K<long> { enum : char { v = 'i' }; };
+template <> struct K<unsigned long> { enum : char { v = 'u' }; };
+template <> struct K<long long> { enum : char { v = 'i' }; };
+template <> struct K<unsigned long long> { enum : char { v = 'u' }; };
+template <> struct K<float> { enum : char { v = 'f' }; };
+template <> struct K<double> { enum : char { v = 'f' }; };
+template <class F> __device__ const char sig[1] = {0};
+template <class... P> __device__ const char sig<void(P...)>[sizeof...(P) + 1] = {K<P>::v..., 0};
+}
+"""
+_PROBE_LETTERS = frozenset("pbiufo")
+
+
+def _probe_kinds(ptx: str, symbol: str) -> str | None:
+    """The letters the probe left for ``symbol`` in the PTX, or None where it is not there."""
+    m = re.search(r"\.global\s+\.align\s+\d+\s+\.b8\s+" + re.escape(symbol) + r"\[(\d+)\](?:\s*=\s*\{([^}]*)\})?", ptx)
+    if m is None:
+        return None
+    n = int(m.group(1)) - 1
+    vals = [int(v) for v in (m.group(2) or "").split(",") if v.strip()]
+    letters = "".join(chr(v) for v in vals[:n]) + "\0" * max(0, n - len(vals))
+    return letters if len(letters) == n and set(letters) <= _PROBE_LETTERS else None
 
 
 _ENTRY_RE = re.compile(r"\.entry\s+([\w$.]+)\s*\(([^)]*)\)", re.S)
@@ -322,7 +386,7 @@ def compile_kernel(device: Any, source: Any) -> CudaKernel:
             mod = _modules[mkey] = Module(device.index, image)
         symbol = image.lowered.get(expr, expr)
         raw = image.params.get(symbol)
-        params = layout(raw) if raw is not None else None
+        params = layout(_typed(raw, image.kinds.get(symbol))) if raw is not None else None
         k = CudaKernel(device, mod, expr, symbol, params)
         launcher.arm(k)
         _kernels[key] = k
@@ -349,3 +413,16 @@ def _image_for(device: Any, source: Any) -> tuple[Image, str]:
         else:
             raise InvalidArgumentError(f"a {lang} source needs Source(..., name='kernel_symbol') to say which kernel to launch")
     return Image(data=data, kind=lang, params=params), name
+
+
+def _typed(raw: list[tuple[int, int, str]], kinds: str | None) -> list[tuple[int, int, str]]:
+    """PTX parameters with the C type the probe found put in place of the PTX type (an
+    ``int`` is ``.u32`` in PTX; packing needs to know it is signed)."""
+    if kinds is None or len(kinds) != len(raw):
+        return raw
+    out = []
+    for (size, align, ptype), k in zip(raw, kinds):
+        row = PARAM.get((k, size))
+        name = "pointer" if k == "p" else "other" if k == "o" else row.c if row is not None and row.c else ptype
+        out.append((size, align, name))
+    return out

@@ -127,14 +127,14 @@ def _first(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], shared_mem
         k.fast = make_fast(k, args)
 
 
-def failed_fast(k: CudaKernel, rc: int, grid: int, block: int, args: Sequence[Any], shm: int, stream: Any) -> None:
+def failed_fast(k: CudaKernel, rc: int, grid: Any, block: Any, args: Sequence[Any], shm: int, stream: Any) -> None:
     """A fast-path launch failed: where it is because another device's context was current
     (this thread used another device since, or another library switched the context), make
     this kernel's context current and launch again through the slow path; else raise."""
     if rc in _WRONG_CONTEXT:
         _driver.force_current(k.index)
         return slow_launch(k, grid, block, args, shm, stream)
-    return k.failed(rc, (grid, 1, 1), (block, 1, 1), shm)
+    return k.failed(rc, dim3(grid, "grid"), dim3(block, "block"), shm)
 
 
 def _raw_launch(k: CudaKernel, g: tuple[int, int, int], b: tuple[int, int, int], shm: int, s: Any, blk: ParamBlock) -> None:
@@ -205,23 +205,24 @@ def fast(grid, block, args, shared_mem, stream):
 
 
 def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
-    """A launch function specialised to ``k`` and the argument types of ``args``: int grid and
-    block, the default stream or a kernelbay Stream, arguments of those types. Everything else
-    goes to :func:`slow_launch`, which validates fully. With the native helpers (:mod:`.native`)
-    and plain argument kinds it is a ``FastLaunch`` object (the same checks in C); otherwise a
-    generated Python function that launches the kernel's prepacked parameter block through the
-    native ``launch`` or the cuda.bindings driver binding."""
+    """A launch function specialised to ``k`` and the argument types of ``args``. With the
+    native helpers (:mod:`.native`) and plain argument kinds it is a ``FastLaunch`` object: every
+    call form (grid and block as ints or 1-3 tuples, the default stream, a kernelbay Stream or a
+    foreign stream) in C. Otherwise a generated Python function for int grid and block and the
+    default stream or a kernelbay Stream, launching the kernel's prepacked parameter block
+    through the native ``launch`` or the cuda.bindings driver binding. Everything else goes to
+    :func:`slow_launch`, which validates fully."""
     d = _driver.driver()
     nat = _native_launcher()
-    fmt, values, handles, _ = pack_plan(k.name, k.params, args, k.device)
+    fmt, values, handles, ckinds = pack_plan(k.name, k.params, args, k.device)
     n = len(args)
     if nat is not None:
-        kinds = c_kinds(fmt, values)
+        kinds = c_kinds(ckinds)
         if kinds is not None:  # the whole fast path in C (see FastLaunch in _launch.c)
             k.memo = [STALE]
             return nat.FastLaunch(
-                int(k.fn), k.block.addr, ctypes.addressof(k.block.buf), k.tid, k.max_gx, k.max_threads,
-                k.dyn_limit, Stream, k.index, k.device, tuple(type(a) for a in args), kinds,
+                int(k.fn), k.block.addr, ctypes.addressof(k.block.buf), k.tid, (k.max_gx, k.max_gy, k.max_gz),
+                (k.max_bx, k.max_by, k.max_bz), k.max_threads, k.dyn_limit, Stream, k.index, k.device, tuple(type(a) for a in args), kinds,
                 tuple(off for *_, off in k.params), slow_launch, k, functools.partial(failed_fast, k), last_cell(k.index), k.name,
             )
     # Skip re-packing when every value is the one packed last time: array handles are compared

@@ -8,11 +8,11 @@ fast path can write them itself (see ``_launch.c``).
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Sequence
 from typing import Any
 
+from kernelbay.argrules import DTYPES, check_scalar, describe
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, UseAfterFreeError
 from kernelbay.types import Buffer
 
@@ -31,9 +31,15 @@ def never(args: Any, dev: Any, buf: Any) -> None:
     raise Replan
 
 
-_INT_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
-_UINT_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
-_FLOAT_CODES = {2: "e", 4: "f", 8: "d"}
+# A parameter's type as kept in its ParamSpec: the C type where the compile probe found it
+# ("int", "unsigned int", "pointer", "other"; see compiler.SIG_PROBE), else the PTX type
+# ("u32": sign unknown), else "" (sizes only, from cuFuncGetParamInfo).
+_C_KIND = {d.c: d.kind for d in DTYPES if d.c}
+_C_KIND.update(pointer="p", other="o")
+_PTX_KIND = {"f": "f", "s": "i", "u": "n", "b": ""}
+# C codes for an integer of either sign (kind "n", or "" with a Python int): FastLaunch checks
+# the union of both ranges, as argrules.int_range("n", size) says.
+_EITHER = {1: "1", 2: "2", 4: "4", 8: "8"}
 
 
 def layout(params: Sequence[tuple[int, int, str]]) -> list[ParamSpec]:
@@ -48,17 +54,24 @@ def layout(params: Sequence[tuple[int, int, str]]) -> list[ParamSpec]:
     return out
 
 
+def param_kind(ptype: str) -> str:
+    """The argrules kind of a parameter type (see the comment above)."""
+    k = _C_KIND.get(ptype)
+    if k is not None:
+        return k
+    return _PTX_KIND.get(ptype[:1], "")
+
+
 def _describe(params: Sequence[ParamSpec]) -> str:
     return ", ".join(f"{s} bytes" + (f" ({t})" if t else "") for s, _, t, _ in params)
 
 
 def pack_plan(
     name: str, params: Sequence[ParamSpec], args: Sequence[Any], device: Any
-) -> tuple[str, list[str], list[str], list[str]]:
+) -> tuple[str, list[str], list[str], list[str | None]]:
     """Validate ``args`` against ``params``; return (struct format, value expressions, handle
-    names, pre-checks) for a packer. Raises the kernelbay error for the first bad argument."""
-    import numpy as np  # deferred for speed: importing the plugin stays cheap
-
+    names, C kind per argument or None) for a packer. Raises the kernelbay error for the first
+    bad argument. Scalars follow the core's one table (:func:`kernelbay.argrules.check_scalar`)."""
     if len(args) != len(params):
         raise InvalidArgumentError(
             f"kernel {name!r} takes {len(params)} argument(s) ({_describe(params)}), got {len(args)}"
@@ -67,12 +80,13 @@ def pack_plan(
     pos = 0
     values: list[str] = []
     handles: list[str] = []
+    ckinds: list[str | None] = []
     for i, (a, (size, _align, ptype, off)) in enumerate(zip(args, params)):
         if off > pos:
             fmt += f"{off - pos}x"
         pos = off + size
         where = f"argument {i} of kernel {name!r}"
-        kind = ptype[:1]
+        kind = param_kind(ptype)
         if isinstance(a, Buffer):
             h = a.handle
             if h is None:
@@ -82,71 +96,51 @@ def pack_plan(
                     f"{where} lives on {a.device}, but the kernel was compiled for {device}; copy it with "
                     f"kb.asarray(x, device={str(device)!r}) first"
                 )
-            if size != 8:
-                raise ArgumentTypeError(f"{where} is a device array (an 8-byte pointer), but the parameter is {size} bytes")
+            if size != 8 or kind in ("i", "u", "f", "b"):
+                raise ArgumentTypeError(
+                    f"{where} is a device array (an 8-byte pointer), but the parameter is {describe(kind, size)}"
+                    + (f" ({ptype})" if ptype else "") + "; a buffer goes only to a pointer parameter"
+                )
             fmt += "Q"
             handles.append(f"a{i}")
             values.append(f"h{i}")
-        elif isinstance(a, np.generic):
-            dt = a.dtype
-            if dt.itemsize != size:
-                raise ArgumentTypeError(
-                    f"{where} is {dt.name} ({dt.itemsize} bytes), but the parameter is {size} bytes"
-                    + (f" ({ptype})" if ptype else "")
-                )
-            if kind == "f" and dt.kind != "f" or kind in ("s", "u") and dt.kind == "f":
-                raise ArgumentTypeError(f"{where} is {dt.name}, but the parameter is {ptype}")
-            if dt.kind == "f" and size in _FLOAT_CODES:
-                fmt += _FLOAT_CODES[size]
-            elif dt.kind in "ib" and size in _INT_CODES:
-                fmt += _INT_CODES[size] if dt.kind == "i" else "?"
-            elif dt.kind == "u" and size in _UINT_CODES:
-                fmt += _UINT_CODES[size]
-            else:
-                fmt += f"{size}s"
-                values.append(f"a{i}.tobytes()")
-                continue
-            values.append(f"a{i}")
-        elif type(a) is float or (type(a) in (int, bool) and kind == "f"):
-            if kind in ("s", "u", "b") and type(a) is float:
-                raise ArgumentTypeError(f"{where} is a Python float, but the parameter is {ptype}; pass np.{ptype}-typed value")
-            if size not in (4, 8):
-                raise ArgumentTypeError(
-                    f"{where} is a Python number, but the parameter is {size} bytes: pass a numpy scalar "
-                    "(np.float16(...)) so the size is explicit"
-                )
-            fmt += _FLOAT_CODES[size]
-            values.append(f"a{i}")
-        elif type(a) in (int, bool):
-            if size not in (4, 8):
-                raise ArgumentTypeError(
-                    f"{where} is a Python int, but the parameter is {size} bytes: pass a numpy scalar "
-                    "(np.int16(...), np.uint8(...)) so the size is explicit"
-                )
-            lo, hi = -(1 << (8 * size - 1)), (1 << (8 * size)) - 1
-            if not lo <= a <= hi:
-                raise InvalidArgumentError(f"{where} = {a} does not fit the {size}-byte parameter")
-            if a > (1 << (8 * size - 1)) - 1:
-                fmt += _UINT_CODES[size]
-            else:
-                fmt += _INT_CODES[size]
-            values.append(f"a{i}")
+            ckinds.append("P")
         elif hasattr(a, "__cuda_array_interface__"):
-            if size != 8:
-                raise ArgumentTypeError(f"{where} is a device array (an 8-byte pointer), but the parameter is {size} bytes")
+            if size != 8 or kind in ("i", "u", "f", "b"):
+                raise ArgumentTypeError(f"{where} is a device array (an 8-byte pointer), but the parameter is {describe(kind, size)}")
             fmt += "Q"
             values.append(f"a{i}.__cuda_array_interface__['data'][0]")
+            ckinds.append(None)
         elif isinstance(a, (bytes, bytearray)):
             if len(a) != size:
                 raise ArgumentTypeError(f"{where} is {len(a)} bytes, but the parameter is {size} bytes")
             fmt += f"{size}s"
             values.append(f"bytes(a{i})")
+            ckinds.append(None)
+        elif kind == "o":
+            # A struct (or __half...) parameter: only a numpy scalar of exactly its size is unambiguous.
+            if getattr(getattr(a, "dtype", None), "itemsize", None) != size or not hasattr(a, "tobytes"):
+                raise ArgumentTypeError(
+                    f"{where} expects a {size}-byte value of a C type with no numpy scalar kind; got "
+                    f"{type(a).__name__} {a!r}: pass a numpy scalar of exactly {size} bytes (np.float16, a structured np.void)"
+                )
+            fmt += f"{size}s"
+            values.append(f"a{i}.tobytes()")
+            ckinds.append(None)
         else:
-            raise ArgumentTypeError(
-                f"{where} has type {type(a).__name__}; pass a kernelbay Array/Buffer, a numpy scalar "
-                f"(np.float32(2.0)) or a Python number, for a {size}-byte parameter"
-            )
-    return fmt, values, handles, []
+            code = check_scalar(a, "u" if kind == "p" else kind, size, where)
+            if not code:
+                fmt += f"{size}s"
+                values.append(f"a{i}.tobytes()")
+                ckinds.append(None)
+                continue
+            fmt += code
+            values.append(f"a{i}")
+            if kind in ("n", "") and code in "bBhHiIqQ" and type(a) is not bool:
+                ckinds.append(_EITHER[size])  # the sign depends on the value, not the type
+            else:
+                ckinds.append(code)
+    return fmt, values, handles, ckinds
 
 
 def make_packer(name: str, params: Sequence[ParamSpec], args: Sequence[Any], device: Any) -> Any:
@@ -180,20 +174,9 @@ def make_packer(name: str, params: Sequence[ParamSpec], args: Sequence[Any], dev
 _C_CODES = frozenset("fdbBhHiIqQ?")
 
 
-def c_kinds(fmt: str, values: list[str]) -> str | None:
-    """Per argument, what FastLaunch writes: 'P' an array's handle, else the struct code of a
-    plain value; None where an argument needs Python (half floats, raw bytes, foreign arrays)."""
-    codes = [(cnt, c) for cnt, c in re.findall(r"(\d*)([a-zA-Z?])", fmt.lstrip("<")) if c != "x"]
-    if len(codes) != len(values) or len(values) > 256:
+def c_kinds(ckinds: Sequence[str | None]) -> str | None:
+    """The kinds string FastLaunch takes, or None where an argument needs Python (raw bytes,
+    foreign arrays) or there are more arguments than it holds."""
+    if len(ckinds) > 256 or any(c is None for c in ckinds):
         return None
-    out = []
-    for i, ((cnt, c), v) in enumerate(zip(codes, values)):
-        if v == f"h{i}" and c == "Q" and not cnt:
-            out.append("P")
-        elif v == f"a{i}" and c in _C_CODES and not cnt:
-            out.append(c)
-        else:
-            return None
-    return "".join(out)
-
-
+    return "".join(ckinds)  # type: ignore[arg-type]
