@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 from .errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["DType", "DTYPES", "BY_NAME", "PARAM", "check_scalar", "describe", "int_range", "float_max"]
+__all__ = ["DType", "DTYPES", "BY_NAME", "BY_DLPACK", "PARAM", "check_scalar", "describe", "int_range", "float_max"]
 
 
 class DType(NamedTuple):
@@ -46,7 +46,9 @@ class DType(NamedTuple):
     kind: str  #: ``i`` ``u`` ``f`` ``b`` ``c``
     size: int  #: bytes
     struct: str  #: ``struct`` format code of one value ("" where struct has none)
-    dlpack: int  #: DLPack ``DLDataTypeCode`` (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6)
+    #: DLPack ``DLDataTypeCode`` (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6,
+    #: kDLFloat8_e4m3fn 10, kDLFloat8_e5m2 12)
+    dlpack: int
     c: str  #: the C/C++ spelling ("" where C has no standard one)
     param: bool  #: whether a scalar parameter of (kind, size) takes this dtype
 
@@ -65,11 +67,15 @@ DTYPES: tuple[DType, ...] = (
     DType("float32", "f", 4, "f", 2, "float", True),
     DType("float64", "f", 8, "d", 2, "double", True),
     DType("bfloat16", "f", 2, "", 4, "", False),
+    DType("float8_e4m3fn", "f", 1, "", 10, "", False),
+    DType("float8_e5m2", "f", 1, "", 12, "", False),
     DType("complex64", "c", 8, "", 5, "", False),
     DType("complex128", "c", 16, "", 5, "", False),
 )
 
 BY_NAME: dict[str, DType] = {d.name: d for d in DTYPES}
+#: (DLPack code, bits) -> dtype.
+BY_DLPACK: dict[tuple[int, int], DType] = {(d.dlpack, 8 * d.size): d for d in DTYPES}
 #: (kind, size) -> the dtype a scalar parameter of that kind and size takes.
 PARAM: dict[tuple[str, int], DType] = {(d.kind, d.size): d for d in DTYPES if d.param}
 

@@ -7,6 +7,7 @@ import ctypes
 from typing import Any
 
 import kernelbay as kb
+from kernelbay.argrules import BY_DLPACK, BY_NAME
 from kernelbay.errors import InvalidArgumentError
 
 from . import _driver
@@ -172,36 +173,28 @@ class _Keep:
 
 
 def _dl_dtype(dt: Any) -> tuple[int, int]:
-    """(DLDataTypeCode, bits) of a numpy dtype; BufferError for what DLPack cannot say."""
-    if dt.name == "bfloat16":
-        return 4, 16  # kDLBfloat (ml_dtypes)
-    code = {"b": 6, "i": 0, "u": 1, "f": 2, "c": 5}.get(dt.kind)
-    if code is None or dt.fields is not None or dt.subdtype is not None or not dt.isnative or dt.itemsize > 16:
+    """(DLDataTypeCode, bits) of a numpy dtype, from the core's table; BufferError for what DLPack cannot say."""
+    row = BY_NAME.get(dt.name)
+    if row is None or dt.fields is not None or dt.subdtype is not None or not dt.isnative:
         raise BufferError(f"DLPack cannot describe dtype {dt}; copy the array to a numeric dtype first")
-    if code == 2 and dt.itemsize > 8:
-        raise BufferError(f"DLPack cannot describe dtype {dt} (long double)")
-    return code, dt.itemsize * 8
+    return row.dlpack, 8 * row.size
 
 
 def _np_dtype(code: int, bits: int, lanes: int) -> Any:
     """The numpy dtype of a DLDataType, or None when kernelbay cannot hold it."""
     import numpy as np  # deferred for speed: importing the plugin stays cheap
 
-    if lanes != 1:
-        return None
-    if code == 4 and bits == 16:
-        try:
-            from ml_dtypes import bfloat16  # deferred: optional, and heavy
-        except ImportError:
-            return None
-        return np.dtype(bfloat16)
-    kind = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}.get(code)
-    if kind is None or bits % 8:
+    row = BY_DLPACK.get((code, bits))
+    if lanes != 1 or row is None:
         return None
     try:
-        return np.dtype(f"{kind}{bits // 8}") if kind != "b" else (np.dtype(bool) if bits == 8 else None)
-    except TypeError:
-        return None
+        return np.dtype(row.name)
+    except TypeError:  # bfloat16, float8: numpy knows them once ml_dtypes is imported
+        try:
+            import ml_dtypes  # deferred: optional, and heavy
+        except ImportError:
+            return None
+        return np.dtype(getattr(ml_dtypes, row.name))
 
 
 def _c_strides(shape: tuple[int, ...]) -> list[int]:

@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kernelbay.argrules import DTYPES
 from kernelbay.errors import ArgumentTypeError, CompileError, InvalidArgumentError, UseAfterFreeError
 from kernelbay.types import Array, Buffer, Device, Source
 
@@ -19,11 +20,8 @@ from . import _driver
 
 META_KEYS = frozenset({"outputs", "inplace", "block_specs", "scratch_shapes", "compiler_params", "cost_estimate"})
 
-#: Element types a TPU Pallas kernel can take (no 64-bit, no complex).
-TPU_DTYPES = frozenset(
-    {"float32", "bfloat16", "float16", "int32", "uint32", "int16", "uint16", "int8", "uint8", "bool",
-     "float8_e4m3fn", "float8_e5m2"}
-)
+#: Element types a TPU Pallas kernel can take: the core table's, without 64-bit or complex.
+TPU_DTYPES = frozenset(d.name for d in DTYPES if d.size <= 4 and d.kind != "c")
 
 
 class Entry:
