@@ -102,6 +102,7 @@ typedef struct {
     char *buf;
     unsigned long tid;
     long long max_g[3], max_b[3], max_threads, dyn_limit;
+    long long fixed_b[3], shm_base; /* fixed_b[0] == 0: the caller gives the block */
     PyObject *stream_type;
     long long index;
     PyObject *dev;
@@ -237,8 +238,15 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
     PyObject *grid = a[0], *block = a[1], *args = a[2], *shm = a[3], *stream = a[4];
     long long g[3], b[3], sm;
     if (PyThread_get_thread_ident() != self->tid) return fl_slow(self, a);
-    if (dims(grid, self->max_g, g) || dims(block, self->max_b, b) || as_ll(shm, &sm)) return fl_slow(self, a);
-    if (b[0] * b[1] * b[2] > self->max_threads || sm < 0 || sm > self->dyn_limit) return fl_slow(self, a);
+    if (dims(grid, self->max_g, g) || as_ll(shm, &sm) || sm < 0) return fl_slow(self, a);
+    if (self->fixed_b[0]) { /* a kernel whose block is fixed (Triton's): the caller leaves it out */
+        if (block != Py_None) return fl_slow(self, a);
+        b[0] = self->fixed_b[0], b[1] = self->fixed_b[1], b[2] = self->fixed_b[2];
+    } else if (dims(block, self->max_b, b)) {
+        return fl_slow(self, a);
+    }
+    sm += self->shm_base;
+    if (b[0] * b[1] * b[2] > self->max_threads || sm > self->dyn_limit) return fl_slow(self, a);
     void *sh = NULL;
     if (stream == Py_None) {
     } else if ((PyObject *)Py_TYPE(stream) == self->stream_type) {
@@ -343,12 +351,16 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
     unsigned long tid;
     const char *kinds;
     Py_ssize_t nkinds;
-    PyObject *offsets;
-    if (!PyArg_ParseTuple(args, "KKKk(LLL)(LLL)LLOLOOs#OOOOOO", &fn, &params, &buf, &tid, &self->max_g[0],
+    PyObject *offsets, *fixed = Py_None;
+    self->shm_base = 0;
+    if (!PyArg_ParseTuple(args, "KKKk(LLL)(LLL)LLOLOOs#OOOOOO|OL", &fn, &params, &buf, &tid, &self->max_g[0],
                           &self->max_g[1], &self->max_g[2], &self->max_b[0], &self->max_b[1], &self->max_b[2],
                           &self->max_threads, &self->dyn_limit, &self->stream_type, &self->index, &self->dev,
                           &self->types, &kinds, &nkinds, &offsets, &self->slow, &self->kernel, &self->failed,
-                          &self->cell, &self->name))
+                          &self->cell, &self->name, &fixed, &self->shm_base))
+        return -1;
+    self->fixed_b[0] = self->fixed_b[1] = self->fixed_b[2] = 0;
+    if (fixed != Py_None && !PyArg_ParseTuple(fixed, "LLL", &self->fixed_b[0], &self->fixed_b[1], &self->fixed_b[2]))
         return -1;
     if (!PyTuple_Check(self->types) || !PyTuple_Check(offsets) || !PyList_Check(self->cell) ||
         PyList_GET_SIZE(self->cell) < 3 || PyTuple_GET_SIZE(self->types) != nkinds ||

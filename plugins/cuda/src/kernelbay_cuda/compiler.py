@@ -18,45 +18,19 @@ import re
 import threading
 from typing import Any
 
-import attrs
-
 from kernelbay.argrules import PARAM
 from kernelbay.cache import lookup, make_key, store
 from kernelbay.errors import CompileError, InvalidArgumentError
 
 from . import _driver, launcher
+from .images import Image, parse_ptx_params
 from .kernel import CudaKernel
 from .packing import layout
+from .triton_kernels import compile_triton
 
 log = logging.getLogger("kernelbay.cuda")
 
 __all__ = ["Image", "Module", "compile_kernel", "compile_image", "choose_arch", "nvrtc_version", "parse_ptx_params", "load_module"]
-
-
-@attrs.frozen
-class Image:
-    """A compiled (or given) module image.
-
-    :ivar data: cubin, PTX (NUL-terminated) or fatbin bytes.
-    :ivar kind: ``cubin``, ``ptx`` or ``fatbin``.
-    :ivar arch: the ``--gpu-architecture`` value used (``sm_90``), or ``""`` for a given binary.
-    :ivar lowered: name expression -> lowered (mangled) symbol.
-    :ivar params: lowered symbol -> ``[(size, align, ptx_type), ...]`` where known.
-    :ivar log: the compiler's log (warnings).
-    :ivar from_cache: ``"disk"`` when read from the disk cache, else ``""``.
-    :ivar kinds: lowered symbol -> one letter per parameter from the signature probe
-        (:data:`SIG_PROBE`): ``p`` pointer, ``i``/``u`` signed/unsigned integer, ``f`` float,
-        ``b`` bool, ``o`` other; absent where the probe could not run.
-    """
-
-    data: bytes
-    kind: str
-    arch: str = ""
-    lowered: dict[str, str] = attrs.field(factory=dict)
-    params: dict[str, list[tuple[int, int, str]]] = attrs.field(factory=dict)
-    log: str = ""
-    from_cache: str = ""
-    kinds: dict[str, str] = attrs.field(factory=dict)
 
 
 _version: tuple[int, int] | None = None
@@ -277,34 +251,6 @@ def _probe_kinds(ptx: str, symbol: str) -> str | None:
     return letters if len(letters) == n and set(letters) <= _PROBE_LETTERS else None
 
 
-_ENTRY_RE = re.compile(r"\.entry\s+([\w$.]+)\s*\(([^)]*)\)", re.S)
-_PARAM_RE = re.compile(r"\.param\s+((?:\.\w+\s+)*?)(?:\.align\s+(\d+)\s+)?\.(\w+)\s+[\w$.]+(?:\[(\d+)\])?")
-_TYPE_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8, "pred": 1}
-
-
-def parse_ptx_params(ptx: str) -> dict[str, list[tuple[int, int, str]]]:
-    """Per ``.entry``: each parameter's ``(size, align, ptx_type)`` from a PTX text."""
-    out: dict[str, list[tuple[int, int, str]]] = {}
-    for name, body in _ENTRY_RE.findall(ptx):
-        params: list[tuple[int, int, str]] = []
-        for decl in body.split(","):
-            decl = " ".join(decl.split())
-            if not decl:
-                continue
-            m = re.search(r"\.align\s+(\d+)", decl)
-            align = int(m.group(1)) if m else 0
-            t = re.search(r"\.(b|s|u|f)(8|16|32|64)\b", decl)
-            if not t:
-                params = []
-                break
-            elem = _TYPE_BYTES[t.group(2)]
-            arr = re.search(r"\[(\d+)\]\s*$", decl)
-            size = elem * int(arr.group(1)) if arr else elem
-            params.append((size, align or elem, t.group(1) + t.group(2)))
-        out[name] = params
-    return out
-
-
 # --- loading -----------------------------------------------------------------------------
 
 
@@ -379,7 +325,7 @@ def compile_kernel(device: Any, source: Any) -> CudaKernel:
         if k is not None:
             return k
         _driver.check_alive(device.index)
-        image, expr = _image_for(device, source)
+        image, expr, settings = _image_for(device, source)
         mkey = (device.index, image.data)
         mod = _modules.get(mkey)
         if mod is None:
@@ -388,17 +334,22 @@ def compile_kernel(device: Any, source: Any) -> CudaKernel:
         raw = image.params.get(symbol)
         params = layout(_typed(raw, image.kinds.get(symbol))) if raw is not None else None
         k = CudaKernel(device, mod, expr, symbol, params)
+        if settings:
+            k.apply(settings)
         launcher.arm(k)
         _kernels[key] = k
         return k
 
 
-def _image_for(device: Any, source: Any) -> tuple[Image, str]:
+def _image_for(device: Any, source: Any) -> tuple[Image, str, dict[str, Any]]:
+    """The module image, the kernel to launch, and launch settings (Triton's; else empty)."""
     cc = tuple(device.properties["compute_capability"])
     lang = source.lang
     if lang == "cuda":
         entry, _ = entry_names(source)
-        return compile_image(source, cc), entry
+        return compile_image(source, cc), entry, {}
+    if lang == "triton":
+        return compile_triton(source, cc)
     data = source.code if isinstance(source.code, bytes) else source.code.encode()
     params: dict[str, list[tuple[int, int, str]]] = {}
     if lang == "ptx":
@@ -412,7 +363,7 @@ def _image_for(device: Any, source: Any) -> tuple[Image, str]:
             name = next(iter(params))
         else:
             raise InvalidArgumentError(f"a {lang} source needs Source(..., name='kernel_symbol') to say which kernel to launch")
-    return Image(data=data, kind=lang, params=params), name
+    return Image(data=data, kind=lang, params=params), name, {}
 
 
 def _typed(raw: list[tuple[int, int, str]], kinds: str | None) -> list[tuple[int, int, str]]:

@@ -48,7 +48,8 @@ class CudaKernel:
     __slots__ = (
         "device", "index", "name", "symbol", "module", "fn", "fn_c", "params", "block", "packer",
         "tid", "max_threads", "max_gx", "max_gy", "max_gz", "max_bx", "max_by", "max_bz", "static_shared",
-        "dyn_limit", "optin", "auto_block", "other_threads", "lock", "fast", "memo", "__weakref__",
+        "dyn_limit", "optin", "auto_block", "other_threads", "lock", "fast", "memo", "visible", "arg_names",
+        "fixed_block", "shm_base", "scratch", "scratch_buf", "inner", "tail", "__weakref__",
     )
 
     def __init__(self, device: Any, module: Module, expr: str, symbol: str, params: list[ParamSpec] | None) -> None:
@@ -83,6 +84,17 @@ class CudaKernel:
                 "module carries no PTX signature; compile from CUDA C++ or PTX, or upgrade the driver (>= 12.4)"
             )
         self.params = params
+        #: The parameters a caller passes (a Triton kernel's trailing scratch pointers are kernelbay's).
+        self.visible = params
+        self.arg_names: list[str] | None = None
+        #: A block every launch uses (Triton: 32 x num_warps), and shared memory added to each launch.
+        self.fixed_block: tuple[int, int, int] | None = None
+        self.shm_base = 0
+        #: Per trailing hidden pointer: (bytes per program, alignment); see :meth:`apply`.
+        self.scratch: list[tuple[int, int]] = []
+        self.scratch_buf: list[Any] | None = None  # the scratch buffers, where the kernel has any
+        self.inner: Any = None  # behind the scratch filler: the launch entry proper
+        self.tail: dict[int, int] = {}  # offset -> pointer kernelbay keeps in every parameter block
         self.block = ParamBlock(params)
         self.packer = never
         self.fast: Any = None  # the launch entry, set by launcher.arm
@@ -92,6 +104,20 @@ class CudaKernel:
         self.auto_block: dict[int, int] = {}
         self.other_threads: dict[int, tuple[ParamBlock, Any]] = {}
         self.lock = threading.Lock()
+
+    def apply(self, settings: dict[str, Any]) -> None:
+        """Take a compiler's launch settings (Triton's, see :mod:`.triton_kernels`)."""
+        hidden = int(settings.get("hidden", 0))
+        if hidden > len(self.params):
+            raise InvalidArgumentError(f"kernel {self.name!r}: {hidden} hidden parameters of {len(self.params)}")
+        self.visible = self.params[: len(self.params) - hidden]
+        self.arg_names = list(settings.get("arg_names") or []) or None
+        self.scratch = [tuple(x) for x in settings.get("scratch", [])]  # type: ignore[misc]
+        block = settings.get("block")
+        self.fixed_block = (int(block), 1, 1) if block else None
+        self.shm_base = int(settings.get("shared", 0))
+        if self.fixed_block is not None and self.shm_base > self.dyn_limit:
+            self.check_geometry(1, 1, 1, *self.fixed_block, self.shm_base)  # raises the kernel's limit
 
     def _attr(self, lib: ctypes.CDLL, attr: int) -> int | None:
         v = ctypes.c_int()
@@ -161,14 +187,15 @@ class CudaKernel:
             rc = _driver.libcuda().cuFuncSetAttribute(self.fn_c, 8, ctypes.c_int(shared_mem))
             _driver.check(rc, f"raising the dynamic shared-memory limit of {self.name!r} to {shared_mem}", self.index)
             self.dyn_limit = shared_mem
-            try:
-                self.fast.dyn_limit = shared_mem  # a FastLaunch keeps its own copy
-            except AttributeError:
-                pass
+            for f in (self.fast, self.inner):  # a FastLaunch keeps its own copy
+                try:
+                    f.dyn_limit = shared_mem
+                except AttributeError:
+                    pass
 
     def replan(self, args: Sequence[Any], block: ParamBlock) -> Any:
         """Validate ``args`` fully, make a packer for their types and pack them into ``block``."""
-        packer = make_packer(self.name, self.params, args, self.device)
+        packer = make_packer(self.name, self.visible, args, self.device, self.arg_names)
         try:
             packer(args, self.device, block.buf)
         except (struct.error, OverflowError) as exc:  # e.g. a Python float beyond a float parameter's range

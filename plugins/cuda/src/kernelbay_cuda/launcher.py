@@ -18,6 +18,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import kernelbay as kb
 from kernelbay.errors import InvalidArgumentError
 from kernelbay.types import dim3
 
@@ -38,8 +39,38 @@ _WRONG_CONTEXT = (201, 709, 400)
 
 def arm(k: CudaKernel) -> None:
     """Give a new kernel its launch entry: the first launch goes through the slow path and
-    makes the fast one."""
-    k.fast = functools.partial(_first, k)
+    makes the fast one. A kernel with scratch parameters (Triton's global or profile scratch)
+    keeps :func:`_scratch_launch` as its entry, in front of the fast path."""
+    first = functools.partial(_first, k)
+    if any(size for size, _ in k.scratch):
+        k.scratch_buf = []
+        k.inner = first
+        k.fast = functools.partial(_scratch_launch, k)
+    else:
+        k.fast = first
+
+
+def _scratch_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
+    """Fill a Triton kernel's scratch pointers for this grid, then launch. The buffers grow to
+    the largest grid seen and are kept with the kernel: launches of one such kernel on two
+    streams at once share them (as launches on one stream do, in order)."""
+    g = (grid, 1, 1) if type(grid) is int else dim3(grid, "grid")
+    programs = g[0] * g[1] * g[2]
+    hidden = k.params[len(k.visible):]
+    bufs = k.scratch_buf
+    for j, ((size, align), (_s, _a, _t, off)) in enumerate(zip(k.scratch, hidden)):
+        if not size:
+            continue
+        need = size * programs + align
+        while len(bufs) <= j:
+            bufs.append(None)
+        if bufs[j] is None or bufs[j].nbytes < need:
+            bufs[j] = kb.empty(need, "uint8", device=k.device)
+            ptr = (bufs[j].handle + align - 1) // align * align
+            for blk in [k.block, *(b for b, _ in k.other_threads.values())]:
+                struct.pack_into("<Q", blk.buf, off, ptr)
+            k.tail[off] = ptr
+    return k.inner(grid, block, args, shared_mem, stream)
 
 
 def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
@@ -54,7 +85,15 @@ def slow_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], share
         gy = gz = 1
     else:
         gx, gy, gz = dim3(grid, "grid")
-    if block is None:
+    if k.fixed_block is not None:
+        if block is not None and dim3(block, "block") != k.fixed_block:
+            raise InvalidArgumentError(
+                f"launch of {k.name!r}: its block is fixed at {k.fixed_block} (Triton: 32 x num_warps), got {block!r}; "
+                "leave block out"
+            )
+        bx, by, bz = k.fixed_block
+        shared_mem = _shared(k, shared_mem)
+    elif block is None:
         bx = k.auto_block.get(shared_mem) or k.occupancy_block(shared_mem)
         by = bz = 1
     elif type(block) is int:
@@ -84,9 +123,22 @@ def slow_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], share
         k.packer(args, k.device, k.block.buf)
     except Exception:
         k.packer = k.replan(args, k.block)
-        k.fast = make_fast(k, args)
+        _set_fast(k, make_fast(k, args))
     _raw_launch(k, (gx, gy, gz), (bx, by, bz), shared_mem, s, k.block)
     return None
+
+
+def _shared(k: CudaKernel, shared_mem: Any) -> int:
+    if type(shared_mem) is not int or shared_mem < 0:
+        raise InvalidArgumentError(f"launch of {k.name!r}: shared_mem must be an int >= 0, got {shared_mem!r}")
+    return shared_mem + k.shm_base
+
+
+def _set_fast(k: CudaKernel, fast: Any) -> None:
+    if k.scratch_buf is None:
+        k.fast = fast
+    else:  # the entry stays _scratch_launch, which calls this one
+        k.inner = fast
 
 
 def _stream_arg(stream: Any, k: CudaKernel) -> Any:
@@ -111,7 +163,10 @@ def launch_other_thread(k: CudaKernel, g: tuple[int, int, int], b: tuple[int, in
             return
     mine = k.other_threads.get(tid)
     if mine is None:
-        mine = k.other_threads[tid] = (ParamBlock(k.params), never)
+        blk = ParamBlock(k.params)
+        for off, ptr in k.tail.items():
+            struct.pack_into("<Q", blk.buf, off, ptr)
+        mine = k.other_threads[tid] = (blk, never)
     blk, packer = mine
     try:
         packer(args, k.device, blk.buf)
@@ -124,7 +179,7 @@ def launch_other_thread(k: CudaKernel, g: tuple[int, int, int], b: tuple[int, in
 def _first(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> None:
     slow_launch(k, grid, block, args, shared_mem, stream)
     if k.tid == _get_ident() and k.packer is not never:
-        k.fast = make_fast(k, args)
+        _set_fast(k, make_fast(k, args))
 
 
 def failed_fast(k: CudaKernel, rc: int, grid: Any, block: Any, args: Sequence[Any], shm: int, stream: Any) -> None:
@@ -214,7 +269,7 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
     :func:`slow_launch`, which validates fully."""
     d = _driver.driver()
     nat = _native_launcher()
-    fmt, values, handles, ckinds = pack_plan(k.name, k.params, args, k.device)
+    fmt, values, handles, ckinds = pack_plan(k.name, k.visible, args, k.device, k.arg_names)
     n = len(args)
     if nat is not None:
         kinds = c_kinds(ckinds)
@@ -223,7 +278,8 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
             return nat.FastLaunch(
                 int(k.fn), k.block.addr, ctypes.addressof(k.block.buf), k.tid, (k.max_gx, k.max_gy, k.max_gz),
                 (k.max_bx, k.max_by, k.max_bz), k.max_threads, k.dyn_limit, Stream, k.index, k.device, tuple(type(a) for a in args), kinds,
-                tuple(off for *_, off in k.params), slow_launch, k, functools.partial(failed_fast, k), last_cell(k.index), k.name,
+                tuple(off for *_, off in k.visible), slow_launch, k, functools.partial(failed_fast, k), last_cell(k.index), k.name,
+                k.fixed_block, k.shm_base,
             )
     # Skip re-packing when every value is the one packed last time: array handles are compared
     # as ints (no reference to an array is kept, so none outlives its user), immutable scalars

@@ -35,6 +35,7 @@ def never(args: Any, dev: Any, buf: Any) -> None:
 # ("int", "unsigned int", "pointer", "other"; see compiler.SIG_PROBE), else the PTX type
 # ("u32": sign unknown), else "" (sizes only, from cuFuncGetParamInfo).
 _C_KIND = {d.c: d.kind for d in DTYPES if d.c}
+_C_KIND.update({d.name: d.kind for d in DTYPES if d.param})  # "float16": a Triton fp16
 _C_KIND.update(pointer="p", other="o")
 _PTX_KIND = {"f": "f", "s": "i", "u": "n", "b": ""}
 # C codes for an integer of either sign (kind "n", or "" with a Python int): FastLaunch checks
@@ -67,7 +68,7 @@ def _describe(params: Sequence[ParamSpec]) -> str:
 
 
 def pack_plan(
-    name: str, params: Sequence[ParamSpec], args: Sequence[Any], device: Any
+    name: str, params: Sequence[ParamSpec], args: Sequence[Any], device: Any, names: Sequence[str] | None = None
 ) -> tuple[str, list[str], list[str], list[str | None]]:
     """Validate ``args`` against ``params``; return (struct format, value expressions, handle
     names, C kind per argument or None) for a packer. Raises the kernelbay error for the first
@@ -85,7 +86,7 @@ def pack_plan(
         if off > pos:
             fmt += f"{off - pos}x"
         pos = off + size
-        where = f"argument {i} of kernel {name!r}"
+        where = f"argument {i}{f' ({names[i]})' if names else ''} of kernel {name!r}"
         kind = param_kind(ptype)
         if isinstance(a, Buffer):
             h = a.handle
@@ -109,7 +110,8 @@ def pack_plan(
             if size != 8 or kind in ("i", "u", "f", "b"):
                 raise ArgumentTypeError(f"{where} is a device array (an 8-byte pointer), but the parameter is {describe(kind, size)}")
             fmt += "Q"
-            values.append(f"a{i}.__cuda_array_interface__['data'][0]")
+            # torch's data_ptr() is much quicker than building its __cuda_array_interface__
+            values.append(f"a{i}.data_ptr()" if hasattr(a, "data_ptr") else f"a{i}.__cuda_array_interface__['data'][0]")
             ckinds.append(None)
         elif isinstance(a, (bytes, bytearray)):
             if len(a) != size:
@@ -143,9 +145,11 @@ def pack_plan(
     return fmt, values, handles, ckinds
 
 
-def make_packer(name: str, params: Sequence[ParamSpec], args: Sequence[Any], device: Any) -> Any:
+def make_packer(
+    name: str, params: Sequence[ParamSpec], args: Sequence[Any], device: Any, names: Sequence[str] | None = None
+) -> Any:
     """A function ``pack(args, device, buf)`` specialised to the types of ``args``."""
-    fmt, values, handles, _ = pack_plan(name, params, args, device)
+    fmt, values, handles, _ = pack_plan(name, params, args, device, names)
     n = len(args)
     lines = ["def pack(args, dev, buf):"]
     if n:

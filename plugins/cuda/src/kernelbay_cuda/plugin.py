@@ -32,9 +32,9 @@ def kernelbay_backend() -> BackendSpec:
     return BackendSpec(
         name="cuda",
         priority=300,
-        languages=("cuda", "ptx", "cubin", "fatbin"),
+        languages=("cuda", "ptx", "cubin", "fatbin", "triton"),
         api_version=API_VERSION,
-        description="NVIDIA GPUs through the CUDA driver and NVRTC (cuda-python)",
+        description="NVIDIA GPUs through the CUDA driver and NVRTC (cuda-python); Triton kernels with kernelbay-cuda[triton]",
     )
 
 
