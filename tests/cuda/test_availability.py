@@ -128,6 +128,6 @@ def test_import_is_light() -> None:
 def test_backend_reports_a_reason_here() -> None:
     rec = {b.name: b for b in kb.backends()}.get("cuda")
     assert rec is not None and rec.priority == 300
-    assert rec.languages == ("cuda", "ptx", "cubin", "fatbin")
+    assert rec.languages == ("cuda", "ptx", "cubin", "fatbin", "triton")
     if rec.status != "available":
         assert rec.status == "unavailable" and rec.reason and "kernelbay-cuda" in rec.reason

@@ -98,4 +98,5 @@ def test_ptx_param_parsing_handles_structs() -> None:
 )
 { ret; }
 """
-    assert compiler.parse_ptx_params(ptx) == {"f": [(8, 1, "u64"), (24, 8, "b8"), (8, 8, "f64"), (2, 2, "u16")]}
+    # a pointer's ".align 1" is its pointee's: the parameter itself is 8-aligned
+    assert compiler.parse_ptx_params(ptx) == {"f": [(8, 8, "u64"), (24, 8, "b8"), (8, 8, "f64"), (2, 2, "u16")]}

@@ -269,7 +269,7 @@ class Source:
     """Kernel source in one language.
 
     :ivar code: the text (``str``), a binary image (``bytes``, for ``cubin``/``fatbin``), or a
-        Python function (``pallas``).
+        Python function (``pallas``; a ``@triton.jit`` function for ``triton``).
     :ivar lang: the language: ``cuda``, ``c++``, ``ptx``, ``cubin``, ``fatbin``, ``pallas``, or
         whatever a third-party backend accepts.
     :ivar name: the kernel's entry name (``None``: the backend's default, where it has one).
@@ -333,7 +333,8 @@ class Source:
         """A sha256 over everything that defines the compiled result, for cache keys.
 
         A Python function (Pallas) has no stable text: it is keyed by its identity instead and
-        is not meant for the disk cache.
+        is not meant for the disk cache. A ``triton`` function is keyed by its source text
+        (``fn.src``) and ``meta`` (its signature and constexprs define the compiled result).
         """
         h = hashlib.sha256()
         code = self.code
@@ -341,6 +342,8 @@ class Source:
             h.update(b"s" + code.encode())
         elif isinstance(code, bytes):
             h.update(b"b" + code)
+        elif self.lang == "triton" and isinstance(getattr(code, "src", None), str):
+            h.update(b"t" + code.src.encode() + repr(sorted(self.meta.items())).encode())
         else:
             h.update(f"f{getattr(code, '__module__', '')}.{getattr(code, '__qualname__', '')}:{id(code)}".encode())
         for part in (

@@ -12,6 +12,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kernelbay.argrules import check_scalar, float_max, int_range
+from kernelbay.argrules import describe as _describe
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, UseAfterFreeError
 from kernelbay.types import Buffer, Kernel, dim3
 
@@ -38,13 +40,6 @@ _INT_TYPES = {
     ("f", 4): ctypes.c_float,
     ("f", 8): ctypes.c_double,
 }
-_KIND_NAME = {"p": "pointer", "i": "signed integer", "u": "unsigned integer", "b": "bool", "f": "floating-point"}
-
-
-def _describe(kind: str, size: int) -> str:
-    return f"a {size}-byte {_KIND_NAME.get(kind, 'value')}"
-
-
 class KernelHandle:
     """One entry of a compiled module: its native launcher and its parameters."""
 
@@ -121,42 +116,27 @@ def _converter(pos: int, kind: str, size: int, device: Any, name: str) -> Callab
         return ptr
 
     if (kind, size) in _INT_TYPES:
+        # The rules are the core's (kernelbay.argrules); the common cases are inlined for speed.
+        where = f"argument {pos} of kernel {name!r}"
+        lo, hi = int_range(kind, size)
+        fmax = float_max(size)
         is_float = kind == "f"
-        lo, hi = _range(kind, size)
-        # numpy scalar types already checked to fit: set straight into the slot.
-        accepted: set[type] = set()
+        is_int = kind in ("i", "u")  # a bool parameter takes no Python int
+        accepted: set[type] = set()  # numpy scalar types whose every value fits: set as they are
 
         def num(a: Any, slot: Any) -> None:
             t = type(a)
-            if t in accepted:
-                slot.value = a
-                return
-            if t is float:
-                if not is_float:
-                    raise _bad(pos, name, kind, size, a, "; a Python float converts only to a float or double parameter")
-                slot.value = a
-                return
-            if t is int or t is bool:
-                if not is_float and not lo <= a <= hi:
-                    raise _bad(pos, name, kind, size, a, f"; it is out of range [{lo}, {hi}]")
-                slot.value = a
-                return
-            if isinstance(a, generic):
-                dk = a.dtype.kind
-                if a.dtype.itemsize != size:
-                    raise _bad(
-                        pos, name, kind, size, a,
-                        f" ({a.dtype}, {a.dtype.itemsize} bytes); pass a numpy scalar of {size} bytes",
-                    )
-                ok = (dk == "f") if is_float else (dk in "iub")
-                if not ok:
-                    raise _bad(pos, name, kind, size, a, f" ({a.dtype}); pass a numpy scalar of a matching kind")
-                accepted.add(t)
+            if t in accepted or (
+                (t is float and is_float and -fmax <= a <= fmax) or (t is int and is_int and lo <= a <= hi)
+            ):
                 slot.value = a
                 return
             if isinstance(a, Buffer):
                 raise _bad(pos, name, kind, size, a, "; a buffer goes only to a pointer parameter")
-            raise _bad(pos, name, kind, size, a)
+            check_scalar(a, kind, size, where)  # raises for whatever the table refuses
+            if isinstance(a, generic) and a.dtype.kind == kind:
+                accepted.add(t)
+            slot.value = a
 
         return num
 
@@ -171,14 +151,6 @@ def _converter(pos: int, kind: str, size: int, device: Any, name: str) -> Callab
         )
 
     return raw
-
-
-def _range(kind: str, size: int) -> tuple[int, int]:
-    if kind == "i":
-        return -(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1
-    if kind in "ub":
-        return 0, (1 << (8 * size)) - 1 if kind == "u" else 1
-    return 0, 0
 
 
 def geometry(grid: Any, block: Any) -> Any:

@@ -48,7 +48,7 @@ class CudaError(KernelbayError):
 def driver() -> Any:
     m = _mods.get("driver")
     if m is None:
-        from cuda.bindings import driver as m
+        from cuda.bindings import driver as m  # deferred for speed
 
         _mods["driver"] = m
     return m
@@ -57,7 +57,7 @@ def driver() -> Any:
 def nvrtc() -> Any:
     m = _mods.get("nvrtc")
     if m is None:
-        from cuda.bindings import nvrtc as m
+        from cuda.bindings import nvrtc as m  # deferred for speed
 
         _mods["nvrtc"] = m
     return m
@@ -193,7 +193,7 @@ def _bindings_major() -> tuple[int, str]:
         v = version("cuda-bindings")
     except Exception:
         try:
-            from cuda.bindings import __version__ as v
+            from cuda.bindings import __version__ as v  # deferred for speed
         except Exception:
             return 0, "unknown"
     try:

@@ -11,40 +11,26 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
+import logging
 import re
 import threading
 from typing import Any
 
-import attrs
-
+from kernelbay.argrules import PARAM
+from kernelbay.cache import lookup, make_key, store
 from kernelbay.errors import CompileError, InvalidArgumentError
 
-from . import _driver, _install
+from . import _driver, _install, launcher
+from .images import Image, parse_ptx_params
+from .kernel import CudaKernel
+from .packing import layout
+from .triton_kernels import compile_triton
 
-__all__ = ["Image", "compile_image", "choose_arch", "nvrtc_version", "parse_ptx_params", "load_module"]
+log = logging.getLogger("kernelbay.cuda")
 
-
-@attrs.frozen
-class Image:
-    """A compiled (or given) module image.
-
-    :ivar data: cubin, PTX (NUL-terminated) or fatbin bytes.
-    :ivar kind: ``cubin``, ``ptx`` or ``fatbin``.
-    :ivar arch: the ``--gpu-architecture`` value used (``sm_90``), or ``""`` for a given binary.
-    :ivar lowered: name expression -> lowered (mangled) symbol.
-    :ivar params: lowered symbol -> ``[(size, align, ptx_type), ...]`` where known.
-    :ivar log: the compiler's log (warnings).
-    :ivar from_cache: ``"disk"`` when read from the disk cache, else ``""``.
-    """
-
-    data: bytes
-    kind: str
-    arch: str = ""
-    lowered: dict[str, str] = attrs.field(factory=dict)
-    params: dict[str, list[tuple[int, int, str]]] = attrs.field(factory=dict)
-    log: str = ""
-    from_cache: str = ""
+__all__ = ["Image", "Module", "compile_kernel", "compile_image", "choose_arch", "nvrtc_version", "parse_ptx_params", "load_module"]
 
 
 _version: tuple[int, int] | None = None
@@ -124,8 +110,6 @@ def _options(source: Any, arch: str) -> list[str]:
 
 def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -> Image:
     """Compile a ``cuda`` source for compute capability ``cc`` through the disk cache."""
-    from kernelbay.cache import lookup, make_key, store
-
     arch, kind = choose_arch(cc)
     entry, exprs = entry_names(source)
     opts = _options(source, arch)
@@ -141,7 +125,7 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
         options=opts,
         source=source.text,
         entries=exprs,
-        extra={"headers": json.dumps(dict(sorted(source.headers.items()))), "kind": kind},
+        extra={"headers": json.dumps(dict(sorted(source.headers.items()))), "kind": kind, "probe": _PROBE_VERSION},
     )
     cache = None
     if use_cache:
@@ -156,15 +140,27 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
                 params={k: [tuple(p) for p in v] for k, v in m["params"].items()},
                 log=m.get("log", ""),
                 from_cache="disk",
+                kinds=dict(m.get("kinds", {})),
             )
-    img = _nvrtc(source, exprs, opts, kind, arch)
-    store(cache, key, img.data, {"kind": img.kind, "arch": img.arch, "lowered": img.lowered, "params": img.params, "log": img.log})
+    try:
+        img = _nvrtc(source, exprs, opts, kind, arch, probe=True)
+    except CompileError:
+        # The probe cannot name every entry (an overloaded kernel, say): compile without it,
+        # which also reports the user's own errors as they are.
+        log.debug("kernelbay.cuda: signature probe failed for %r; compiling without it", entry)
+        img = _nvrtc(source, exprs, opts, kind, arch)
+    meta = {"kind": img.kind, "arch": img.arch, "lowered": img.lowered, "params": img.params, "log": img.log, "kinds": img.kinds}
+    store(cache, key, img.data, meta)
     return img
 
 
-def _nvrtc(source: Any, exprs: list[str], opts: list[str], kind: str, arch: str) -> Image:
+def _nvrtc(source: Any, exprs: list[str], opts: list[str], kind: str, arch: str, probe: bool = False) -> Image:
     nv = _driver.nvrtc()
     text = source.text
+    probes = {e: f"kernelbay_sig_probe::sig<decltype({e})>" for e in exprs} if probe else {}
+    if probe:
+        text += SIG_PROBE
+        exprs = [*exprs, *probes.values()]
     name = b"kernel.cu"
     hdr_names = [k.encode() for k in source.headers]
     hdr_srcs = [v.encode() for v in source.headers.values()]
@@ -199,7 +195,11 @@ def _nvrtc(source: Any, exprs: list[str], opts: list[str], kind: str, arch: str)
         if not int(err):
             ptx = b" " * psize
             _driver.check(nv.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
-        params = parse_ptx_params(ptx.rstrip(b"\0").decode(errors="replace"))
+        ptx_text = ptx.rstrip(b"\0").decode(errors="replace")
+        params = parse_ptx_params(ptx_text)
+        kinds = {lowered[e]: k for e, p in probes.items() if (k := _probe_kinds(ptx_text, lowered[p])) is not None}
+        for p in probes.values():
+            del lowered[p]
         if kind == "cubin":
             err, csize = nv.nvrtcGetCUBINSize(prog)
             _driver.check(err, "nvrtcGetCUBINSize")
@@ -207,37 +207,49 @@ def _nvrtc(source: Any, exprs: list[str], opts: list[str], kind: str, arch: str)
             _driver.check(nv.nvrtcGetCUBIN(prog, data), "nvrtcGetCUBIN")
         else:
             data = ptx if ptx.endswith(b"\0") else ptx + b"\0"
-        return Image(data=data, kind=kind, arch=arch, lowered=lowered, params=params, log=log)
+        return Image(data=data, kind=kind, arch=arch, lowered=lowered, params=params, log=log, kinds=kinds)
     finally:
         nv.nvrtcDestroyProgram(prog)
 
 
-_ENTRY_RE = re.compile(r"\.entry\s+([\w$.]+)\s*\(([^)]*)\)", re.S)
-_PARAM_RE = re.compile(r"\.param\s+((?:\.\w+\s+)*?)(?:\.align\s+(\d+)\s+)?\.(\w+)\s+[\w$.]+(?:\[(\d+)\])?")
-_TYPE_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8, "pred": 1}
+# Appended to a cuda source: for each kernel F, kernelbay_sig_probe::sig<decltype(F)> is a
+# device array holding one letter per parameter (the C type's kind, which PTX does not keep:
+# an int and an unsigned are both .u32). Read back from the PTX, without a GPU.
+_PROBE_VERSION = "1"
+SIG_PROBE = r"""
+namespace kernelbay_sig_probe {
+template <class T> struct K { enum : char { v = 'o' }; };
+template <class T> struct K<T*> { enum : char { v = 'p' }; };
+template <> struct K<bool> { enum : char { v = 'b' }; };
+template <> struct K<char> { enum : char { v = (char)-1 < 0 ? 'i' : 'u' }; };
+template <> struct K<signed char> { enum : char { v = 'i' }; };
+template <> struct K<unsigned char> { enum : char { v = 'u' }; };
+template <> struct K<short> { enum : char { v = 'i' }; };
+template <> struct K<unsigned short> { enum : char { v = 'u' }; };
+template <> struct K<int> { enum : char { v = 'i' }; };
+template <> struct K<unsigned int> { enum : char { v = 'u' }; };
+template <> struct K<long> { enum : char { v = 'i' }; };
+template <> struct K<unsigned long> { enum : char { v = 'u' }; };
+template <> struct K<long long> { enum : char { v = 'i' }; };
+template <> struct K<unsigned long long> { enum : char { v = 'u' }; };
+template <> struct K<float> { enum : char { v = 'f' }; };
+template <> struct K<double> { enum : char { v = 'f' }; };
+template <class F> __device__ const char sig[1] = {0};
+template <class... P> __device__ const char sig<void(P...)>[sizeof...(P) + 1] = {K<P>::v..., 0};
+}
+"""
+_PROBE_LETTERS = frozenset("pbiufo")
 
 
-def parse_ptx_params(ptx: str) -> dict[str, list[tuple[int, int, str]]]:
-    """Per ``.entry``: each parameter's ``(size, align, ptx_type)`` from a PTX text."""
-    out: dict[str, list[tuple[int, int, str]]] = {}
-    for name, body in _ENTRY_RE.findall(ptx):
-        params: list[tuple[int, int, str]] = []
-        for decl in body.split(","):
-            decl = " ".join(decl.split())
-            if not decl:
-                continue
-            m = re.search(r"\.align\s+(\d+)", decl)
-            align = int(m.group(1)) if m else 0
-            t = re.search(r"\.(b|s|u|f)(8|16|32|64)\b", decl)
-            if not t:
-                params = []
-                break
-            elem = _TYPE_BYTES[t.group(2)]
-            arr = re.search(r"\[(\d+)\]\s*$", decl)
-            size = elem * int(arr.group(1)) if arr else elem
-            params.append((size, align or elem, t.group(1) + t.group(2)))
-        out[name] = params
-    return out
+def _probe_kinds(ptx: str, symbol: str) -> str | None:
+    """The letters the probe left for ``symbol`` in the PTX, or None where it is not there."""
+    m = re.search(r"\.global\s+\.align\s+\d+\s+\.b8\s+" + re.escape(symbol) + r"\[(\d+)\](?:\s*=\s*\{([^}]*)\})?", ptx)
+    if m is None:
+        return None
+    n = int(m.group(1)) - 1
+    vals = [int(v) for v in (m.group(2) or "").split(",") if v.strip()]
+    letters = "".join(chr(v) for v in vals[:n]) + "\0" * max(0, n - len(vals))
+    return letters if len(letters) == n and set(letters) <= _PROBE_LETTERS else None
 
 
 # --- loading -----------------------------------------------------------------------------
@@ -247,8 +259,6 @@ class Module:
     """A module loaded into one device's primary context; unloaded when collected."""
 
     def __init__(self, device_index: int, image: Image) -> None:
-        import ctypes
-
         _driver.ensure_current(device_index)
         lib = _driver.libcuda()
         self.device_index = device_index
@@ -276,8 +286,6 @@ class Module:
         self.jit_log = info.value.decode(errors="replace")
 
     def function(self, symbol: str) -> int:
-        import ctypes
-
         fn = ctypes.c_void_p()
         rc = _driver.libcuda().cuModuleGetFunction(ctypes.byref(fn), ctypes.c_void_p(self.handle), symbol.encode())
         if rc:
@@ -291,9 +299,7 @@ class Module:
         h = self.handle
         if h is not None and _driver.dead_reason(self.device_index) is None:
             try:
-                import ctypes
-
-                _driver.libcuda().cuModuleUnload(ctypes.c_void_p(h))
+                        _driver.libcuda().cuModuleUnload(ctypes.c_void_p(h))
             except Exception:
                 pass
 
@@ -302,4 +308,73 @@ def load_module(device_index: int, image: Image) -> Module:
     return Module(device_index, image)
 
 
-_cache_lock = threading.Lock()
+# --- the compile hook and the in-process caches -------------------------------------------
+
+_kernels: dict[tuple[int, Any], CudaKernel] = {}
+_modules: dict[tuple[int, bytes], Module] = {}
+_lock = threading.Lock()
+
+
+def compile_kernel(device: Any, source: Any) -> CudaKernel:
+    """The ``kernelbay_compile`` hook: a kernel from the in-process cache, the disk cache or NVRTC."""
+    key = (device.index, source)
+    k = _kernels.get(key)
+    if k is not None:
+        return k
+    with _lock:
+        k = _kernels.get(key)
+        if k is not None:
+            return k
+        _driver.check_alive(device.index)
+        image, expr, settings = _image_for(device, source)
+        mkey = (device.index, image.data)
+        mod = _modules.get(mkey)
+        if mod is None:
+            mod = _modules[mkey] = Module(device.index, image)
+        symbol = image.lowered.get(expr, expr)
+        raw = image.params.get(symbol)
+        params = layout(_typed(raw, image.kinds.get(symbol))) if raw is not None else None
+        k = CudaKernel(device, mod, expr, symbol, params)
+        if settings:
+            k.apply(settings)
+        launcher.arm(k)
+        _kernels[key] = k
+        return k
+
+
+def _image_for(device: Any, source: Any) -> tuple[Image, str, dict[str, Any]]:
+    """The module image, the kernel to launch, and launch settings (Triton's; else empty)."""
+    cc = tuple(device.properties["compute_capability"])
+    lang = source.lang
+    if lang == "cuda":
+        entry, _ = entry_names(source)
+        return compile_image(source, cc), entry, {}
+    if lang == "triton":
+        return compile_triton(source, cc)
+    data = source.code if isinstance(source.code, bytes) else source.code.encode()
+    params: dict[str, list[tuple[int, int, str]]] = {}
+    if lang == "ptx":
+        text = data.decode(errors="replace")
+        params = parse_ptx_params(text)
+        if not data.endswith(b"\0"):
+            data += b"\0"
+    name = source.name
+    if name is None:
+        if len(params) == 1:
+            name = next(iter(params))
+        else:
+            raise InvalidArgumentError(f"a {lang} source needs Source(..., name='kernel_symbol') to say which kernel to launch")
+    return Image(data=data, kind=lang, params=params), name, {}
+
+
+def _typed(raw: list[tuple[int, int, str]], kinds: str | None) -> list[tuple[int, int, str]]:
+    """PTX parameters with the C type the probe found put in place of the PTX type (an
+    ``int`` is ``.u32`` in PTX; packing needs to know it is signed)."""
+    if kinds is None or len(kinds) != len(raw):
+        return raw
+    out = []
+    for (size, align, ptype), k in zip(raw, kinds):
+        row = PARAM.get((k, size))
+        name = "pointer" if k == "p" else "other" if k == "o" else row.c if row is not None and row.c else ptype
+        out.append((size, align, name))
+    return out

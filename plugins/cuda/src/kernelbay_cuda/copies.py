@@ -22,6 +22,8 @@ from kernelbay.errors import InvalidArgumentError
 from kernelbay.types import Buffer
 
 from . import _driver
+from .devices import peer_access, sync_failed
+from .streams import as_stream
 
 __all__ = ["copy", "memset", "PinnedMemory", "pinned_empty", "is_pinned"]
 
@@ -66,7 +68,7 @@ class PinnedMemory:
 def pinned_empty(shape: Any, dtype: Any = "float32", device: Any = None):
     """A numpy array in pinned (page-locked) host memory: copies to and from the GPU run at full
     speed and asynchronously on a stream. Keep it alive until such a copy has finished."""
-    import numpy as np
+    import numpy as np  # deferred for speed: importing the plugin stays cheap
 
     dt = np.dtype(dtype)
     shp = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -96,8 +98,6 @@ def _lib() -> ctypes.CDLL:
 def _stream(stream: Any, device: Any) -> Any:
     if stream is None:
         return None
-    from .streams import as_stream
-
     s = as_stream(stream, device)
     if s.index != device.index:
         raise InvalidArgumentError(f"a copy on {device} was given a stream of cuda:{s.index}")
@@ -107,8 +107,6 @@ def _stream(stream: Any, device: Any) -> Any:
 def _sync(s: Any, index: int) -> None:
     rc = _lib().cuStreamSynchronize(s)
     if rc:
-        from .devices import sync_failed
-
         sync_failed(index, rc)
 
 
@@ -189,8 +187,6 @@ class _PeerLink:
     """
 
     def __init__(self, src: int, dst: int) -> None:
-        from .devices import peer_access
-
         self.src = src
         self.dst = dst
         self.lock = threading.Lock()
@@ -334,9 +330,7 @@ class _Stager:
     def _drain(self, w: _Worker, b: int, off: int, n: int, hptr: int) -> None:
         rc = _lib().cuEventSynchronize(w.events[b])
         if rc:
-            from .devices import sync_failed
-
-            sync_failed(self.index, rc)
+                sync_failed(self.index, rc)
         _memmove(hptr + off, w.bufs[b].ptr, n)
 
 

@@ -11,7 +11,26 @@ from kernelbay.types import Device
 
 from . import _driver
 
-__all__ = ["devices", "synchronize", "sync_failed", "peer_access"]
+__all__ = ["devices", "sync_failed", "peer_access", "last_launch", "last_cell", "record"]
+
+# The most recent launch per device, [kernel name, grid, block], for naming a kernel whose
+# failure only shows at a later synchronise. Cells are mutated in place: generated fast paths
+# hold a reference to their device's cell (three stores, no tuple per launch).
+last_launch: dict[int, list[Any]] = {}
+
+
+def last_cell(index: int) -> list[Any]:
+    cell = last_launch.get(index)
+    if cell is None:
+        cell = last_launch.setdefault(index, [None, None, None])
+    return cell
+
+
+def record(index: int, name: str, g: Any, b: Any) -> None:
+    cell = last_cell(index)
+    cell[0] = name
+    cell[1] = g
+    cell[2] = b
 
 
 def devices() -> list[Device]:
@@ -26,36 +45,26 @@ def devices() -> list[Device]:
     return out
 
 
+def _dims(v: Any) -> Any:
+    if type(v) is int:
+        return (v, 1, 1)
+    if type(v) is tuple and 1 <= len(v) < 3:
+        return v + (1,) * (3 - len(v))
+    return v
+
+
 def sync_failed(index: int, rc: int) -> None:
     """Turn a failed synchronise into a LaunchError naming the most recent launch."""
-    from .launcher import last_launch
-
     last = last_launch.get(index)
     if last and last[0] is not None:
         name, g, b = last
-        g = (g, 1, 1) if type(g) is int else g  # the fast path records 1-D sizes as ints
-        b = (b, 1, 1) if type(b) is int else b
+        g = _dims(g)  # the fast paths record sizes as the caller gave them
+        b = _dims(b)
         what = f"kernel {name!r} (grid {g}, block {b}), the most recent launch on cuda:{index},"
     else:
         what = f"work queued on cuda:{index}"
     _driver.check(rc, f"{what} failed while running; synchronize", index)
     raise LaunchError(f"synchronize on cuda:{index} failed with CUDA error {rc}")
-
-
-def synchronize(device: Any, stream: Any) -> None:
-    """The ``kernelbay_synchronize`` hook."""
-    idx = device.index
-    _driver.check_alive(idx)
-    _driver.ensure_current(idx)
-    lib = _driver.libcuda()
-    if stream is None:
-        rc = lib.cuCtxSynchronize()
-    else:
-        from .streams import as_stream
-
-        rc = lib.cuStreamSynchronize(as_stream(stream, device).cvp)
-    if rc:
-        sync_failed(idx, rc)
 
 
 _peer = OnceMap()  # (a, b) -> whether a can access b's memory

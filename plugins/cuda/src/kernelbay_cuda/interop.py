@@ -6,6 +6,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+import kernelbay as kb
+from kernelbay.argrules import BY_DLPACK, BY_NAME
 from kernelbay.errors import InvalidArgumentError
 
 from . import _driver
@@ -38,7 +40,7 @@ def _device_of(ptr: int) -> int | None:
 def from_external(obj: Any, device: Any) -> tuple[Any, tuple[int, ...], Any] | None:
     """The ``kernelbay_from_external`` hook: adopt a CUDA array through its CUDA array interface
     or, failing that, DLPack (kDLCUDA)."""
-    import numpy as np
+    import numpy as np  # deferred for speed: importing the plugin stays cheap
 
     try:
         cai = obj.__cuda_array_interface__
@@ -62,8 +64,6 @@ def from_external(obj: Any, device: Any) -> tuple[Any, tuple[int, ...], Any] | N
                 "make it contiguous first (x.contiguous() in PyTorch, cupy.ascontiguousarray)"
             )
     ptr = int(cai["data"][0] or 0)
-    import kernelbay as kb
-
     devs = [d for d in kb.devices() if d.backend == "cuda"]
     if not devs:
         return None
@@ -173,36 +173,28 @@ class _Keep:
 
 
 def _dl_dtype(dt: Any) -> tuple[int, int]:
-    """(DLDataTypeCode, bits) of a numpy dtype; BufferError for what DLPack cannot say."""
-    if dt.name == "bfloat16":
-        return 4, 16  # kDLBfloat (ml_dtypes)
-    code = {"b": 6, "i": 0, "u": 1, "f": 2, "c": 5}.get(dt.kind)
-    if code is None or dt.fields is not None or dt.subdtype is not None or not dt.isnative or dt.itemsize > 16:
+    """(DLDataTypeCode, bits) of a numpy dtype, from the core's table; BufferError for what DLPack cannot say."""
+    row = BY_NAME.get(dt.name)
+    if row is None or dt.fields is not None or dt.subdtype is not None or not dt.isnative:
         raise BufferError(f"DLPack cannot describe dtype {dt}; copy the array to a numeric dtype first")
-    if code == 2 and dt.itemsize > 8:
-        raise BufferError(f"DLPack cannot describe dtype {dt} (long double)")
-    return code, dt.itemsize * 8
+    return row.dlpack, 8 * row.size
 
 
 def _np_dtype(code: int, bits: int, lanes: int) -> Any:
     """The numpy dtype of a DLDataType, or None when kernelbay cannot hold it."""
-    import numpy as np
+    import numpy as np  # deferred for speed: importing the plugin stays cheap
 
-    if lanes != 1:
-        return None
-    if code == 4 and bits == 16:
-        try:
-            from ml_dtypes import bfloat16
-        except ImportError:
-            return None
-        return np.dtype(bfloat16)
-    kind = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}.get(code)
-    if kind is None or bits % 8:
+    row = BY_DLPACK.get((code, bits))
+    if lanes != 1 or row is None:
         return None
     try:
-        return np.dtype(f"{kind}{bits // 8}") if kind != "b" else (np.dtype(bool) if bits == 8 else None)
-    except TypeError:
-        return None
+        return np.dtype(row.name)
+    except TypeError:  # bfloat16, float8: numpy knows them once ml_dtypes is imported
+        try:
+            import ml_dtypes  # deferred: optional, and heavy
+        except ImportError:
+            return None
+        return np.dtype(getattr(ml_dtypes, row.name))
 
 
 def _c_strides(shape: tuple[int, ...]) -> list[int]:
@@ -244,7 +236,7 @@ def to_dlpack(array: Any, stream: Any, max_version: tuple[int, int] | None) -> A
     default stream orders with); any other handle is made to wait for the work queued so far on
     the default stream (an event, ``cuStreamWaitEvent``), so the consumer does not block.
     """
-    import numpy as np
+    import numpy as np  # deferred for speed: importing the plugin stays cheap
 
     ptr = int(array.checked_handle())
     dt = np.dtype(array.dtype)
@@ -346,8 +338,6 @@ def _from_dlpack(obj: Any, device: Any) -> tuple[Any, tuple[int, ...], Any] | No
         return None
     if dev_type != KDLCUDA:
         return None
-    import kernelbay as kb
-
     target = next((d for d in kb.devices() if d.backend == "cuda" and d.index == dev_id), None)
     if target is None:
         return None

@@ -1,6 +1,7 @@
-"""The backend's native helpers (``_native.c``) and their pure-Python equivalents.
+"""The backend's native helpers (``_launch.c`` and ``_pool.c``) and their pure-Python equivalents.
 
-The C helpers are built at first use through :func:`kernelbay.native.load_extension` and kept
+The two C sources are joined into one extension (one build, one cache entry, one load),
+built at first use through :func:`kernelbay.native.load_extension` and kept
 in the disk cache. They hold the two hottest paths: the ``cuLaunchKernel`` call (taking plain
 ints, without cuda.bindings' per-call conversions) and the allocator's cached-block pool.
 Where they cannot be built (no C compiler or Python headers, ``KERNELBAY_NATIVE=0``) the
@@ -17,6 +18,9 @@ from kernelbay.native import NativeUnavailable, load_extension
 
 __all__ = ["module", "status", "PyPool", "make_pool", "size_class"]
 
+#: The C sources of the extension, in the order they are joined (_launch.c's init adds _pool.c's type).
+SOURCES = ("_pool.c", "_launch.c")
+
 SMALL = 8
 PAGE = 16 * 1024
 
@@ -27,12 +31,13 @@ def module() -> Any:
     """The built extension, or None where it is unavailable (see :func:`status`)."""
     if not _state:
         try:
-            src = resources.files(__package__).joinpath("_native.c").read_text(encoding="utf-8")
+            files = resources.files(__package__)
+            src = "\n".join(files.joinpath(f).read_text(encoding="utf-8") for f in SOURCES)
             mod, why = load_extension("_kbcuda_native", src), None
         except NativeUnavailable as exc:
             mod, why = None, str(exc)
         except OSError as exc:  # the C source is missing from the installation
-            mod, why = None, f"_native.c cannot be read: {exc}"
+            mod, why = None, f"the C sources {', '.join(SOURCES)} cannot be read: {exc}"
         if not _state:
             _state[:] = [mod, why]
     return _state[0]
@@ -52,7 +57,7 @@ def size_class(nbytes: int) -> int:
 
 
 class PyPool:
-    """The pure-Python pool, interchangeable with ``_native.c``'s ``Pool`` (see there)."""
+    """The pure-Python pool, interchangeable with ``_pool.c``'s ``Pool`` (see there)."""
 
     __slots__ = ("free_lists", "live", "active", "peak", "cached", "_limit", "_lock")
 

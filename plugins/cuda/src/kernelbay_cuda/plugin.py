@@ -10,7 +10,7 @@ from typing import Any
 from kernelbay.hookspecs import API_VERSION, hookimpl
 from kernelbay.types import BackendSpec
 
-from . import allocator, copies, devices, interop, launcher
+from . import allocator, compiler, copies, devices, interop, launcher, streams
 
 # Hot-path hooks are the implementing functions themselves (no wrapper call): their parameters
 # match the specs', in order, so the core binds them directly.
@@ -19,8 +19,8 @@ kernelbay_free = hookimpl(allocator.free)
 kernelbay_copy = hookimpl(copies.copy)
 kernelbay_launch = hookimpl(launcher.launch)
 kernelbay_memset = hookimpl(copies.memset)
-kernelbay_compile = hookimpl(launcher.compile_kernel)
-kernelbay_synchronize = hookimpl(devices.synchronize)
+kernelbay_compile = hookimpl(compiler.compile_kernel)
+kernelbay_synchronize = hookimpl(streams.synchronize)
 kernelbay_cuda_array_interface = hookimpl(interop.cuda_array_interface)
 kernelbay_from_external = hookimpl(interop.from_external)
 kernelbay_dlpack_device = hookimpl(interop.dlpack_device)
@@ -32,9 +32,9 @@ def kernelbay_backend() -> BackendSpec:
     return BackendSpec(
         name="cuda",
         priority=300,
-        languages=("cuda", "ptx", "cubin", "fatbin"),
+        languages=("cuda", "ptx", "cubin", "fatbin", "triton"),
         api_version=API_VERSION,
-        description="NVIDIA GPUs through the CUDA driver and NVRTC (cuda-python)",
+        description="NVIDIA GPUs through the CUDA driver and NVRTC (cuda-python); Triton kernels with kernelbay-cuda[triton]",
     )
 
 

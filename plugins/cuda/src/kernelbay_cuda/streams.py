@@ -11,16 +11,16 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+import kernelbay as kb
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
 
 from . import _driver
+from .devices import sync_failed
 
-__all__ = ["Stream", "Event", "Graph", "as_stream", "default_stream"]
+__all__ = ["Stream", "Event", "Graph", "as_stream", "default_stream", "synchronize"]
 
 
 def _device(device: Any) -> Any:
-    import kernelbay as kb
-
     dev = kb.device(device if device is not None else "cuda")
     if dev.backend != "cuda":
         raise InvalidArgumentError(f"{dev} is not a CUDA device")
@@ -75,8 +75,6 @@ class Stream:
         _driver.ensure_current(self.index)
         rc = _driver.libcuda().cuStreamSynchronize(self.cvp)
         if rc:
-            from .devices import sync_failed
-
             sync_failed(self.index, rc)
 
     def query(self) -> bool:
@@ -142,6 +140,20 @@ def as_stream(obj: Any, device: Any) -> Stream:
     return Stream._wrap(device, handle, owner=obj)
 
 
+def synchronize(device: Any, stream: Any) -> None:
+    """The ``kernelbay_synchronize`` hook."""
+    idx = device.index
+    _driver.check_alive(idx)
+    _driver.ensure_current(idx)
+    lib = _driver.libcuda()
+    if stream is None:
+        rc = lib.cuCtxSynchronize()
+    else:
+        rc = lib.cuStreamSynchronize(as_stream(stream, device).cvp)
+    if rc:
+        sync_failed(idx, rc)
+
+
 class Event:
     """A CUDA event, for ordering streams and for timing (``end.elapsed_ms(start)``... or
     :meth:`elapsed`)."""
@@ -166,8 +178,6 @@ class Event:
     def synchronize(self) -> None:
         rc = _driver.libcuda().cuEventSynchronize(self.cvp)
         if rc:
-            from .devices import sync_failed
-
             sync_failed(self.index, rc)
 
     def query(self) -> bool:

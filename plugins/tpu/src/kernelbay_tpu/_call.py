@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from kernelbay.argrules import DTYPES
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
 
 from . import _driver
@@ -263,11 +264,8 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
     return Entry(jax.jit(pure, donate_argnums=donate), pure, passed, tuple(outs), call, tuple(avals))
 
 
-#: Element types a TPU Pallas kernel can take (no 64-bit, no complex).
-TPU_DTYPES = frozenset(
-    {"float32", "bfloat16", "float16", "int32", "uint32", "int16", "uint16", "int8", "uint8", "bool",
-     "float8_e4m3fn", "float8_e5m2"}
-)
+#: Element types a TPU Pallas kernel can take: the core table's, without 64-bit or complex.
+TPU_DTYPES = frozenset(d.name for d in DTYPES if d.size <= 4 and d.kind != "c")
 
 
 def _body(k: Any, grid: tuple[int, ...], nargs: int, pre: list[int], ins: list[int], outs: list[int],

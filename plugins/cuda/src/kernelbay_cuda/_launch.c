@@ -1,5 +1,7 @@
-/* kernelbay-cuda's native helpers: the launch call and the allocator's cached-block pool.
+/* kernelbay-cuda's native helpers, part one: the launch call and each kernel's fast path.
  *
+ * native.py builds this with _pool.c (the allocator's cached-block pool) into one extension,
+ * _pool.c first: the module init at the end of this file adds both halves' types.
  * Built at first use by kernelbay.native (no CUDA headers needed: the driver's entry point is
  * handed over as an address). Everything here runs with the GIL held and calls no Python
  * code, so each function is atomic with respect to other Python threads; only the driver's
@@ -72,19 +74,25 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 /* ---- a kernel's launch fast path --------------------------------------------------------
  *
  * FastLaunch(...)(grid, block, args, shared_mem, stream) does in C what launcher.py's generated
- * Python fast path does: for int grid and block within the kernel's limits, the default stream
- * or a kernelbay Stream of the kernel's device, arguments of exactly the types seen when it was
- * made, launched from the kernel's first thread, it writes every argument value into the
- * kernel's parameter buffer and calls cuLaunchKernel. Anything else -- and any value that does
- * not fit its parameter -- goes to the Python slow path, which validates fully and says what is
- * wrong. kinds: 'P' a kernelbay buffer's handle, else a struct format code (f d b B h H i I q Q ?). */
+ * Python fast path does, for every call form the core hands over: grid and block as ints or
+ * tuples of 1 to 3 ints (a LaunchConfig arrives as 3-tuples) within the kernel's limits; the
+ * default stream, a kernelbay Stream of the kernel's device, or a foreign stream (an object
+ * with __cuda_stream__, or a PyTorch stream's int .cuda_stream); arguments of exactly the types
+ * seen when it was made, launched from the kernel's first thread. It writes every argument
+ * value into the kernel's parameter buffer and calls cuLaunchKernel. Anything else -- and any
+ * value that does not fit its parameter -- goes to the Python slow path, which validates fully
+ * and says what is wrong.
+ *
+ * kinds, one per argument: 'P' a kernelbay buffer's handle; a struct format code (f d e b B h H
+ * i I q Q ?) with that code's range; '1' '2' '4' '8' an integer of that many bytes whose sign
+ * the parameter does not say (either sign's range: kernelbay.argrules.int_range("n", size)). */
 
 #include <float.h>
 #include <math.h>
 #include <string.h>
 #include "pythread.h"
 
-static PyObject *s_handle, *s_device, *s_index;
+static PyObject *s_handle, *s_device, *s_index, *s_cuda_stream_proto, *s_cuda_stream;
 
 typedef struct {
     PyObject_HEAD
@@ -93,7 +101,8 @@ typedef struct {
     void *params;
     char *buf;
     unsigned long tid;
-    long long max_gx, max_threads, dyn_limit;
+    long long max_g[3], max_b[3], max_threads, dyn_limit;
+    long long fixed_b[3], shm_base; /* fixed_b[0] == 0: the caller gives the block */
     PyObject *stream_type;
     long long index;
     PyObject *dev;
@@ -111,14 +120,61 @@ static PyObject *fl_slow(FastLaunch *self, PyObject *const *a) {
 }
 
 static int as_ll(PyObject *o, long long *out) {
-    /* -1: not an int that fits (the caller takes the slow path) */
-    if (PyLong_Check(o)) {
+    /* -1: not an exact int that fits (the caller takes the slow path) */
+    if (PyLong_CheckExact(o)) {
         int overflow = 0;
         *out = PyLong_AsLongLongAndOverflow(o, &overflow);
         if (overflow || (*out == -1 && PyErr_Occurred())) return -1;
         return 0;
     }
     return -1;
+}
+
+/* A grid or block size: an int, or a tuple of 1 to 3 ints, each in [1, max]. 0: ok. */
+static int dims(PyObject *o, const long long *max, long long *d) {
+    d[0] = d[1] = d[2] = 1;
+    if (PyLong_CheckExact(o)) {
+        if (as_ll(o, &d[0])) return -1;
+    } else if (PyTuple_CheckExact(o)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(o);
+        if (n < 1 || n > 3) return -1;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (as_ll(PyTuple_GET_ITEM(o, i), &d[i])) return -1;
+    } else {
+        return -1;
+    }
+    for (int i = 0; i < 3; i++)
+        if (d[i] < 1 || d[i] > max[i]) return -1;
+    return 0;
+}
+
+/* The CUstream of a foreign stream object: __cuda_stream__() -> (version, handle), else an
+ * int .cuda_stream (PyTorch before the protocol). 0: ok. */
+static int foreign_stream(PyObject *o, void **out) {
+    PyObject *h = NULL;
+    PyObject *proto = PyObject_GetAttr(o, s_cuda_stream_proto);
+    if (proto != NULL) {
+        PyObject *got = PyCallable_Check(proto) ? PyObject_CallNoArgs(proto) : (Py_INCREF(proto), proto);
+        Py_DECREF(proto);
+        if (got == NULL) return -1;
+        if (PyTuple_Check(got) && PyTuple_GET_SIZE(got) == 2) {
+            h = PyTuple_GET_ITEM(got, 1);
+            Py_INCREF(h);
+        }
+        Py_DECREF(got);
+    } else {
+        PyErr_Clear();
+        h = PyObject_GetAttr(o, s_cuda_stream);
+    }
+    if (h == NULL || !PyLong_Check(h)) {
+        Py_XDECREF(h);
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(h);
+    Py_DECREF(h);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    *out = (void *)(uintptr_t)v;
+    return 0;
 }
 
 static int pack_int(PyObject *o, char kind, char *dst) {
@@ -138,6 +194,19 @@ static int pack_int(PyObject *o, char kind, char *dst) {
             else if (kind == 'I') memcpy(dst, &b4, 4);
             else memcpy(dst, &u, 8);
         }
+    } else if (kind == '8') {
+        /* either sign, 8 bytes: [-2**63, 2**64 - 1] */
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(v);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) rc = -1;
+            else memcpy(dst, &u, 8);
+        } else if (overflow < 0 || (x == -1 && PyErr_Occurred())) {
+            rc = -1;
+        } else {
+            memcpy(dst, &x, 8);
+        }
     } else {
         int overflow = 0;
         long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -145,11 +214,14 @@ static int pack_int(PyObject *o, char kind, char *dst) {
         else if (kind == 'b' && (x < -128 || x > 127)) rc = -1;
         else if (kind == 'h' && (x < -32768 || x > 32767)) rc = -1;
         else if (kind == 'i' && (x < -2147483648LL || x > 2147483647LL)) rc = -1;
+        else if (kind == '1' && (x < -128 || x > 255)) rc = -1;
+        else if (kind == '2' && (x < -32768 || x > 65535)) rc = -1;
+        else if (kind == '4' && (x < -2147483648LL || x > 4294967295LL)) rc = -1;
         else {
             signed char b1 = (signed char)x; short b2 = (short)x; int b4 = (int)x;
-            if (kind == 'b') memcpy(dst, &b1, 1);
-            else if (kind == 'h') memcpy(dst, &b2, 2);
-            else if (kind == 'i') memcpy(dst, &b4, 4);
+            if (kind == 'b' || kind == '1') memcpy(dst, &b1, 1);
+            else if (kind == 'h' || kind == '2') memcpy(dst, &b2, 2);
+            else if (kind == 'i' || kind == '4') memcpy(dst, &b4, 4);
             else memcpy(dst, &x, 8);
         }
     }
@@ -164,15 +236,20 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
         return NULL;
     }
     PyObject *grid = a[0], *block = a[1], *args = a[2], *shm = a[3], *stream = a[4];
-    long long g, b, sm;
-    if (!PyLong_CheckExact(grid) || !PyLong_CheckExact(block) || !PyLong_CheckExact(shm)) return fl_slow(self, a);
+    long long g[3], b[3], sm;
     if (PyThread_get_thread_ident() != self->tid) return fl_slow(self, a);
-    if (as_ll(grid, &g) || as_ll(block, &b) || as_ll(shm, &sm)) return fl_slow(self, a);
-    if (g <= 0 || g > self->max_gx || b <= 0 || b > self->max_threads || sm < 0 || sm > self->dyn_limit)
+    if (dims(grid, self->max_g, g) || as_ll(shm, &sm) || sm < 0) return fl_slow(self, a);
+    if (self->fixed_b[0]) { /* a kernel whose block is fixed (Triton's): the caller leaves it out */
+        if (block != Py_None) return fl_slow(self, a);
+        b[0] = self->fixed_b[0], b[1] = self->fixed_b[1], b[2] = self->fixed_b[2];
+    } else if (dims(block, self->max_b, b)) {
         return fl_slow(self, a);
+    }
+    sm += self->shm_base;
+    if (b[0] * b[1] * b[2] > self->max_threads || sm > self->dyn_limit) return fl_slow(self, a);
     void *sh = NULL;
-    if (stream != Py_None) {
-        if ((PyObject *)Py_TYPE(stream) != self->stream_type) return fl_slow(self, a);
+    if (stream == Py_None) {
+    } else if ((PyObject *)Py_TYPE(stream) == self->stream_type) {
         PyObject *idx = PyObject_GetAttr(stream, s_index);
         long long si = -1;
         int bad = idx == NULL || as_ll(idx, &si) || si != self->index;
@@ -185,8 +262,12 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
         }
         unsigned long long hv = PyLong_AsUnsignedLongLong(h);
         Py_DECREF(h);
+        /* 0: a closed stream (or the default stream's wrapper): the slow path tells them apart */
         if (hv == 0 || (hv == (unsigned long long)-1 && PyErr_Occurred())) return fl_slow(self, a);
         sh = (void *)(uintptr_t)hv;
+    } else if (PyLong_Check(stream) || PyObject_TypeCheck(stream, (PyTypeObject *)self->stream_type) ||
+               foreign_stream(stream, &sh)) {
+        return fl_slow(self, a);
     }
     PyObject *const *items;
     Py_ssize_t len;
@@ -218,17 +299,21 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
             Py_DECREF(h);
             if (p == (unsigned long long)-1 && PyErr_Occurred()) return fl_slow(self, a);
             memcpy(dst, &p, 8);
-        } else if (kind == 'f' || kind == 'd') {
+        } else if (kind == 'f' || kind == 'd' || kind == 'e') {
             double v = PyFloat_AsDouble(o);
             if (v == -1.0 && PyErr_Occurred()) return fl_slow(self, a);
             if (kind == 'f') {
-                if (isfinite(v) && (v > FLT_MAX || v < -FLT_MAX)) return fl_slow(self, a); /* struct refuses it */
+                if (isfinite(v) && (v > FLT_MAX || v < -FLT_MAX)) return fl_slow(self, a); /* out of range */
                 float f = (float)v;
                 memcpy(dst, &f, 4);
+            } else if (kind == 'e') {
+                if (isfinite(v) && (v > 65504.0 || v < -65504.0)) return fl_slow(self, a);
+                if (PyFloat_Pack2(v, dst, 1) < 0) return fl_slow(self, a);
             } else {
                 memcpy(dst, &v, 8);
             }
         } else if (kind == '?') {
+            /* the type is bool or numpy.bool_ (argrules takes nothing else for a bool) */
             int t = PyObject_IsTrue(o);
             if (t < 0) return fl_slow(self, a);
             *dst = (char)t;
@@ -242,7 +327,8 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = cu_launch(self->fn, (unsigned)g, 1, 1, (unsigned)b, 1, 1, (unsigned)sm, sh, (void **)self->params, NULL);
+    rc = cu_launch(self->fn, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], (unsigned)b[0], (unsigned)b[1],
+                   (unsigned)b[2], (unsigned)sm, sh, (void **)self->params, NULL);
     Py_END_ALLOW_THREADS
     PyObject *c0 = self->name, *c1 = grid, *c2 = block;
     Py_INCREF(c0);
@@ -265,18 +351,28 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
     unsigned long tid;
     const char *kinds;
     Py_ssize_t nkinds;
-    PyObject *offsets;
-    if (!PyArg_ParseTuple(args, "KKKkLLLOLOOs#OOOOOO", &fn, &params, &buf, &tid, &self->max_gx, &self->max_threads,
-                          &self->dyn_limit, &self->stream_type, &self->index, &self->dev, &self->types, &kinds,
-                          &nkinds, &offsets, &self->slow, &self->kernel, &self->failed, &self->cell, &self->name))
+    PyObject *offsets, *fixed = Py_None;
+    self->shm_base = 0;
+    if (!PyArg_ParseTuple(args, "KKKk(LLL)(LLL)LLOLOOs#OOOOOO|OL", &fn, &params, &buf, &tid, &self->max_g[0],
+                          &self->max_g[1], &self->max_g[2], &self->max_b[0], &self->max_b[1], &self->max_b[2],
+                          &self->max_threads, &self->dyn_limit, &self->stream_type, &self->index, &self->dev,
+                          &self->types, &kinds, &nkinds, &offsets, &self->slow, &self->kernel, &self->failed,
+                          &self->cell, &self->name, &fixed, &self->shm_base))
+        return -1;
+    self->fixed_b[0] = self->fixed_b[1] = self->fixed_b[2] = 0;
+    if (fixed != Py_None && !PyArg_ParseTuple(fixed, "LLL", &self->fixed_b[0], &self->fixed_b[1], &self->fixed_b[2]))
         return -1;
     if (!PyTuple_Check(self->types) || !PyTuple_Check(offsets) || !PyList_Check(self->cell) ||
         PyList_GET_SIZE(self->cell) < 3 || PyTuple_GET_SIZE(self->types) != nkinds ||
-        PyTuple_GET_SIZE(offsets) != nkinds || nkinds > 256) {
+        PyTuple_GET_SIZE(offsets) != nkinds || nkinds > 256 || !PyType_Check(self->stream_type)) {
         PyErr_SetString(PyExc_ValueError, "FastLaunch: inconsistent arguments");
         return -1;
     }
     for (Py_ssize_t i = 0; i < nkinds; i++) {
+        if (!strchr("PfdebBhHiIqQ?1248", kinds[i])) {
+            PyErr_Format(PyExc_ValueError, "FastLaunch: unknown kind %c", kinds[i]);
+            return -1;
+        }
         self->kinds[i] = kinds[i];
         self->offsets[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, i));
         if (self->offsets[i] < 0) {
@@ -352,247 +448,6 @@ static PyTypeObject FastLaunchType = {
     .tp_members = FastLaunch_members,
 };
 
-/* ---- the pool of one device's allocator --------------------------------------------------
- *
- * free_lists: {size class: [pointer, ...]} of cached blocks; live: {pointer: size class} of
- * blocks handed out. Requests of at most 8 bytes and cache misses return 0: the Python
- * allocator serves those (under its lock) and registers new blocks with adopt(). */
-
-#define SMALL 8
-#define PAGE (16 * 1024)
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *free_lists;
-    PyObject *live;
-    long long active, peak, cached, limit; /* limit < 0: none */
-} Pool;
-
-static long long size_class(long long n) {
-    if (n < PAGE) {
-        long long s = 16;
-        while (s < n) s <<= 1;
-        return s;
-    }
-    return (n + PAGE - 1) / PAGE * PAGE;
-}
-
-static int Pool_init(Pool *self, PyObject *args, PyObject *kw) {
-    long long limit = -1;
-    if (!PyArg_ParseTuple(args, "|L", &limit)) return -1;
-    Py_XSETREF(self->free_lists, PyDict_New());
-    Py_XSETREF(self->live, PyDict_New());
-    if (!self->free_lists || !self->live) return -1;
-    self->active = self->peak = self->cached = 0;
-    self->limit = limit;
-    return 0;
-}
-
-static void Pool_dealloc(Pool *self) {
-    Py_XDECREF(self->free_lists);
-    Py_XDECREF(self->live);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static void add_active(Pool *self, long long n) {
-    self->active += n;
-    if (self->active > self->peak) self->peak = self->active;
-}
-
-/* malloc(nbytes) -> a cached block's pointer, or 0 (a request <= 8 bytes, or no cached block
- * of its size class: the caller allocates). */
-static PyObject *Pool_malloc(Pool *self, PyObject *arg) {
-    long long n = PyLong_AsLongLong(arg);
-    if (n == -1 && PyErr_Occurred()) return NULL;
-    if (n <= SMALL) return PyLong_FromLong(0);
-    long long size = size_class(n);
-    PyObject *key = PyLong_FromLongLong(size);
-    if (!key) return NULL;
-    PyObject *lst = PyDict_GetItemWithError(self->free_lists, key); /* borrowed */
-    Py_ssize_t len = lst ? PyList_GET_SIZE(lst) : 0;
-    if (len == 0) {
-        Py_DECREF(key);
-        if (PyErr_Occurred()) return NULL;
-        return PyLong_FromLong(0);
-    }
-    PyObject *p = PyList_GET_ITEM(lst, len - 1);
-    Py_INCREF(p);
-    if (PyList_SetSlice(lst, len - 1, len, NULL) < 0 || PyDict_SetItem(self->live, p, key) < 0) {
-        Py_DECREF(key);
-        Py_DECREF(p);
-        return NULL;
-    }
-    Py_DECREF(key);
-    self->cached -= size;
-    add_active(self, size);
-    return p;
-}
-
-/* adopt(pointer, size): register a block the caller allocated (for a malloc that returned 0). */
-static PyObject *Pool_adopt(Pool *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "adopt(pointer, size)");
-        return NULL;
-    }
-    long long size = PyLong_AsLongLong(args[1]);
-    if (size == -1 && PyErr_Occurred()) return NULL;
-    if (PyDict_SetItem(self->live, args[0], args[1]) < 0) return NULL;
-    add_active(self, size);
-    Py_RETURN_NONE;
-}
-
-/* free(pointer) -> 0: cached for reuse; > 0: the block's size, which the caller must give back
- * to the driver (keeping it would pass the limit); -1: not a block of this pool. */
-static PyObject *Pool_free(Pool *self, PyObject *p) {
-    PyObject *key = PyDict_GetItemWithError(self->live, p); /* borrowed */
-    if (key == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        return PyLong_FromLong(-1);
-    }
-    Py_INCREF(key);
-    long long size = PyLong_AsLongLong(key);
-    if ((size == -1 && PyErr_Occurred()) || PyDict_DelItem(self->live, p) < 0) {
-        Py_DECREF(key);
-        return NULL;
-    }
-    self->active -= size;
-    if (self->limit >= 0 && self->active + self->cached + size > self->limit) {
-        Py_DECREF(key);
-        return PyLong_FromLongLong(size);
-    }
-    PyObject *lst = PyDict_GetItemWithError(self->free_lists, key);
-    int rc;
-    if (lst == NULL) {
-        if (PyErr_Occurred()) {
-            Py_DECREF(key);
-            return NULL;
-        }
-        lst = PyList_New(1);
-        if (lst == NULL) {
-            Py_DECREF(key);
-            return NULL;
-        }
-        Py_INCREF(p);
-        PyList_SET_ITEM(lst, 0, p);
-        rc = PyDict_SetItem(self->free_lists, key, lst);
-        Py_DECREF(lst);
-    } else {
-        rc = PyList_Append(lst, p);
-    }
-    Py_DECREF(key);
-    if (rc < 0) return NULL;
-    self->cached += size;
-    return PyLong_FromLong(0);
-}
-
-/* take_cached() -> every cached pointer (the cache is then empty). */
-static PyObject *Pool_take_cached(Pool *self, PyObject *unused) {
-    PyObject *out = PyList_New(0);
-    if (!out) return NULL;
-    PyObject *k, *lst;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(self->free_lists, &pos, &k, &lst)) {
-        Py_ssize_t n = PyList_GET_SIZE(lst);
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (PyList_Append(out, PyList_GET_ITEM(lst, i)) < 0) {
-                Py_DECREF(out);
-                return NULL;
-            }
-    }
-    PyObject *fresh = PyDict_New();
-    if (!fresh) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    Py_SETREF(self->free_lists, fresh);
-    self->cached = 0;
-    return out;
-}
-
-/* add_active(n): account n bytes served outside the pool (small slots; negative to give back). */
-static PyObject *Pool_add_active(Pool *self, PyObject *arg) {
-    long long n = PyLong_AsLongLong(arg);
-    if (n == -1 && PyErr_Occurred()) return NULL;
-    add_active(self, n);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Pool_size_of(Pool *self, PyObject *p) {
-    PyObject *v = PyDict_GetItemWithError(self->live, p);
-    if (v == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    Py_INCREF(v);
-    return v;
-}
-
-static PyObject *Pool_stats(Pool *self, PyObject *unused) {
-    return Py_BuildValue("(LLL)", self->active, self->peak, self->cached);
-}
-
-static PyObject *Pool_reset_peak(Pool *self, PyObject *unused) {
-    self->peak = self->active;
-    Py_RETURN_NONE;
-}
-
-static PyObject *Pool_get_limit(Pool *self, void *c) {
-    if (self->limit < 0) Py_RETURN_NONE;
-    return PyLong_FromLongLong(self->limit);
-}
-
-static int Pool_set_limit(Pool *self, PyObject *v, void *c) {
-    if (v == NULL || v == Py_None) {
-        self->limit = -1;
-        return 0;
-    }
-    long long n = PyLong_AsLongLong(v);
-    if (n == -1 && PyErr_Occurred()) return -1;
-    if (n < 0) {
-        PyErr_SetString(PyExc_ValueError, "limit must be >= 0 or None");
-        return -1;
-    }
-    self->limit = n;
-    return 0;
-}
-
-static PyObject *Pool_get_active(Pool *self, void *c) { return PyLong_FromLongLong(self->active); }
-static PyObject *Pool_get_peak(Pool *self, void *c) { return PyLong_FromLongLong(self->peak); }
-static PyObject *Pool_get_cached(Pool *self, void *c) { return PyLong_FromLongLong(self->cached); }
-
-static PyMethodDef Pool_methods[] = {
-    {"malloc", (PyCFunction)Pool_malloc, METH_O, NULL},
-    {"free", (PyCFunction)Pool_free, METH_O, NULL},
-    {"adopt", (PyCFunction)(void (*)(void))Pool_adopt, METH_FASTCALL, NULL},
-    {"take_cached", (PyCFunction)Pool_take_cached, METH_NOARGS, NULL},
-    {"add_active", (PyCFunction)Pool_add_active, METH_O, NULL},
-    {"size_of", (PyCFunction)Pool_size_of, METH_O, NULL},
-    {"stats", (PyCFunction)Pool_stats, METH_NOARGS, NULL},
-    {"reset_peak", (PyCFunction)Pool_reset_peak, METH_NOARGS, NULL},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef Pool_getset[] = {
-    {"limit", (getter)Pool_get_limit, (setter)Pool_set_limit, NULL, NULL},
-    {"active", (getter)Pool_get_active, NULL, NULL, NULL},
-    {"peak", (getter)Pool_get_peak, NULL, NULL, NULL},
-    {"cached", (getter)Pool_get_cached, NULL, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject PoolType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "_kbcuda_native.Pool",
-    .tp_basicsize = sizeof(Pool),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The cached blocks of one device's allocator.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Pool_init,
-    .tp_dealloc = (destructor)Pool_dealloc,
-    .tp_methods = Pool_methods,
-    .tp_getset = Pool_getset,
-};
-
 static PyMethodDef module_methods[] = {
     {"set_launch", (PyCFunction)set_launch, METH_O, NULL},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
@@ -604,16 +459,16 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__kbcuda_native(void) {
-    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&FastLaunchType) < 0) return NULL;
+    if (PyType_Ready(&FastLaunchType) < 0) return NULL;
     s_handle = PyUnicode_InternFromString("handle");
     s_device = PyUnicode_InternFromString("device");
     s_index = PyUnicode_InternFromString("index");
-    if (!s_handle || !s_device || !s_index) return NULL;
+    s_cuda_stream_proto = PyUnicode_InternFromString("__cuda_stream__");
+    s_cuda_stream = PyUnicode_InternFromString("cuda_stream");
+    if (!s_handle || !s_device || !s_index || !s_cuda_stream_proto || !s_cuda_stream) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
-    Py_INCREF(&PoolType);
-    if (PyModule_AddObject(m, "Pool", (PyObject *)&PoolType) < 0) {
-        Py_DECREF(&PoolType);
+    if (pool_add_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
