@@ -100,3 +100,20 @@ def test_ptx_param_parsing_handles_structs() -> None:
 """
     # a pointer's ".align 1" is its pointee's: the parameter itself is 8-aligned
     assert compiler.parse_ptx_params(ptx) == {"f": [(8, 8, "u64"), (24, 8, "b8"), (8, 8, "f64"), (2, 2, "u16")]}
+
+
+def test_toolkit_headers_are_on_nvrtc_search_path() -> None:
+    """cooperative_groups.h (and CUDA 13's CCCL under include/cccl) resolve without -I."""
+    if not compiler.toolkit_include():
+        pytest.skip("no CUDA headers found here (no toolkit, no nvidia-cuda-runtime wheel)")
+    src = kb.Source(
+        "#include <cooperative_groups.h>\n#include <cooperative_groups/reduce.h>\n"
+        "namespace cg = cooperative_groups;\n"
+        'extern "C" __global__ void k(int* x) {\n'
+        "  auto t = cg::tiled_partition<32>(cg::this_thread_block());\n"
+        "  x[0] = cg::reduce(t, 1, cg::plus<int>());\n}\n",
+        "cuda",
+        name="k",
+    )
+    img = compiler.compile_image(src, (8, 0), use_cache=False)
+    assert img.kind == "cubin" and len(img.data) > 0

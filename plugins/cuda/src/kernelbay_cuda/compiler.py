@@ -101,10 +101,49 @@ def entry_names(source: Any) -> tuple[str, list[str]]:
 _LOG_LINE_RE = re.compile(r"\((\d+)\): (?:error|catastrophic error|warning)")
 
 
+_toolkit_include: list[tuple[str, ...]] = []
+
+
+def toolkit_include() -> tuple[str, ...]:
+    """The CUDA headers' folders (``cooperative_groups.h``, and CCCL's ``cuda/std/...`` that
+    CUDA 13 keeps in ``include/cccl``), or ``()``.
+
+    NVRTC knows only its built-in headers; kernels that include the toolkit's need its folder
+    on the search path. Found through cuda-pathfinder (the ``nvidia-cuda-runtime`` wheel's
+    headers, ``CUDA_PATH``/``CUDA_HOME``, ``/usr/local/cuda``), once per process.
+    """
+    if not _toolkit_include:
+        import os
+
+        found: list[str] = []
+        try:
+            from cuda.pathfinder import find_nvidia_header_directory
+
+            for lib in ("cudart", "cccl"):
+                try:
+                    d = find_nvidia_header_directory(lib)
+                except Exception:
+                    d = None
+                if d:
+                    found.append(d)
+        except ImportError:  # an old cuda-pathfinder: the usual places
+            for base in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+                if base and os.path.exists(os.path.join(base, "include", "cooperative_groups.h")):
+                    found.append(os.path.join(base, "include"))
+                    if os.path.isdir(os.path.join(base, "include", "cccl")):
+                        found.append(os.path.join(base, "include", "cccl"))
+                    break
+        log.debug("CUDA headers for NVRTC: %s", found or "none found")
+        _toolkit_include.append(tuple(dict.fromkeys(found)))
+    return _toolkit_include[0]
+
+
 def _options(source: Any, arch: str) -> list[str]:
     opts = [str(o) for o in source.options]
     if not any(o.startswith(("-arch", "--gpu-architecture")) for o in opts):
         opts.insert(0, f"--gpu-architecture={arch}")
+    if "#include" in source.text:
+        opts += [f"--include-path={d}" for d in toolkit_include()]
     return opts
 
 
