@@ -45,13 +45,31 @@ def _forms(k, x, y, stream):
     }
 
 
-@pytest.mark.parametrize("form", ["ints", "tuples", "3-tuples", "2-d", "config", "keywords", "call", "kb-stream", "foreign-stream"])
-def test_every_call_form_on_the_native_fast_path(form) -> None:
+FORMS = ["ints", "tuples", "3-tuples", "2-d", "config", "keywords", "call", "kb-stream", "foreign-stream"]
+
+
+@pytest.fixture(params=["native", "python"])
+def launcher(request, monkeypatch) -> str:
+    """Each form with the native helpers, and with them off (the Python fallback)."""
+    from kernelbay_cuda import native
+
+    if request.param == "native":
+        if native.module() is None:
+            pytest.skip(f"the native helpers are unavailable here: {native.status()}")
+    else:
+        native.module()
+        monkeypatch.setattr(native, "_state", [None, "turned off by the test"])
+    return request.param
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_every_call_form(form, launcher) -> None:
     from kernelbay_cuda import native
     from kernelbay_cuda.streams import Stream
 
     dev = kb.device("cuda:0")
-    k = kb.compile(kb.Source(SAXPY, "cuda", name="saxpy", options=(f"-DFORM_{form.replace('-', '_')}",)), dev)
+    tag = f"-DFORM_{form.replace('-', '_')}_{launcher}"
+    k = kb.compile(kb.Source(SAXPY, "cuda", name="saxpy", options=(tag,)), dev)
     x, y = kb.asarray(np.ones(N, np.float32), device=dev), kb.zeros(N, "float32", device=dev)
     s = Stream(dev)
     launch = _forms(k, x, y, s)[form]
@@ -60,8 +78,8 @@ def test_every_call_form_on_the_native_fast_path(form) -> None:
     s.synchronize()
     dev.synchronize()
     np.testing.assert_array_equal(y.numpy(), np.full(N, 3.0, np.float32))
-    if native.module() is not None:
-        assert type(k.handle.fast) is native.module().FastLaunch
+    if launcher == "native":
+        assert type(k.handle.fast) is native.module().FastLaunch  # every form in C
 
 
 def test_torch_stream_on_the_fast_path() -> None:
