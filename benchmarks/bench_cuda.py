@@ -26,6 +26,58 @@ extern "C" __global__ void saxpy(const float* x, float* y, float a, int n) {
 """
 EMPTY = 'extern "C" __global__ void nop(int* p) {}'
 
+# The floor: cuLaunchKernel called from C, in a loop, with a prepacked parameter block (built
+# like the backend's own helpers, through kernelbay.native; no CUDA headers needed).
+_C_LOOP = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                           void **, void **);
+static cu_launch_t cu_launch;
+static void *fn, **params;
+static PyObject *setup(PyObject *self, PyObject *args) {
+    unsigned long long l, f, p;
+    if (!PyArg_ParseTuple(args, "KKK", &l, &f, &p)) return NULL;
+    cu_launch = (cu_launch_t)(uintptr_t)l, fn = (void *)(uintptr_t)f, params = (void **)(uintptr_t)p;
+    Py_RETURN_NONE;
+}
+static PyObject *loop(PyObject *self, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    int rc = 0;
+    for (long i = 0; i < n && !rc; i++) rc = cu_launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL);
+    return PyLong_FromLong(rc);
+}
+static PyMethodDef methods[] = {{"setup", setup, METH_VARARGS, NULL}, {"loop", loop, METH_O, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_kb_bench_cloop", NULL, -1, methods};
+PyMODINIT_FUNC PyInit__kb_bench_cloop(void) { return PyModule_Create(&def); }
+"""
+C_LOOP_BATCH = 4  # launches per Python call of the C loop; its figure is divided by this
+
+
+class _ForeignStream:
+    """A stream of another library, seen only through the __cuda_stream__ protocol."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+
+def _triton_add():  # noqa: ANN202 -- a @triton.jit function (Triton is optional)
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+    return add
+
 
 def _skip(group: str, name: str, why: str) -> dict:
     return {"group": group, "name": name, "unit": "us", "median": None, "skipped": why}
@@ -53,8 +105,21 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
     addr = ctypes.addressof(ptrs)
     s0 = d.CUstream(0)
     lib = _driver.libcuda()
+    import kernelbay_cuda as kc
+
+    stream = kc.Stream(dev)
+    foreign = _ForeignStream(stream.handle)
+    cfg = kb.LaunchConfig(grid=(1,), block=(32,))
     cases = {
+        # one row per call form (the tuple form is the README's, the headline)
         "kernelbay": lambda: k.launch(1, 32, args),
+        "kernelbay-tuple": lambda: k.launch((1,), (32,), args),
+        "kernelbay-3tuple": lambda: k.launch((1, 1, 1), (32, 1, 1), args),
+        "kernelbay-config": lambda: k.launch(config=cfg, args=args),
+        "kernelbay-keywords": lambda: k.launch(grid=(1,), block=(32,), args=args),
+        "kernelbay-call": lambda: k((1,), (32,), args),
+        "kernelbay-stream": lambda: k.launch((1,), (32,), args, stream=stream),
+        "kernelbay-foreign-stream": lambda: k.launch((1,), (32,), args, stream=foreign),
         "driver-prepacked": lambda: d.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, s0, addr, 0),
         "driver-tuple": lambda: d.cuLaunchKernel(
             fn, 1, 1, 1, 32, 1, 1, 0, s0,
@@ -65,6 +130,24 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
     from kernelbay_cuda import native
 
     nat = native.module()
+    try:
+        from kernelbay.native import load_extension
+
+        cl = load_extension("_kb_bench_cloop", _C_LOOP)
+        cl.setup(ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value, int(h.fn), addr)
+        cl.loop(1)
+        cases["c-loop"] = lambda: cl.loop(C_LOOP_BATCH)
+    except Exception as exc:  # noqa: BLE001
+        out.append(_skip("launch", "c-loop", f"the C loop cannot be built: {exc!r}"))
+    try:
+        import torch
+
+        ts = torch.cuda.Stream(device=dev.index)
+        k.launch((1,), (32,), args, stream=ts)
+        cases["kernelbay-torch-stream"] = lambda: k.launch((1,), (32,), args, stream=ts)
+    except Exception as exc:  # noqa: BLE001
+        out.append(_skip("launch", "kernelbay-torch-stream", f"torch unusable: {exc!r}"))
+    _triton_cases(dev, cases, out)
     if nat is not None:
         cases["native-prepacked"] = lambda: nat.launch(h.fn, 1, 1, 1, 32, 1, 1, 0, 0, addr)
         # The same kernel launched by kernelbay with the native helpers turned off (a distinct
@@ -106,9 +189,46 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
     except Exception as exc:  # noqa: BLE001
         out.append(_skip("launch", "cuda.core", f"cuda.core unusable: {exc!r}"))
     dev.synchronize()
-    res = T.interleaved(cases, number=100 if quick else 500, repeat=5 if quick else 30, after_batch=dev.synchronize)
+
+    def sync() -> None:
+        dev.synchronize()
+        stream.synchronize()
+
+    res = T.interleaved(cases, number=100 if quick else 500, repeat=5 if quick else 30, after_batch=sync)
     for name, st in res.items():
+        if name == "c-loop":
+            st = {key: (v / C_LOOP_BATCH if key != "n" else v) for key, v in st.items()}
         out.append(T.record("launch", name, st))
+
+
+def _triton_cases(dev, cases: dict, out: list[dict]) -> None:
+    """Triton's own ``kernel[grid](...)`` and the same cubin launched by kernelbay (vector add)."""
+    import numpy as np
+
+    import kernelbay as kb
+
+    n = 1024
+    try:
+        add = _triton_add()
+        meta = {"signature": ["*fp32", "*fp32", "*fp32", "i32"], "constexprs": {"BLOCK": 1024}, "num_warps": 4}
+        kt = kb.compile(kb.Source(add, "triton", meta=meta), dev)
+    except Exception as exc:  # noqa: BLE001
+        out.append(_skip("launch", "triton-kernelbay", f"Triton unusable: {exc!r}"))
+        return
+    x = kb.asarray(np.ones(n, np.float32), device=dev)
+    o = kb.zeros(n, "float32", device=dev)
+    targs = (x, x, o, n)
+    kt.launch((1,), args=targs)
+    cases["triton-kernelbay"] = lambda: kt.launch((1,), args=targs)
+    try:
+        import torch
+
+        tx = torch.ones(n, device=f"cuda:{dev.index}")
+        to = torch.empty_like(tx)
+        add[(1,)](tx, tx, to, n, BLOCK=1024)
+        cases["triton"] = lambda: add[(1,)](tx, tx, to, n, BLOCK=1024)
+    except Exception as exc:  # noqa: BLE001
+        out.append(_skip("launch", "triton", f"Triton's own launch needs torch tensors: {exc!r}"))
 
 
 def _graph(quick: bool, dev, out: list[dict]) -> None:
@@ -288,8 +408,13 @@ def goals(records: list[dict]) -> list[dict]:
         r = T.find(records, group, name)
         return r["median"] if r else None
 
+    forms = ("kernelbay-tuple", "kernelbay", "kernelbay-3tuple", "kernelbay-config", "kernelbay-keywords",
+             "kernelbay-call", "kernelbay-stream", "kernelbay-foreign-stream", "kernelbay-torch-stream")
     ratios = [  # (group, kernelbay's row, peer's row, goal text, limit, higher is better)
-        ("launch", "kernelbay", "driver-prepacked", "launch host time vs driver binding with prepacked pointer", 1.10, False),
+        *[("launch", f, "driver-prepacked", f"launch host time, {f}, vs driver binding with prepacked pointer", 1.0, False)
+          for f in forms],
+        *[("launch", f, "c-loop", f"launch host time, {f}, vs the C cuLaunchKernel loop", 1.3, False) for f in forms],
+        ("launch", "triton-kernelbay", "triton", "Triton kernel launched by kernelbay vs Triton's kernel[grid]", 0.35, False),
         ("launch", "kernelbay", "cupy", "launch host time vs CuPy RawKernel", 0.85, False),
         ("alloc-free-1MiB", "kernelbay", "cupy",
          "cached allocate+free 1 MiB vs CuPy pool (kb.buffer + close vs cp.cuda.alloc + release)", 0.6, False),

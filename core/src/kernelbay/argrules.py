@@ -32,6 +32,7 @@ type, kind or size raises :class:`~kernelbay.errors.ArgumentTypeError`.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 from .errors import ArgumentTypeError, InvalidArgumentError
@@ -174,9 +175,8 @@ def _python_float(value: float, kind: str, size: int, where: str) -> str:
             "; a Python float is ambiguous for a parameter of this size: pass a numpy scalar (np.float16(...))",
         )
     m = _FLOAT_MAX[size]
-    if value > m or value < -m:
-        if value == value and abs(value) != float("inf"):
-            raise _fail(InvalidArgumentError, where, kind, size, value, f"; it is out of range (at most {m:g} in magnitude)")
+    if (value > m or value < -m) and math.isfinite(value):  # inf and nan pass
+        raise _fail(InvalidArgumentError, where, kind, size, value, f"; it is out of range (at most {m:g} in magnitude)")
     return row.struct
 
 

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernelbay.argrules import check_scalar, float_max, int_range
+from kernelbay.argrules import PARAM, check_scalar, float_max, int_range
 from kernelbay.argrules import describe as _describe
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, UseAfterFreeError
 from kernelbay.types import Buffer, Kernel, dim3
@@ -27,19 +27,12 @@ MAX_GRID = (2**31 - 1, 65535, 65535)
 #: works here works on a GPU too (Device.properties["max_shared_memory_per_block"]).
 MAX_SHARED_MEMORY_PER_BLOCK = 48 * 1024
 
-_INT_TYPES = {
-    ("i", 1): ctypes.c_int8,
-    ("i", 2): ctypes.c_int16,
-    ("i", 4): ctypes.c_int32,
-    ("i", 8): ctypes.c_int64,
-    ("u", 1): ctypes.c_uint8,
-    ("u", 2): ctypes.c_uint16,
-    ("u", 4): ctypes.c_uint32,
-    ("u", 8): ctypes.c_uint64,
-    ("b", 1): ctypes.c_bool,
-    ("f", 4): ctypes.c_float,
-    ("f", 8): ctypes.c_double,
-}
+# ctypes slot per scalar (kind, size) of the core's table; a dtype ctypes lacks (float16) gets
+# a raw slot.
+_CTYPES = {"b": lambda n: ctypes.c_bool, "i": lambda n: getattr(ctypes, f"c_int{8 * n}", None),
+           "u": lambda n: getattr(ctypes, f"c_uint{8 * n}", None),
+           "f": lambda n: {4: ctypes.c_float, 8: ctypes.c_double}.get(n)}
+_INT_TYPES = {(k, n): t for (k, n) in PARAM if (t := _CTYPES[k](n)) is not None}
 class KernelHandle:
     """One entry of a compiled module: its native launcher and its parameters."""
 

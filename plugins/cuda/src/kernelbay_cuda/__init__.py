@@ -22,19 +22,19 @@ __all__ = ["Stream", "Event", "Graph", "default_stream", "pinned_empty", "set_me
 
 def __getattr__(name: str) -> Any:
     if name in ("Stream", "Event", "Graph", "default_stream"):
-        from . import streams
+        from . import streams  # deferred for speed: importing the package stays cheap
 
         return getattr(streams, name)
     if name == "pinned_empty":
-        from .copies import pinned_empty
+        from .copies import pinned_empty  # deferred for speed
 
         return pinned_empty
     if name == "set_memory_limit":
-        from .allocator import set_memory_limit
+        from .allocator import set_memory_limit  # deferred for speed
 
         return set_memory_limit
     if name == "CudaError":
-        from ._driver import CudaError
+        from ._driver import CudaError  # deferred for speed
 
         return CudaError
     raise AttributeError(f"module 'kernelbay_cuda' has no attribute {name!r}")

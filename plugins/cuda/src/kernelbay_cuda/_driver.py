@@ -188,7 +188,7 @@ _probe_result: list[dict[str, Any]] | None = None
 
 def _bindings_major() -> tuple[int, str]:
     try:
-        from importlib.metadata import version
+        from importlib.metadata import version  # deferred for speed: only the probe needs it
 
         v = version("cuda-bindings")
     except Exception:

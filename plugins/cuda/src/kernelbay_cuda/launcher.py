@@ -189,7 +189,8 @@ def failed_fast(k: CudaKernel, rc: int, grid: Any, block: Any, args: Sequence[An
     if rc in _WRONG_CONTEXT:
         _driver.force_current(k.index)
         return slow_launch(k, grid, block, args, shm, stream)
-    return k.failed(rc, dim3(grid, "grid"), dim3(block, "block"), shm)
+    b = k.fixed_block if block is None else dim3(block, "block")
+    return k.failed(rc, dim3(grid, "grid"), b, shm)
 
 
 def _raw_launch(k: CudaKernel, g: tuple[int, int, int], b: tuple[int, int, int], shm: int, s: Any, blk: ParamBlock) -> None:

@@ -29,7 +29,7 @@ from kernelbay.errors import BackendUnavailableError, CompileError, InvalidArgum
 
 from .images import Image, parse_ptx_params
 
-__all__ = ["compile_triton", "LaunchSettings"]
+__all__ = ["compile_triton"]
 
 # Triton's scalar types -> the table's dtype names (kernelbay.argrules).
 _SCALARS = {
