@@ -109,13 +109,13 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
 
     stream = kc.Stream(dev)
     foreign = _ForeignStream(stream.handle)
-    cfg = kb.LaunchConfig(grid=(1,), block=(32,))
+    kcfg = kb.LaunchConfig(grid=(1,), block=(32,))
     cases = {
         # one row per call form (the tuple form is the README's, the headline)
         "kernelbay": lambda: k.launch(1, 32, args),
         "kernelbay-tuple": lambda: k.launch((1,), (32,), args),
         "kernelbay-3tuple": lambda: k.launch((1, 1, 1), (32, 1, 1), args),
-        "kernelbay-config": lambda: k.launch(config=cfg, args=args),
+        "kernelbay-config": lambda: k.launch(config=kcfg, args=args),
         "kernelbay-keywords": lambda: k.launch(grid=(1,), block=(32,), args=args),
         "kernelbay-call": lambda: k((1,), (32,), args),
         "kernelbay-stream": lambda: k.launch((1,), (32,), args, stream=stream),
@@ -182,10 +182,10 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         cc = dev.properties["compute_capability"]
         ker = Program(SAXPY, code_type="c++", options=ProgramOptions(arch=f"sm_{cc[0]}{cc[1]}")).compile("cubin").get_kernel("saxpy")
         cs = cd.default_stream
-        cfg = LaunchConfig(grid=1, block=32)
+        ccfg = LaunchConfig(grid=1, block=32)
         xp, yp = np.uint64(x.handle), np.uint64(y.handle)
-        launch(cs, cfg, ker, xp, yp, a, nn)
-        cases["cuda.core"] = lambda: launch(cs, cfg, ker, xp, yp, a, nn)
+        launch(cs, ccfg, ker, xp, yp, a, nn)
+        cases["cuda.core"] = lambda: launch(cs, ccfg, ker, xp, yp, a, nn)
     except Exception as exc:  # noqa: BLE001
         out.append(_skip("launch", "cuda.core", f"cuda.core unusable: {exc!r}"))
     dev.synchronize()
