@@ -126,6 +126,25 @@ def test_inplace_accumulates_over_revisited_blocks(tpu_interp: kb.Device) -> Non
     np.testing.assert_allclose(acc.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
+def hbm_inc_kernel(x_hbm, buf, sem):  # noqa: ANN001
+    copy = pltpu.make_async_copy(x_hbm, buf, sem)
+    copy.start()
+    copy.wait()
+    buf[...] += 1.0
+    copy = pltpu.make_async_copy(buf, x_hbm, sem)
+    copy.start()
+    copy.wait()
+
+
+def test_inplace_in_hbm_is_one_buffer(tpu_interp: kb.Device) -> None:
+    meta = {"inplace": ("x_hbm",), "block_specs": {"x_hbm": pl.BlockSpec(memory_space=pl.ANY)},
+            "scratch_shapes": [pltpu.VMEM((8, 128), F32), pltpu.SemaphoreType.DMA]}
+    k = kb.compile(kb.Source(hbm_inc_kernel, lang="pallas", meta=meta), device=tpu_interp)
+    x = kb.asarray(np.ones((8, 128), np.float32), device=tpu_interp)
+    k.launch(grid=(), args=(x,))
+    np.testing.assert_array_equal(x.numpy(), np.full((8, 128), 2.0, np.float32))
+
+
 def double_kernel(x_ref, o_ref):  # noqa: ANN001
     o_ref[...] = x_ref[...] * 2.0
 
