@@ -37,7 +37,7 @@ class Entry:
 
     def __init__(self, fn: Any, raw: Any, ins: tuple[int, ...], outs: tuple[int, ...], pallas: Any, avals: Any) -> None:
         self.fn = fn  # jax.jit(raw), donating what the caller asked for
-        self.raw = raw  # the pure function: operands -> tuple of outputs
+        self.raw = raw  # the pure function: operands -> the output, or a tuple of several
         self.ins = ins  # argument positions whose values are fn's operands, in order
         self.outs = outs  # argument positions fn's results belong to, in order
         self.pallas = pallas  # the bare pallas_call, for inspection
@@ -241,7 +241,9 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
     pads = {j: (k.pad[p], padded(p)) for j, p in enumerate(passed) if p in k.pad}
     cuts = {j: sig[p][2].shape for j, p in enumerate(outs) if p in k.pad}
 
-    def pure(*operands: Any) -> tuple[Any, ...]:
+    single = len(outs) == 1
+
+    def pure(*operands: Any) -> Any:
         ops = list(operands)
         for j, dt in scalars.items():
             ops[j] = jnp.asarray(ops[j], dt).reshape((1,))
@@ -250,7 +252,8 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
         res = call(*ops)
         if cuts:
             res = tuple(r[tuple(slice(0, n) for n in cuts[j])] if j in cuts else r for j, r in enumerate(res))
-        return tuple(res)
+        # One output comes back bare, as from pallas_call: no tuple to build and unpack.
+        return res[0] if single else tuple(res)
 
     donate = tuple(j for j, p in enumerate(passed) if p in donate_pos)
     avals = []

@@ -86,7 +86,6 @@ def call_jax(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any) 
         k.jax_cache[key] = e
     operands = [vals[p] for p in e.ins]
     tracing = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(operands))
-    res = (e.raw if tracing else e.fn)(*operands)
-    if not res:
+    if not e.outs:
         raise InvalidArgumentError(f"kernel {k.name!r} has no outputs: list them in meta['outputs'] or meta['inplace']")
-    return res[0] if len(res) == 1 else res
+    return (e.raw if tracing else e.fn)(*operands)

@@ -136,6 +136,8 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
         else:
             handles.append(a)
     res = e.fn(*handles)
+    if len(e.outs) == 1:
+        res = (res,)
     for p, r in zip(e.outs, res):
         vals[p].handle = r
     _last.results = res
@@ -219,7 +221,10 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
     same = " and ".join(f"a{i} is M{i}" for i in range(n))
     memo = ", ".join(["MG", "ME"] + [f"M{i}" for i in range(n)])
     operands = ", ".join(f"a{i}.handle" if i in arrays else f"a{i}" for i in ins)
-    store = f"({', '.join(f'a{i}.handle' for i in outs)},) = r" if outs else "pass"
+    if len(outs) == 1:
+        store = f"a{outs[0]}.handle = r"
+    else:
+        store = f"({', '.join(f'a{i}.handle' for i in outs)},) = r" if outs else "pass"
     src = f"""
 def fast(grid, args):
     global {memo}
@@ -270,13 +275,16 @@ def _reject(kernel: Kernel, block: Any, shared_mem: int, stream: Any) -> None:
 
 def synchronize(device: Device, stream: Any) -> None:
     r = _last.results
-    if not r:
+    if r is None or (type(r) is tuple and not r):
         return  # nothing launched since the last wait
     from kernelbay.errors import LaunchError
 
     _last.results = ()
     try:
-        for a in r:  # each array's own wait: jax.block_until_ready's pytree walk costs more
-            a.block_until_ready()
+        if type(r) is not tuple:  # one array (a single-output launch)
+            r.block_until_ready()
+        else:
+            for a in r:  # each array's own wait: jax.block_until_ready's pytree walk costs more
+                a.block_until_ready()
     except Exception as exc:
         raise LaunchError(f"a Pallas kernel on {device} failed: {exc}") from exc
