@@ -33,7 +33,7 @@ class RecompileWarning(UserWarning):
 class Entry:
     """One call signature: the jitted pure function and where its operands come from."""
 
-    __slots__ = ("fn", "raw", "ins", "outs", "pallas", "avals")
+    __slots__ = ("avals", "fn", "ins", "outs", "pallas", "raw")
 
     def __init__(self, fn: Any, raw: Any, ins: tuple[int, ...], outs: tuple[int, ...], pallas: Any, avals: Any) -> None:
         self.fn = fn  # jax.jit(raw), donating what the caller asked for
@@ -70,6 +70,14 @@ def normalise_grid(k: Any, grid: Any) -> tuple[int, ...]:
 
 def index_rank(k: Any) -> int | None:
     """How many grid indices the kernel's index maps take (None: no index maps, or they disagree)."""
+    try:
+        return k.__dict__["_index_rank"]
+    except KeyError:
+        k._index_rank = r = _index_rank(k)
+        return r
+
+
+def _index_rank(k: Any) -> int | None:
     ranks = set()
     specs = list(k.specs.values()) + list(_seq(getattr(k.grid_spec, "in_specs", None))) + list(_seq(getattr(k.grid_spec, "out_specs", None)))
     for s in specs:
@@ -173,8 +181,7 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
         if p >= len(sig) or p in statics:
             raise InvalidArgumentError(f"meta['block_specs'] gives a BlockSpec for {k._label(p)}, which is not an array")
     kwstat = dict(kw)
-    for name in kwstat:
-        statics[name] = kwstat[name]
+    statics.update(kwstat)
     note_statics(k, statics)
 
     def tree(p: int, value: Any) -> Any:

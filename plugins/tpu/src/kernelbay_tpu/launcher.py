@@ -18,7 +18,6 @@ from kernelbay.types import Array, Buffer, Device, Kernel
 from . import _call
 from .allocator import Unset, layout, materialize
 
-
 _NOTHING = object()
 
 
@@ -84,7 +83,7 @@ def _signature(k: Any, vals: Sequence[Any]) -> tuple[tuple[Any, ...], frozenset[
             sig.append(("x", _call.scalar_dtype(a), isinstance(a, (int, float))))
         else:
             sig.append(("s", a))
-    donate = set(p for p in k.inplace if p < len(vals))
+    donate = {p for p in k.inplace if p < len(vals)}
     donate.update(i for i, o in k.aliases.items() if i < len(vals) and o < len(vals) and vals[i] is vals[o])
     return tuple(sig), frozenset(donate)
 
@@ -145,7 +144,6 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
         type(a) is Array or not isinstance(a, Buffer) for a in args
     ):
         k.fast = _specialise(k, args)
-    return None
 
 
 def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any]) -> Any:
