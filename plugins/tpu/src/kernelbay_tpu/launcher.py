@@ -275,8 +275,6 @@ def synchronize(device: Device, stream: Any) -> None:
     r = _last.results
     if r is None or (type(r) is tuple and not r):
         return  # nothing launched since the last wait
-    from kernelbay.errors import LaunchError
-
     _last.results = ()
     try:
         if type(r) is not tuple:  # one array (a single-output launch)
@@ -285,4 +283,6 @@ def synchronize(device: Device, stream: Any) -> None:
             for a in r:  # each array's own wait: jax.block_until_ready's pytree walk costs more
                 a.block_until_ready()
     except Exception as exc:
+        from kernelbay.errors import LaunchError
+
         raise LaunchError(f"a Pallas kernel on {device} failed: {exc}") from exc
