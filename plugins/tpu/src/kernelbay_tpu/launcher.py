@@ -31,13 +31,12 @@ _last = _Last()
 
 
 def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
+    fast = kernel.handle.fast
+    if fast is not None and block is None and stream is None and not shared_mem and fast(grid, args):
+        return None
     if block is not None or shared_mem or stream is not None:
         _reject(kernel, block, shared_mem, stream)
-    k = kernel.handle
-    fast = k.fast
-    if fast is not None and fast(grid, args):
-        return None
-    return _generic(k, grid, args)
+    return _generic(kernel.handle, grid, args)
 
 
 def _key(k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -216,7 +215,9 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
     # Identity with the last launch's arguments (M0, M1, ...) stands for the whole key: an
     # Array's shape and dtype never change, and a static is the same object. The fast path
     # therefore keeps the last arguments alive until the kernel's next launch.
-    same = " and ".join(f"a{i} is M{i}" for i in range(n))
+    # A mapping's keys are strings, never the Arrays of the last launch; without arrays in the
+    # pattern the identity test cannot tell, so it also asks for a sequence.
+    same = " and ".join(f"a{i} is M{i}" for i in range(n)) + ("" if arrays else " and type(args) is not dict")
     memo = ", ".join(["MG", "ME"] + [f"M{i}" for i in range(n)])
     operands = ", ".join(f"a{i}.handle" if i in arrays else f"a{i}" for i in ins)
     if len(outs) == 1:
@@ -226,13 +227,13 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
     src = f"""
 def fast(grid, args):
     global {memo}
-    if type(args) is dict or len(args) != {n}:
+    if len(args) != {n}:
         return False
     {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = args
     if {same} and grid == MG:
         e = ME  # the very arguments of the last launch: the same signature
     else:
-        if not ({check}):
+        if type(args) is dict or not ({check}):
             return False
         try:
             e = cache.get(({', '.join(key)},))
