@@ -212,13 +212,13 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
     ins = [i for i in range(n) if i not in k.outputs and (i in arrays or i in k.scalars)]
     outs = sorted(i for i in arrays if i in k.outputs or i in k.inplace)
     check = " and ".join(f"type(a{i}) is Array" for i in arrays) or "True"
-    # Identity with the last launch's arguments (M0, M1, ...) stands for the whole key: an
+    # Identity with the last launch's arguments (MEMO) stands for the whole key: an
     # Array's shape and dtype never change, and a static is the same object. The fast path
     # therefore keeps the last arguments alive until the kernel's next launch.
     # A mapping's keys are strings, never the Arrays of the last launch; without arrays in the
     # pattern the identity test cannot tell, so it also asks for a sequence.
-    same = " and ".join(f"a{i} is M{i}" for i in range(n)) + ("" if arrays else " and type(args) is not dict")
-    memo = ", ".join(["MG", "ME"] + [f"M{i}" for i in range(n)])
+    # MEMO is one tuple, replaced whole, so that another thread never sees half of an update.
+    same = " and ".join(f"a{i} is m[{i + 2}]" for i in range(n)) + ("" if arrays else " and type(args) is not dict")
     operands = ", ".join(f"a{i}.handle" if i in arrays else f"a{i}" for i in ins)
     if len(outs) == 1:
         store = f"a{outs[0]}.handle = r"
@@ -226,12 +226,13 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
         store = f"({', '.join(f'a{i}.handle' for i in outs)},) = r" if outs else "pass"
     src = f"""
 def fast(grid, args):
-    global {memo}
+    global MEMO
     if len(args) != {n}:
         return False
     {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = args
-    if {same} and grid == MG:
-        e = ME  # the very arguments of the last launch: the same signature
+    m = MEMO
+    if {same} and grid == m[0]:
+        e = m[1]  # the very arguments of the last launch: the same signature
     else:
         if type(args) is dict or not ({check}):
             return False
@@ -241,7 +242,7 @@ def fast(grid, args):
             return False
         if e is None:
             return False
-        {memo} = grid, e, {', '.join(f'a{i}' for i in range(n))}
+        MEMO = (grid, e, {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''})
     try:
         r = e.fn({operands})
     except Exception as exc:
@@ -251,7 +252,7 @@ def fast(grid, args):
     return True
 """
     scope: dict[str, Any] = {"Array": Array, "cache": k.cache, "last": _last, "recover": _recover, "k": k,
-                             "MG": _NOTHING, "ME": None, **{f"M{i}": _NOTHING for i in range(n)}}
+                             "MEMO": (_NOTHING, None) + (_NOTHING,) * n}
     exec(src, scope)  # noqa: S102 - generated from argument positions only
     return scope["fast"]
 
