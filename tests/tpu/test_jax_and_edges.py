@@ -126,6 +126,25 @@ def test_inplace_accumulates_over_revisited_blocks(tpu_interp: kb.Device) -> Non
     np.testing.assert_allclose(acc.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
+def hbm_inc_kernel(x_hbm, buf, sem):  # noqa: ANN001
+    copy = pltpu.make_async_copy(x_hbm, buf, sem)
+    copy.start()
+    copy.wait()
+    buf[...] += 1.0
+    copy = pltpu.make_async_copy(buf, x_hbm, sem)
+    copy.start()
+    copy.wait()
+
+
+def test_inplace_in_hbm_is_one_buffer(tpu_interp: kb.Device) -> None:
+    meta = {"inplace": ("x_hbm",), "block_specs": {"x_hbm": pl.BlockSpec(memory_space=pl.ANY)},
+            "scratch_shapes": [pltpu.VMEM((8, 128), F32), pltpu.SemaphoreType.DMA]}
+    k = kb.compile(kb.Source(hbm_inc_kernel, lang="pallas", meta=meta), device=tpu_interp)
+    x = kb.asarray(np.ones((8, 128), np.float32), device=tpu_interp)
+    k.launch(grid=(), args=(x,))
+    np.testing.assert_array_equal(x.numpy(), np.full((8, 128), 2.0, np.float32))
+
+
 def double_kernel(x_ref, o_ref):  # noqa: ANN001
     o_ref[...] = x_ref[...] * 2.0
 
@@ -159,19 +178,21 @@ def smem_scaled_kernel(x_ref, o_ref, a_ref):  # noqa: ANN001
     o_ref[...] = x_ref[...] * a_ref[0]
 
 
-def test_changing_static_warns_once_with_the_remedy(dev: kb.Device) -> None:
-    from kernelbay_tpu._call import RECOMPILE_WARN_AFTER, RecompileWarning
+def test_changing_static_warns_once_with_the_remedy(dev: kb.Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelbay_tpu import _call
+    from kernelbay_tpu._call import RecompileWarning
 
+    monkeypatch.setattr(_call, "RECOMPILE_WARN_AFTER", 3)
     k = pallas(scaled_kernel, outputs=("o_ref",))
     x, o = kb.asarray(np.ones(8, np.float32), device=dev), kb.empty(8, "float32", device=dev)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for a in range(RECOMPILE_WARN_AFTER + 2):
+        for a in range(5):
             k.launch(grid=(), args=(x, o, float(a)))
     ours = [w for w in caught if issubclass(w.category, RecompileWarning)]
     assert len(ours) == 1
     assert "meta['scalars']" in str(ours[0].message) and "'a'" in str(ours[0].message)
-    np.testing.assert_array_equal(o.numpy(), np.full(8, RECOMPILE_WARN_AFTER + 1, np.float32))
+    np.testing.assert_array_equal(o.numpy(), np.full(8, 4.0, np.float32))
 
 
 def test_scalars_in_smem_compile_once(dev: kb.Device) -> None:

@@ -34,11 +34,11 @@ class RecompileWarning(UserWarning):
 class Entry:
     """One call signature: the jitted pure function and where its operands come from."""
 
-    __slots__ = ("fn", "raw", "ins", "outs", "pallas", "avals")
+    __slots__ = ("avals", "fn", "ins", "outs", "pallas", "raw")
 
     def __init__(self, fn: Any, raw: Any, ins: tuple[int, ...], outs: tuple[int, ...], pallas: Any, avals: Any) -> None:
         self.fn = fn  # jax.jit(raw), donating what the caller asked for
-        self.raw = raw  # the pure function: operands -> tuple of outputs
+        self.raw = raw  # the pure function: operands -> the output, or a tuple of several
         self.ins = ins  # argument positions whose values are fn's operands, in order
         self.outs = outs  # argument positions fn's results belong to, in order
         self.pallas = pallas  # the bare pallas_call, for inspection
@@ -71,6 +71,14 @@ def normalise_grid(k: Any, grid: Any) -> tuple[int, ...]:
 
 def index_rank(k: Any) -> int | None:
     """How many grid indices the kernel's index maps take (None: no index maps, or they disagree)."""
+    try:
+        return k.__dict__["_index_rank"]
+    except KeyError:
+        k._index_rank = r = _index_rank(k)
+        return r
+
+
+def _index_rank(k: Any) -> int | None:
     ranks = set()
     specs = list(k.specs.values()) + list(_seq(getattr(k.grid_spec, "in_specs", None))) + list(_seq(getattr(k.grid_spec, "out_specs", None)))
     for s in specs:
@@ -174,8 +182,7 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
         if p >= len(sig) or p in statics:
             raise InvalidArgumentError(f"meta['block_specs'] gives a BlockSpec for {k._label(p)}, which is not an array")
     kwstat = dict(kw)
-    for name in kwstat:
-        statics[name] = kwstat[name]
+    statics.update(kwstat)
     note_statics(k, statics)
 
     def tree(p: int, value: Any) -> Any:
@@ -242,7 +249,9 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
     pads = {j: (k.pad[p], padded(p)) for j, p in enumerate(passed) if p in k.pad}
     cuts = {j: sig[p][2].shape for j, p in enumerate(outs) if p in k.pad}
 
-    def pure(*operands: Any) -> tuple[Any, ...]:
+    single = len(outs) == 1
+
+    def pure(*operands: Any) -> Any:
         ops = list(operands)
         for j, dt in scalars.items():
             ops[j] = jnp.asarray(ops[j], dt).reshape((1,))
@@ -251,7 +260,8 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
         res = call(*ops)
         if cuts:
             res = tuple(r[tuple(slice(0, n) for n in cuts[j])] if j in cuts else r for j, r in enumerate(res))
-        return tuple(res)
+        # One output comes back bare, as from pallas_call: no tuple to build and unpack.
+        return res[0] if single else tuple(res)
 
     donate = tuple(j for j, p in enumerate(passed) if p in donate_pos)
     avals = []

@@ -56,7 +56,7 @@ def describe(k: Any, p: int, v: Any) -> tuple[Any, bool]:
     elif hasattr(v, "shape") and hasattr(v, "dtype"):
         return ("a", None, _aval(v)), p not in k.outputs
     leaves, treedef = jax.tree_util.tree_flatten(v)
-    if not isinstance(v, np.generic) and leaves and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves) and not treedef == jax.tree_util.tree_structure(0):
+    if not isinstance(v, np.generic) and leaves and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves) and treedef != jax.tree_util.tree_structure(0):
         return ("a", treedef, tuple(_aval(x) for x in leaves)), p not in k.outputs
     if p in k.outputs:
         raise ArgumentTypeError(
@@ -86,7 +86,6 @@ def call_jax(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any) 
         k.jax_cache[key] = e
     operands = [vals[p] for p in e.ins]
     tracing = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(operands))
-    res = (e.raw if tracing else e.fn)(*operands)
-    if not res:
+    if not e.outs:
         raise InvalidArgumentError(f"kernel {k.name!r} has no outputs: list them in meta['outputs'] or meta['inplace']")
-    return res[0] if len(res) == 1 else res
+    return (e.raw if tracing else e.fn)(*operands)

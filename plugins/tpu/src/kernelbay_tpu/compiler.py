@@ -15,8 +15,6 @@ from typing import Any
 from kernelbay.errors import CompileError
 from kernelbay.types import Device, Source
 
-
-
 META_KEYS = frozenset({
     "outputs", "inplace", "block_specs", "scratch_shapes", "compiler_params", "cost_estimate",
     "grid_spec", "input_output_aliases", "scalars", "pad",

@@ -18,7 +18,6 @@ from kernelbay.types import Array, Buffer, Device, Kernel
 from . import _call
 from .allocator import Unset, layout, materialize
 
-
 _NOTHING = object()
 
 
@@ -32,13 +31,12 @@ _last = _Last()
 
 
 def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
+    fast = kernel.handle.fast
+    if fast is not None and block is None and stream is None and not shared_mem and fast(grid, args):
+        return None
     if block is not None or shared_mem or stream is not None:
         _reject(kernel, block, shared_mem, stream)
-    k = kernel.handle
-    fast = k.fast
-    if fast is not None and fast(grid, args):
-        return None
-    return _generic(k, grid, args)
+    return _generic(kernel.handle, grid, args)
 
 
 def _key(k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -84,7 +82,7 @@ def _signature(k: Any, vals: Sequence[Any]) -> tuple[tuple[Any, ...], frozenset[
             sig.append(("x", _call.scalar_dtype(a), isinstance(a, (int, float))))
         else:
             sig.append(("s", a))
-    donate = set(p for p in k.inplace if p < len(vals))
+    donate = {p for p in k.inplace if p < len(vals)}
     donate.update(i for i, o in k.aliases.items() if i < len(vals) and o < len(vals) and vals[i] is vals[o])
     return tuple(sig), frozenset(donate)
 
@@ -136,6 +134,8 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
         else:
             handles.append(a)
     res = e.fn(*handles)
+    if len(e.outs) == 1:
+        res = (res,)
     for p, r in zip(e.outs, res):
         vals[p].handle = r
     _last.results = res
@@ -143,7 +143,6 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
         type(a) is Array or not isinstance(a, Buffer) for a in args
     ):
         k.fast = _specialise(k, args)
-    return None
 
 
 def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any]) -> Any:
@@ -213,23 +212,29 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
     ins = [i for i in range(n) if i not in k.outputs and (i in arrays or i in k.scalars)]
     outs = sorted(i for i in arrays if i in k.outputs or i in k.inplace)
     check = " and ".join(f"type(a{i}) is Array" for i in arrays) or "True"
-    # Identity with the last launch's arguments (M0, M1, ...) stands for the whole key: an
+    # Identity with the last launch's arguments (MEMO) stands for the whole key: an
     # Array's shape and dtype never change, and a static is the same object. The fast path
     # therefore keeps the last arguments alive until the kernel's next launch.
-    same = " and ".join(f"a{i} is M{i}" for i in range(n))
-    memo = ", ".join(["MG", "ME"] + [f"M{i}" for i in range(n)])
+    # A mapping's keys are strings, never the Arrays of the last launch; without arrays in the
+    # pattern the identity test cannot tell, so it also asks for a sequence.
+    # MEMO is one tuple, replaced whole, so that another thread never sees half of an update.
+    same = " and ".join(f"a{i} is m[{i + 2}]" for i in range(n)) + ("" if arrays else " and type(args) is not dict")
     operands = ", ".join(f"a{i}.handle" if i in arrays else f"a{i}" for i in ins)
-    store = f"({', '.join(f'a{i}.handle' for i in outs)},) = r" if outs else "pass"
+    if len(outs) == 1:
+        store = f"a{outs[0]}.handle = r"
+    else:
+        store = f"({', '.join(f'a{i}.handle' for i in outs)},) = r" if outs else "pass"
     src = f"""
 def fast(grid, args):
-    global {memo}
-    if type(args) is dict or len(args) != {n}:
+    global MEMO
+    if len(args) != {n}:
         return False
     {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = args
-    if {same} and grid == MG:
-        e = ME  # the very arguments of the last launch: the same signature
+    m = MEMO
+    if {same} and grid == m[0]:
+        e = m[1]  # the very arguments of the last launch: the same signature
     else:
-        if not ({check}):
+        if type(args) is dict or not ({check}):
             return False
         try:
             e = cache.get(({', '.join(key)},))
@@ -237,7 +242,7 @@ def fast(grid, args):
             return False
         if e is None:
             return False
-        {memo} = grid, e, {', '.join(f'a{i}' for i in range(n))}
+        MEMO = (grid, e, {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''})
     try:
         r = e.fn({operands})
     except Exception as exc:
@@ -247,7 +252,7 @@ def fast(grid, args):
     return True
 """
     scope: dict[str, Any] = {"Array": Array, "cache": k.cache, "last": _last, "recover": _recover, "k": k,
-                             "MG": _NOTHING, "ME": None, **{f"M{i}": _NOTHING for i in range(n)}}
+                             "MEMO": (_NOTHING, None) + (_NOTHING,) * n}
     exec(src, scope)  # noqa: S102 - generated from argument positions only
     return scope["fast"]
 
@@ -270,13 +275,16 @@ def _reject(kernel: Kernel, block: Any, shared_mem: int, stream: Any) -> None:
 
 def synchronize(device: Device, stream: Any) -> None:
     r = _last.results
-    if not r:
+    if r is None or (type(r) is tuple and not r):
         return  # nothing launched since the last wait
-    from kernelbay.errors import LaunchError
-
     _last.results = ()
     try:
-        for a in r:  # each array's own wait: jax.block_until_ready's pytree walk costs more
-            a.block_until_ready()
+        if type(r) is not tuple:  # one array (a single-output launch)
+            r.block_until_ready()
+        else:
+            for a in r:  # each array's own wait: jax.block_until_ready's pytree walk costs more
+                a.block_until_ready()
     except Exception as exc:
+        from kernelbay.errors import LaunchError
+
         raise LaunchError(f"a Pallas kernel on {device} failed: {exc}") from exc
