@@ -24,7 +24,9 @@ from .errors import (
     UnsupportedError,
     UseAfterFreeError,
 )
+from .graphs import Graph
 from .hookspecs import API_VERSION, hookimpl
+from .streams import Event, Stream
 from .types import Array, BackendSpec, Buffer, Device, Kernel, LaunchConfig, MemoryStats, Source
 
 __version__ = "0.1.0"
@@ -42,6 +44,8 @@ __all__ = [
     "Buffer",
     "CompileError",
     "Device",
+    "Event",
+    "Graph",
     "InvalidArgumentError",
     "Kernel",
     "KernelbayError",
@@ -51,6 +55,7 @@ __all__ = [
     "NoDeviceError",
     "OutOfMemoryError",
     "Source",
+    "Stream",
     "UnsupportedError",
     "UseAfterFreeError",
     "__version__",

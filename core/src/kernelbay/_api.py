@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from . import _select
+from . import streams as _streams
 from ._plugins import Backend, Binding, binding, runtime
 from .errors import (
     ArgumentTypeError,
@@ -14,6 +15,7 @@ from .errors import (
     BackendError,
     InvalidArgumentError,
     NoDeviceError,
+    UnsupportedError,
 )
 from .types import Array, Buffer, Device, Kernel, Source
 
@@ -232,8 +234,15 @@ def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Arra
     import numpy as np
 
     out = empty(shape, dtype, device)
+    stream = None
+    if _streams.intercept:
+        stream = _streams.resolve(out.device, None)
+        g = _streams.capturing(out.device)
+        if g is not None:
+            g._record_memset(out, 0, out.nbytes, stream)
+            return out
     try:
-        out._b.memset(out, 0, out.nbytes, None)
+        out._b.memset(out, 0, out.nbytes, stream)
     except NotImplementedError:
         copy(out, np.zeros(out.shape, out.dtype))
     return out
@@ -391,6 +400,13 @@ def copy(dst: Any, src: Any, stream: Any = None) -> Any:
     dbuf, sbuf = isinstance(dst, Buffer), isinstance(src, Buffer)
     if not dbuf and not sbuf:
         raise ArgumentTypeError("copy needs at least one kernelbay Array/Buffer; use numpy to copy host to host")
+    if _streams.intercept:  # a current stream, or a graph recording
+        dev = dst.device if dbuf else src.device
+        stream = _streams.resolve(dev, stream)
+        g = _streams.capturing(dev)
+        if g is not None:
+            _record_copy(g, dst, src, dn, stream, dbuf, sbuf)
+            return dst
     if dbuf and sbuf:
         if dst._b is src._b:
             dst._b.copy(dst, src, dn, stream)
@@ -412,6 +428,19 @@ def copy(dst: Any, src: Any, stream: Any = None) -> Any:
         src._b.copy(tmp, src, dn, stream)
         dst[...] = tmp
     return dst
+
+
+def _record_copy(g: Any, dst: Any, src: Any, n: int, stream: Any, dbuf: bool, sbuf: bool) -> None:
+    """A copy inside a graph recording: the host side is used as it is at each replay."""
+    if dbuf and sbuf and dst._b is not src._b:
+        raise UnsupportedError("a graph cannot record a copy between two backends; copy before or after it")
+    host = src if not sbuf else dst if not dbuf else None
+    if host is not None and not (host.flags.c_contiguous and (sbuf is False or host.flags.writeable)):
+        raise InvalidArgumentError(
+            "a graph records copies to and from C-contiguous (and, as destination, writable) numpy arrays only; "
+            "pass np.ascontiguousarray(...)"
+        )
+    g._record_copy(dst, src, n, stream)
 
 
 def _desc(x: Any) -> str:
