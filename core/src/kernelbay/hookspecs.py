@@ -30,7 +30,9 @@ Streams (:mod:`kernelbay.streams`). Every ``stream`` argument of a hook is what 
 with ``None`` resolved to the thread's current stream where one is set: ``None`` (the device's
 default stream), a :class:`kernelbay.Stream` of this backend's device (its ``handle`` is what
 your ``kernelbay_stream_create`` or ``kernelbay_default_stream`` returned), or any object your
-backend documents (CUDA: ``__cuda_stream__``). Work on one stream runs in order. Host reads must
+backend documents (CUDA: ``__cuda_stream__``). A :class:`kernelbay.Stream` whose handle is
+``None`` (those hooks left out, or returning ``None``) reaches launch, copy, memset and
+synchronize as ``None``: such streams are all the device's one in-order stream. Work on one stream runs in order. Host reads must
 see every write queued before them on every stream of the device: ``kernelbay_copy`` into a numpy
 array with ``stream=None``, ``kernelbay_host_view``, and ``kernelbay_synchronize`` with
 ``stream=None``.
@@ -223,8 +225,8 @@ def kernelbay_synchronize(device: Device, stream: Any) -> None:
     """*Required.* Block until queued work has finished.
 
     :param device: the device.
-    :param stream: a stream (as for :func:`kernelbay_copy`; a :class:`~kernelbay.Stream` of
-        the fallback has ``handle=None``), or ``None`` for all work on every stream of the device.
+    :param stream: a stream (as for :func:`kernelbay_copy`), or ``None`` for all work on every
+        stream of the device.
     :raises LaunchError: if queued work failed.
 
     .. versionadded:: 0.1

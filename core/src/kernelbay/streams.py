@@ -101,6 +101,8 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Any, shared_mem: int, st
         stack = st.current.get(dev)
         if stack:
             stream = stack[-1]
+    if type(stream) is Stream and stream.handle is None:
+        stream = None  # the backend's one stream (see resolve)
     g = st.capture.get(dev)
     if g is not None:
         return g._record_launch(kernel, grid, block, args, shared_mem, stream, reads, writes)
@@ -108,9 +110,13 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Any, shared_mem: int, st
 
 
 def resolve(device: Device, stream: Any) -> Any:
-    """``stream``, or for ``None`` this thread's current stream of ``device`` (else ``None``)."""
+    """The stream a hook receives: for ``None``, this thread's current stream of ``device``;
+    and ``None`` for a :class:`Stream` whose handle is ``None`` (a backend without
+    ``kernelbay_stream_create``, or whose streams are all the device's one ordering domain)."""
     if stream is None and intercept:
-        return current_stream(device)
+        stream = current_stream(device)
+    if type(stream) is Stream and stream.handle is None:
+        return None
     return stream
 
 
@@ -139,6 +145,26 @@ class Stream:
     priority: int = 0
     is_default: bool = False
     closed: bool = attrs.field(default=False, init=False)
+    _counted: bool = attrs.field(default=False, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        # A stream the backend does not see (handle None) must reach its hooks as None: count
+        # it, so Kernel.launch takes the path that says so while one exists. Streams with a
+        # handle cost the launch hot path nothing.
+        if self.handle is None:
+            self._counted = True
+            _bump(1)
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            _bump(-1)
+
+    def __del__(self) -> None:
+        try:
+            self._uncount()
+        except Exception:  # interpreter shutdown
+            pass
 
     @classmethod
     def create(cls, device: Device, priority: int = 0) -> Stream:
@@ -171,7 +197,7 @@ class Stream:
         self._live()
         if capturing(self.device) is not None:
             raise InvalidArgumentError(f"cannot synchronize {self.device} while a graph records it; leave the `with` first")
-        self._b.synchronize(self.device, self)
+        self._b.synchronize(self.device, self if self.handle is not None else None)
 
     def query(self) -> bool:
         """``True`` when all work queued on this stream has finished (does not block)."""
@@ -206,7 +232,8 @@ class Stream:
         if self.closed or self.is_default:
             return
         self.closed = True
-        h, self.handle = self.handle, None
+        self._uncount()
+        h = self.handle
         if h is not None:
             self._b.stream_destroy(self.device, h)
 

@@ -88,6 +88,8 @@ class Device:
             from .errors import InvalidArgumentError
 
             raise InvalidArgumentError(f"cannot synchronize {self} while a graph records it; leave the `with` first")
+        if type(stream) is _streams.Stream and stream.handle is None:
+            stream = None
         _plugins.binding(self.backend).synchronize(self, stream)
 
     def stream(self, priority: int = 0) -> Any:

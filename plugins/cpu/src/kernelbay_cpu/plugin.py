@@ -136,6 +136,13 @@ def kernelbay_host_view(array: Array) -> Any:
 
 
 @hookimpl
+def kernelbay_default_stream(device: Device) -> Any:
+    from . import streams
+
+    return streams.default_stream(device)
+
+
+@hookimpl
 def kernelbay_stream_create(device: Device, priority: int) -> Any:
     from . import streams
 

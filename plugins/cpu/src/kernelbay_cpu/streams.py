@@ -135,6 +135,14 @@ class CpuEvent:
 # --- the stream and event hooks ----------------------------------------------------------
 
 
+#: The handle of the default stream (``dev.default_stream``): the synchronous one.
+DEFAULT = type("CpuDefaultStream", (), {"__repr__": lambda self: "CpuDefaultStream"})()
+
+
+def default_stream(device: Device) -> Any:
+    return DEFAULT
+
+
 def stream_create(device: Device, priority: int) -> CpuStream:
     return CpuStream(device)
 
@@ -149,12 +157,13 @@ def _queue_of(stream: Any) -> _Queue | None:
         return None
     if type(stream) is Stream:
         h = stream.handle
-        if h is None:
+        if h is DEFAULT:
             return None
         if type(h) is CpuStream:
-            if h.queue is None:
+            q = h.queue
+            if q is None:
                 raise InvalidArgumentError(f"{stream!r} was closed; create a new one with dev.stream()")
-            return h.queue
+            return q
     raise InvalidArgumentError(
         f"the cpu backend takes a kb.Stream of a cpu device (dev.stream()) or None as a stream, not {stream!r}"
     )
