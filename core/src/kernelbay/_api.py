@@ -236,11 +236,11 @@ def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Arra
     out = empty(shape, dtype, device)
     stream = None
     if _streams.intercept:
-        stream = _streams.resolve(out.device, None)
         g = _streams.capturing(out.device)
         if g is not None:
-            g._record_memset(out, 0, out.nbytes, stream)
+            g._record_memset(out, 0, out.nbytes, _streams.current_or(out.device, None))
             return out
+        stream = _streams.resolve(out.device, None)
     try:
         out._b.memset(out, 0, out.nbytes, stream)
     except NotImplementedError:
@@ -402,11 +402,11 @@ def copy(dst: Any, src: Any, stream: Any = None) -> Any:
         raise ArgumentTypeError("copy needs at least one kernelbay Array/Buffer; use numpy to copy host to host")
     if _streams.intercept:  # a current stream, or a graph recording
         dev = dst.device if dbuf else src.device
-        stream = _streams.resolve(dev, stream)
         g = _streams.capturing(dev)
         if g is not None:
-            _record_copy(g, dst, src, dn, stream, dbuf, sbuf)
+            _record_copy(g, dst, src, dn, _streams.current_or(dev, stream), dbuf, sbuf)
             return dst
+        stream = _streams.resolve(dev, stream)
     if dbuf and sbuf:
         if dst._b is src._b:
             dst._b.copy(dst, src, dn, stream)

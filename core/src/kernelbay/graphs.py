@@ -377,6 +377,8 @@ class Graph:
 
 def replay_steps(b: Binding, steps: Sequence[Step], stream: Any) -> None:
     """Run ``steps`` in recorded order through the ordinary hooks (the fallback replay)."""
+    if type(stream) is _streams.Stream and stream.handle is None:
+        stream = None
     # All on ``stream``, in recorded order: a valid order of the dependencies.
     for s in steps:
         if s.kind == "launch":

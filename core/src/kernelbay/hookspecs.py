@@ -494,7 +494,8 @@ def kernelbay_graph_build(device: Device, steps: Sequence[Step]) -> Any:
 
 @hookspec(firstresult=True)
 def kernelbay_graph_replay(device: Device, graph: Any, stream: Any) -> None:
-    """*Optional* (needed when :func:`kernelbay_graph_build` returns a graph). Queue one replay.
+    """*Optional* (fallback: never called; needed when :func:`kernelbay_graph_build` returns a
+    graph). Queue one replay.
 
     The replay as a whole is ordered on ``stream``: it starts after work queued there before,
     and work queued there after waits for all of it.

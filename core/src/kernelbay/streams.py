@@ -101,20 +101,26 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Any, shared_mem: int, st
         stack = st.current.get(dev)
         if stack:
             stream = stack[-1]
+    g = st.capture.get(dev)
+    if g is not None:  # recorded with the stream as given: events order by its identity
+        return g._record_launch(kernel, grid, block, args, shared_mem, stream, reads, writes)
     if type(stream) is Stream and stream.handle is None:
         stream = None  # the backend's one stream (see resolve)
-    g = st.capture.get(dev)
-    if g is not None:
-        return g._record_launch(kernel, grid, block, args, shared_mem, stream, reads, writes)
     return kernel._b.launch(kernel, grid, block, args, shared_mem, stream)
 
 
-def resolve(device: Device, stream: Any) -> Any:
-    """The stream a hook receives: for ``None``, this thread's current stream of ``device``;
-    and ``None`` for a :class:`Stream` whose handle is ``None`` (a backend without
-    ``kernelbay_stream_create``, or whose streams are all the device's one ordering domain)."""
+def current_or(device: Device, stream: Any) -> Any:
+    """``stream``, or for ``None`` this thread's current stream of ``device`` (else ``None``)."""
     if stream is None and intercept:
-        stream = current_stream(device)
+        return current_stream(device)
+    return stream
+
+
+def resolve(device: Device, stream: Any) -> Any:
+    """The stream a hook receives: :func:`current_or`, and ``None`` for a :class:`Stream` whose
+    handle is ``None`` (a backend without ``kernelbay_stream_create``, or whose streams are all
+    the device's one ordering domain)."""
+    stream = current_or(device, stream)
     if type(stream) is Stream and stream.handle is None:
         return None
     return stream
