@@ -23,8 +23,8 @@ import time
 
 os.environ.setdefault("KERNELBAY_TPU_INTERPRET", "1")
 
-from . import _kernels  # noqa: E402
-from ._timing import find, goal, interleaved_samples, record, skipped, stats  # noqa: E402
+from . import _kernels
+from ._timing import find, goal, interleaved_samples, record, skipped, stats
 
 SUITE = "cpu"  # and "gpu": the runner lists this module in both (EXTRA_SUITES)
 EXTRA_SUITES = ("gpu",)
@@ -54,7 +54,7 @@ extern "C" __global__ void spin(long long cycles, float* y) {
 """
 
 
-def _available(name: str):  # noqa: ANN201
+def _available(name: str):
     import kernelbay as kb
 
     rec = {b.name: b for b in kb.backends()}.get(name)
@@ -68,10 +68,9 @@ def _available(name: str):  # noqa: ANN201
 # --- cpu ------------------------------------------------------------------------------------
 
 
-def cpu_graph(quick: bool, dev) -> list[dict]:  # noqa: ANN001
-    import numpy as np
-
+def cpu_graph(quick: bool, dev) -> list[dict]:
     import kernelbay as kb
+    import numpy as np
 
     k = _kernels.saxpy_kernel("cpu", dev)
     n = 256
@@ -91,10 +90,9 @@ def cpu_graph(quick: bool, dev) -> list[dict]:  # noqa: ANN001
             for name, v in s.items()]
 
 
-def cpu_streams(quick: bool, dev) -> list[dict]:  # noqa: ANN001
-    import numpy as np
-
+def cpu_streams(quick: bool, dev) -> list[dict]:
     import kernelbay as kb
+    import numpy as np
 
     k = kb.compile(kb.Source(SPIN, "cuda", name="spin"), dev)
     y1, y2 = kb.zeros(1, device=dev), kb.zeros(1, device=dev)
@@ -124,11 +122,10 @@ def tpu_graph(quick: bool) -> list[dict]:
     dev, why = _available("tpu")
     if dev is None:
         return [skipped(TPU_GRAPH, "kernelbay graph replay", why)]
+    import kernelbay as kb
     import numpy as np
 
-    import kernelbay as kb
-
-    def add(x_ref, y_ref):  # noqa: ANN001 -- y += x, in place
+    def add(x_ref, y_ref):
         y_ref[...] = x_ref[...] + y_ref[...]
 
     k = kb.compile(kb.Source(add, lang="pallas", name="add", meta={"inplace": ("y_ref",)}), dev)
@@ -161,9 +158,8 @@ def cuda_rows(quick: bool) -> list[dict]:
     dev, why = _available("cuda")
     if dev is None:
         return [skipped(g, "kernelbay", why) for g in (CUDA_GRAPH, CUDA_STREAM, CUDA_CHAINS)]
-    import numpy as np
-
     import kernelbay as kb
+    import numpy as np
 
     out: list[dict] = []
     k = _kernels.saxpy_kernel("cuda", dev)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import gc
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 SRC = r"""
 #include <stdexcept>

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 import kernelbay as kb
 import kernelbay_cuda as kc
+import numpy as np
+import pytest
 
 pytestmark = pytest.mark.kernelbay_device("cuda")
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 from kernelbay import _api
 from kernelbay._plugins import runtime
 

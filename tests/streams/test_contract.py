@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 
 import pytest
-
 from kernelbay import _plugins, hookspecs
 
 SPECS = [n for n in vars(hookspecs) if n.startswith("kernelbay_")]

@@ -3,10 +3,9 @@ when recorded, and kb.Stream objects reach the backend as None."""
 
 from __future__ import annotations
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 from kernelbay import streams as kbs
 
 

@@ -3,10 +3,9 @@ fallback replay and update."""
 
 from __future__ import annotations
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 from kernelbay.graphs import pointer_access
 
 
@@ -106,19 +105,16 @@ def test_misuse_is_refused(dev, k) -> None:
     with pytest.raises(kb.InvalidArgumentError, match="record with"):
         g.replay()
     with g:
-        with pytest.raises(kb.InvalidArgumentError, match="already recording"):
-            with dev.graph():
-                pass
+        with pytest.raises(kb.InvalidArgumentError, match="already recording"), dev.graph():
+            pass
         with pytest.raises(kb.InvalidArgumentError, match="while a graph records"):
             dev.synchronize()
         k.launch(1, args=(x, x, 1.0))
-    with pytest.raises(kb.InvalidArgumentError, match="records once"):
-        with g:
-            pass
-    with pytest.raises(ValueError):
-        with dev.graph() as h:
-            k.launch(1, args=(x, x, 1.0))
-            raise ValueError("user code failed")
+    with pytest.raises(kb.InvalidArgumentError, match="records once"), g:
+        pass
+    with pytest.raises(ValueError), dev.graph() as h:
+        k.launch(1, args=(x, x, 1.0))
+        raise ValueError("user code failed")
     assert len(h) == 0  # an exception discards the recording
     g.close()
     with pytest.raises(kb.InvalidArgumentError, match="closed"):

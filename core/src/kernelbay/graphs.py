@@ -34,7 +34,7 @@ from .types import Buffer, Device, Kernel
 if TYPE_CHECKING:  # pragma: no cover
     from ._plugins import Binding
 
-__all__ = ["Graph", "Step", "FALLBACKS", "pointer_access"]
+__all__ = ["FALLBACKS", "Graph", "Step", "pointer_access"]
 
 
 @attrs.define(eq=False, slots=True)
@@ -77,7 +77,7 @@ class Step:
 
 
 _CONST_PTR = re.compile(r"\bconst\b[^*]*\*")
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 def pointer_access(text: str, name: str) -> tuple[str | None, ...] | None:
@@ -134,6 +134,7 @@ class Graph:
         self._recording = False
         self._extra: set[tuple[int, int]] = set()  # (before, after) from add_dependency and events
         self._waits: dict[int, list[tuple[Any, int]]] = {}  # id(stream) -> [(event stream, marker)]
+        self._buffers: tuple[tuple[Buffer, Step], ...] = ()
         self.closed = False
 
     # --- recording ----------------------------------------------------------------------
@@ -145,7 +146,7 @@ class Graph:
         self._recording = True
         return self
 
-    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+    def __exit__(self, exc_type: Any, *rest: object) -> None:
         _streams.end_capture(self)
         self._recording = False
         if exc_type is not None:
@@ -233,9 +234,19 @@ class Graph:
         for s in self.steps:
             s.deps = tuple(sorted(deps[s.index] - {s.index}))
         self._check_acyclic()
+        self._collect_buffers()
         self._destroy()
         self._handle = self._b.graph_build(self.device, tuple(self.steps))
         self._built = True
+
+    def _collect_buffers(self) -> None:
+        """Each buffer the graph uses once, with its first step: checked before each replay."""
+        seen: dict[int, tuple[Buffer, Step]] = {}
+        for s in self.steps:
+            for x in s.reads + s.writes + s.args + (s.dst, s.src):
+                if isinstance(x, Buffer) and id(x) not in seen:
+                    seen[id(x)] = (x, s)
+        self._buffers = tuple(seen.values())
 
     def _check_acyclic(self) -> None:
         n = len(self.steps)
@@ -300,13 +311,12 @@ class Graph:
             raise InvalidArgumentError("a kb.Graph cannot be replayed or changed while it records; leave the `with` first")
         if not self._built:
             raise InvalidArgumentError("replay of an empty kb.Graph: record with `with dev.graph() as g:` first")
-        for s in self.steps:
-            for x in s.reads + s.writes + s.args:
-                if isinstance(x, Buffer) and x.handle is None:
-                    raise UseAfterFreeError(
-                        f"a buffer of {s.describe()} of this graph was closed; a graph keeps using the buffers "
-                        "it recorded: keep them open while you replay it, or update the step's arguments"
-                    )
+        for x, s in self._buffers:
+            if x.handle is None:
+                raise UseAfterFreeError(
+                    f"a buffer of {s.describe()} of this graph was closed; a graph keeps using the buffers "
+                    "it recorded: keep them open while you replay it, or update the step's arguments"
+                )
 
     def replay(self, stream: Any = None) -> None:
         """Queue the recorded work once on ``stream`` (``None``: the current, else default stream).
@@ -350,8 +360,10 @@ class Graph:
                 step.args, step.reads, step.writes, step.explicit = old
                 self._schedule()
                 raise
-        elif self._handle is not None and not self._b.graph_update(self.device, self._handle, step):
-            self._schedule()
+        else:
+            self._collect_buffers()
+            if self._handle is not None and not self._b.graph_update(self.device, self._handle, step):
+                self._schedule()
 
     def _destroy(self) -> None:
         h, self._handle = self._handle, None

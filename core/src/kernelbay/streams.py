@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .graphs import Graph
     from .types import Kernel
 
-__all__ = ["Stream", "Event", "current_stream", "FALLBACKS"]
+__all__ = ["FALLBACKS", "Event", "Stream", "current_stream"]
 
 #: Threads with a current stream plus active graph captures, all threads together. The hot
 #: path reads it without a lock: a thread always sees its own changes.
@@ -51,7 +51,7 @@ def _bump(by: int) -> None:
 
 
 class _ThreadState:
-    __slots__ = ("current", "capture")
+    __slots__ = ("capture", "current")
 
     def __init__(self) -> None:
         self.current: dict[Device, list[Stream]] = {}

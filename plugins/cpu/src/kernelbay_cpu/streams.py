@@ -120,7 +120,7 @@ class CpuStream:
 class CpuEvent:
     """The handle of a cpu event: set by the worker when it reaches the record."""
 
-    __slots__ = ("done", "time", "queue")
+    __slots__ = ("done", "queue", "time")
 
     def __init__(self, queue: _Queue | None) -> None:
         self.done = threading.Event()
