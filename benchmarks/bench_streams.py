@@ -1,6 +1,5 @@
-"""Streams and graphs: what a replay saves, and what two streams overlap. Runs in both suites.
-
-cpu suite (``KERNELBAY_BENCH_SUITE=cpu``, set by the runner):
+"""Streams and graphs: what a replay saves, and what two streams overlap (cpu suite; the cuda
+rows are bench_streams_cuda.py, gpu suite).
 
 * cpu graph replay: a graph of 100 tiny launches (saxpy on 256 floats, one block) replayed,
   against the same 100 launches through ``k.launch``, interleaved; the figure is host time per
@@ -10,10 +9,6 @@ cpu suite (``KERNELBAY_BENCH_SUITE=cpu``, set by the runner):
 * tpu graph replay (interpret mode unless a TPU is here): a 10-launch graph of a Pallas add,
   replayed and waited for, against the 10 launches and a wait. Goal: <= 0.5x.
 
-gpu suite: cuda graph replay per kernel against CuPy's graph of the same kernels (stream
-capture of ``RawKernel`` launches; <= 1.05x); a launch on a ``kb.Stream`` against
-``stream=None`` (<= 1.02x); two independent 100-kernel chains replayed as one graph against the
-same chains made serial with ``add_dependency`` (<= 0.6x).
 """
 
 from __future__ import annotations
@@ -26,15 +21,11 @@ os.environ.setdefault("KERNELBAY_TPU_INTERPRET", "1")
 from . import _kernels
 from ._timing import find, goal, interleaved_samples, record, skipped, stats
 
-SUITE = "cpu"  # and "gpu": the runner lists this module in both (EXTRA_SUITES)
-EXTRA_SUITES = ("gpu",)
+SUITE = "cpu"
 
 CPU_GRAPH = "cpu: 100 saxpy launches (256 floats), host time per step"
 CPU_STREAMS = "cpu: ~50 ms one-thread kernels, launch + wait"
 TPU_GRAPH = "tpu: 10 Pallas adds, launch + wait"
-CUDA_GRAPH = "cuda: graph replay of 100 saxpy kernels (4096 floats), per kernel"
-CUDA_STREAM = "cuda: saxpy launch host cost, kb.Stream vs stream=None"
-CUDA_CHAINS = "cuda: two independent 100-kernel chains, graph replay + wait"
 
 SPIN = r"""
 extern "C" __global__ void spin(float* y, long long iters) {
@@ -43,13 +34,6 @@ extern "C" __global__ void spin(float* y, long long iters) {
         for (long long i = 0; i < iters; ++i) acc = acc * 0.999999f + 1.0f;
         y[0] = acc;
     }
-}
-"""
-GPU_SPIN = r"""
-extern "C" __global__ void spin(long long cycles, float* y) {
-    long long t0 = clock64();
-    while (clock64() - t0 < cycles) {}
-    if (threadIdx.x == 0) y[blockIdx.x] += 1.0f;
 }
 """
 
@@ -151,80 +135,10 @@ def tpu_graph(quick: bool) -> list[dict]:
     return [record(TPU_GRAPH, name, stats(v)) for name, v in s.items()]
 
 
-# --- cuda -----------------------------------------------------------------------------------
-
-
-def cuda_rows(quick: bool) -> list[dict]:
-    dev, why = _available("cuda")
-    if dev is None:
-        return [skipped(g, "kernelbay", why) for g in (CUDA_GRAPH, CUDA_STREAM, CUDA_CHAINS)]
-    import kernelbay as kb
-    import numpy as np
-
-    out: list[dict] = []
-    k = _kernels.saxpy_kernel("cuda", dev)
-    n = 4096
-    x, y = kb.asarray(np.ones(n, np.float32), device=dev), kb.zeros(n, device=dev)
-    args = (x, y, np.float32(0.5), np.int32(n))
-    s = dev.stream()
-    k.launch(16, 256, args, stream=s)
-    k.launch(16, 256, args)
-    st = interleaved_samples({"kb.Stream": lambda: k.launch(16, 256, args, stream=s),
-                              "stream=None": lambda: k.launch(16, 256, args)},
-                             number=200 if quick else 5000, repeat=3 if quick else 30, warmup=1,
-                             after_batch=dev.synchronize)
-    out += [record(CUDA_STREAM, name, stats(v)) for name, v in st.items()]
-
-    with dev.graph() as g:
-        for _ in range(100):
-            k.launch(16, 256, args)
-    cases = {"kernelbay graph": lambda: g.replay()}
-    try:
-        import cupy as cp
-
-        ck = cp.RawKernel(_kernels.SAXPY_CUDA, "saxpy")
-        cx, cy = cp.ones(n, cp.float32), cp.zeros(n, cp.float32)
-        cs = cp.cuda.Stream(non_blocking=True)
-        with cs:
-            cs.begin_capture()
-            for _ in range(100):
-                ck((16,), (256,), (cx, cy, np.float32(0.5), np.int32(n)))
-            cgraph = cs.end_capture()
-        cases["cupy graph"] = lambda: (cgraph.launch(cs), cs.synchronize())
-        cases["kernelbay graph"] = lambda: (g.replay(), dev.synchronize())
-    except Exception as exc:  # no CuPy, or a CuPy without graphs
-        out.append(skipped(CUDA_GRAPH, "cupy graph", f"{type(exc).__name__}: {exc}"))
-    st = interleaved_samples(cases, number=10 if quick else 100, repeat=3 if quick else 20, warmup=1,
-                             after_batch=dev.synchronize)
-    out += [record(CUDA_GRAPH, name, {k2: (v / 100 if k2 != "n" else v) for k2, v in stats(v).items()})
-            for name, v in st.items()]
-
-    spin = kb.compile(kb.Source(GPU_SPIN, "cuda", name="spin"), dev)
-    cycles = np.int64(dev.properties.get("clock_khz", 1_000_000) * 0.02)  # about 20 us each
-    a, b = kb.zeros(1, device=dev), kb.zeros(1, device=dev)
-    with dev.graph() as par:
-        for _ in range(100):
-            spin.launch(1, 32, (cycles, a))
-            spin.launch(1, 32, (cycles, b))
-    with dev.graph() as ser:
-        for _ in range(100):
-            spin.launch(1, 32, (cycles, a))
-            spin.launch(1, 32, (cycles, b))
-    for i in range(1, len(ser)):
-        ser.add_dependency(i, on=i - 1)  # one chain: what "serialised" means
-    st = interleaved_samples({"independent chains": lambda: (par.replay(), dev.synchronize()),
-                              "serialised": lambda: (ser.replay(), dev.synchronize())},
-                             number=1, repeat=3 if quick else 20, warmup=1)
-    out += [record(CUDA_CHAINS, name, stats(v)) for name, v in st.items()]
-    return out
-
-
 # --- the runner's entry points ----------------------------------------------------------------
 
 
 def run(quick: bool) -> list[dict]:
-    if os.environ.get("KERNELBAY_BENCH_SUITE") == "gpu":
-        return cuda_rows(quick)
     dev, why = _available("cpu")
     out = [skipped(g, "kernelbay", why) for g in (CPU_GRAPH, CPU_STREAMS)] if dev is None else (
         cpu_graph(quick, dev) + cpu_streams(quick, dev))
@@ -243,15 +157,12 @@ GOALS = [
     (CPU_STREAMS, "two kernels, two user streams", "one kernel, default stream", 1.3,
      "cpu: two ~50 ms kernels on two user streams ≤ 1.3× one"),
     (TPU_GRAPH, "kernelbay graph replay", "10 launches", 0.5, "tpu: 10-launch graph replay ≤ 0.5× 10 launches"),
-    (CUDA_GRAPH, "kernelbay graph", "cupy graph", 1.05, "cuda: graph replay per kernel ≤ 1.05× CuPy's graph"),
-    (CUDA_STREAM, "kb.Stream", "stream=None", 1.02, "cuda: launch on a kb.Stream ≤ 1.02× stream=None"),
-    (CUDA_CHAINS, "independent chains", "serialised", 0.6, "cuda: two independent 100-kernel chains ≤ 0.6× serialised"),
 ]
 
 
-def goals(records: list[dict]) -> list[dict]:
+def goals(records: list[dict], table: list[tuple] | None = None) -> list[dict]:
     out = []
-    for group, a, b, limit, text in GOALS:
+    for group, a, b, limit, text in GOALS if table is None else table:
         r = _ratio(records, group, a, b)
         if r is not None:
             out.append(goal(text, r, limit) | {"unit": "×"})

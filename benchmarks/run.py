@@ -32,26 +32,13 @@ ROOT = os.path.dirname(HERE)
 
 def module_suite(path: str) -> str | None:
     """A module's ``SUITE``, read from its source without importing it (imports may be heavy)."""
-    suites = module_suites(path)
-    return suites[0] if suites else None
-
-
-def module_suites(path: str) -> tuple[str, ...]:
-    """``SUITE`` and then ``EXTRA_SUITES`` (a tuple of names: a module that runs in several
-    suites reads ``KERNELBAY_BENCH_SUITE`` to know which)."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
-    main: list[str] = []
-    extra: list[str] = []
     for node in tree.body:
-        if not isinstance(node, ast.Assign):
-            continue
-        names = {t.id for t in node.targets if isinstance(t, ast.Name)}
-        if "SUITE" in names and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            main = [node.value.value]
-        if "EXTRA_SUITES" in names and isinstance(node.value, ast.Tuple):
-            extra = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    return tuple(main + extra) if main else ()
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SUITE" for t in node.targets):
+            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                return node.value.value
+    return None
 
 
 def discover(suite: str) -> list[str]:
@@ -59,7 +46,7 @@ def discover(suite: str) -> list[str]:
     out = []
     for fn in sorted(os.listdir(HERE)):
         if fn.startswith("bench_") and fn.endswith(".py"):
-            if suite in module_suites(os.path.join(HERE, fn)):
+            if module_suite(os.path.join(HERE, fn)) == suite:
                 out.append(fn[:-3])
     return out
 
@@ -78,15 +65,13 @@ def run_module(name: str, quick: bool) -> dict:
         return {"records": [], "goals": [], "error": f"{type(exc).__name__}: {exc}", "traceback": tb}
 
 
-def run_isolated(name: str, quick: bool, timeout: float, suite: str | None = None) -> dict:
+def run_isolated(name: str, quick: bool, timeout: float) -> dict:
     """Run one module in a child interpreter; its result comes back through a JSON file."""
     fd, path = tempfile.mkstemp(prefix=f"kb-{name}-", suffix=".json")
     os.close(fd)
     cmd = [sys.executable, "-m", "benchmarks.run", "--module", name, "--emit", path] + (["--quick"] if quick else [])
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    if suite is not None:
-        env["KERNELBAY_BENCH_SUITE"] = suite
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout, stdout=None, stderr=subprocess.PIPE, text=True)
         if proc.stderr:
@@ -127,7 +112,7 @@ def run_suite(suite: str, quick: bool, out_dir: str, only: list[str] | None = No
     for name in names:
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        got = run_isolated(name, quick, timeout, suite)
+        got = run_isolated(name, quick, timeout)
         took = time.perf_counter() - t0
         result["modules"][name] = {"seconds": round(took, 1), "error": got.get("error")}
         result["records"] += got["records"]
