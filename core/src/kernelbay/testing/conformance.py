@@ -12,6 +12,10 @@ What a subclass may override:
 * :meth:`bad_source` -- a source that must fail to compile with a ``CompileError``.
 * capability flags: ``validates_arg_count`` (a launch with a missing argument raises
   ``InvalidArgumentError`` before running), ``dtypes`` and ``sizes`` for the copy round trips.
+
+Streams, events and graphs are checked for every backend: through its own hooks where it
+declares them (``kernelbay_stream_*``, ``kernelbay_event_*``, ``kernelbay_graph_*``), else
+through the core's fallback, which must give the same results.
 """
 
 from __future__ import annotations
