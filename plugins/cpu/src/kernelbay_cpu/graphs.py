@@ -23,15 +23,16 @@ from . import _driver, streams
 RUNNER_SRC = r"""
 #include <stdint.h>
 #include <string.h>
-typedef int (*kb_launch_t)(void**, const int*);
+typedef int (*kb_launch_t)(void**, const int*, int);
 typedef struct { int64_t kind; void* fn; void* a; void* b; int64_t n; } kb_step;
-/* kind 0: fn(a = argv, b = geometry); 1: memmove(a, b, n); 2: memset(a, (int)b, n).
+/* kind 0: fn(a = argv, b = geometry, n = dynamic shared memory); 1: memmove(a, b, n);
+   2: memset(a, (int)b, n).
    Returns 0, or 1 + the index of the launch that failed. */
 extern "C" __attribute__((visibility("default"))) int64_t kb_graph_run(const kb_step* s, int64_t count) {
     for (int64_t i = 0; i < count; ++i) {
         const kb_step* t = s + i;
         if (t->kind == 0) {
-            if (((kb_launch_t)t->fn)((void**)t->a, (const int*)t->b)) return i + 1;
+            if (((kb_launch_t)t->fn)((void**)t->a, (const int*)t->b, (int)t->n)) return i + 1;
         } else if (t->kind == 1) {
             memmove(t->a, t->b, (size_t)t->n);
         } else {
@@ -115,9 +116,9 @@ class CpuGraph:
         t = self.array[s.index]
         if s.kind == "launch":
             assert s.kernel is not None
-            fn, argv, geom, keep = streams.pack(s.kernel, s.grid, s.block, s.args, s.shared_mem)
+            fn, argv, geom, shm, keep = streams.pack(s.kernel, s.grid, s.block, s.args, s.shared_mem)
             t.kind, t.fn, t.a, t.b, t.n = 0, ctypes.cast(fn, ctypes.c_void_p).value, ctypes.addressof(argv), \
-                ctypes.addressof(geom), 0
+                ctypes.addressof(geom), shm
             self.keep[s.index] = (argv, keep)
             self.names[s.index] = (s.kernel.handle.lib, s.kernel.handle.name)
         elif s.kind == "copy":

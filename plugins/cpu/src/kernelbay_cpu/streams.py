@@ -249,9 +249,13 @@ def _ptr(x: Any) -> int:
     return x.handle.ptr if isinstance(x, Buffer) else x.ctypes.data
 
 
-def pack(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int) -> tuple[Any, Any, Any, list[Any]]:
-    """Check a launch and pack it into private slots: ``(fn, argv, geometry, keep)``, where
-    ``keep`` holds the slots and the memory of every buffer argument."""
+def pack(
+    kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int
+) -> tuple[Any, Any, Any, int, list[Any]]:
+    """Check a launch and pack it into private slots: ``(fn, argv, geometry, shared_mem, keep)``,
+    where ``keep`` holds the slots and the memory of every buffer argument. ``fn(argv, geometry,
+    shared_mem)`` runs it as the default stream's launch does (fibers for a kernel with
+    barriers or shared memory, the thread loop otherwise)."""
     h = kernel.handle
     if h is None:
         raise UseAfterFreeError(f"kernel {kernel.name!r} was used after close()")
@@ -260,17 +264,16 @@ def pack(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem:
         ln = h.launcher = launcher.Launcher(h, kernel.device)
     geom = launcher.geometry(grid, block)
     if shared_mem:
-        raise InvalidArgumentError(
-            f"launch of {ln.name!r} asks for {shared_mem} bytes of dynamic shared memory; the cpu backend has no "
-            "shared memory (pass shared_mem=0)"
-        )
+        launcher._check_shared_mem(ln.name, shared_mem)
     if len(args) != ln.n:
-        raise InvalidArgumentError(f"kernel {ln.name!r} takes {ln.n} arguments, got {len(args)}")
+        raise InvalidArgumentError(
+            f"kernel {ln.name!r} takes {ln.n} arguments ({launcher._signature(h)}), got {len(args)}"
+        )
     slots, argv = h._new_slots()
     for conv, a, s in zip(ln.convs, args, slots):
         conv(a, s)
     keep = [slots, geom, h] + [_memory(a) for a in args if isinstance(a, Buffer)]
-    return ln.fn, argv, geom, keep
+    return ln.fn, argv, geom, shared_mem, keep
 
 
 def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> None:
@@ -280,11 +283,11 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_me
         drain_all()
         launcher.launch(kernel, grid, block, args, shared_mem, None)
         return
-    fn, argv, geom, keep = pack(kernel, grid, block, args, shared_mem)
+    fn, argv, geom, shm, keep = pack(kernel, grid, block, args, shared_mem)
     lib, name = kernel.handle.lib, kernel.handle.name
 
     def run() -> None:
-        _driver.check(fn(argv, geom), lib, name)
+        _driver.check(fn(argv, geom, shm), lib, name)
         keep.clear()
 
     q.put(run)
