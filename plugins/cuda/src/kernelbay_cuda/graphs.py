@@ -13,6 +13,7 @@ step by the core (build returns ``None``). Pinned host memory (``kernelbay_cuda.
 from __future__ import annotations
 
 import ctypes
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -108,20 +109,38 @@ class CudaGraph:
         self.nodes.append(node)
 
     def _kernel_params(self, s: Step) -> KernelNodeParams:
-        from .launcher import _ParamBlock, make_packer
+        """A kernel node's parameters: geometry and packing as the launcher's slow path does
+        them (a Triton kernel's fixed block, added shared memory and scratch pointers too)."""
+        from .kernel import ParamBlock
+        from .launcher import _shared, fill_scratch
 
         assert s.kernel is not None
         k = s.kernel.handle
         gx, gy, gz = dim3(s.grid, "grid")
-        if s.block is None:
-            bx, by, bz = k.occupancy_block(s.shared_mem), 1, 1
+        shm = s.shared_mem
+        if k.fixed_block is not None:
+            if s.block is not None and dim3(s.block, "block") != k.fixed_block:
+                raise InvalidArgumentError(
+                    f"launch of {k.name!r}: its block is fixed at {k.fixed_block} (Triton: 32 x num_warps), "
+                    f"got {s.block!r}; leave block out"
+                )
+            bx, by, bz = k.fixed_block
+            shm = _shared(k, shm)
+        elif s.block is None:
+            bx, by, bz = k.occupancy_block(shm), 1, 1
         else:
             bx, by, bz = dim3(s.block, "block")
-        k.check_geometry(gx, gy, gz, bx, by, bz, s.shared_mem)
-        blk = _ParamBlock(k.params)
-        make_packer(k.name, k.params, s.args, k.device)(s.args, k.device, blk.buf)
-        p = KernelNodeParams(k.fn_c.value, gx, gy, gz, bx, by, bz, s.shared_mem, blk.addr, None)
-        self.keep[s.index] = (p, blk, s.args)
+        k.check_geometry(gx, gy, gz, bx, by, bz, shm)
+        blk = ParamBlock(k.params)
+        k.replan(s.args, blk)
+        scratch: list[Any] = []
+        if k.scratch_buf is not None:
+            fill_scratch(k, (gx, gy, gz))
+            for off, ptr in k.tail.items():
+                struct.pack_into("<Q", blk.buf, off, ptr)
+            scratch = list(k.scratch_buf)  # kept alive with the node, even if the kernel's grow
+        p = KernelNodeParams(k.fn_c.value, gx, gy, gz, bx, by, bz, shm, blk.addr, None)
+        self.keep[s.index] = (p, blk, s.args, scratch)
         return p
 
     def _memcpy(self, s: Step) -> Memcpy3D:
@@ -202,7 +221,7 @@ def kernel_access(kernel: Any) -> tuple[str | None, ...] | None:
     if k is None or not kernel.source.text:
         return None
     modes = pointer_access(kernel.source.text, k.name.split("<")[0].strip())
-    if modes is None or k.params is None or len(modes) != len(k.params):
+    if modes is None or k.visible is None or len(modes) != len(k.visible):
         return None
     return modes
 
