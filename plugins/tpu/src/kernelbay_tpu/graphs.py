@@ -1,6 +1,7 @@
 """Graphs for the tpu backend: the recorded launches become ONE jitted program.
 
-Each recorded launch is the kernel's bare ``pallas_call``; the program threads the arrays through
+Each recorded launch is the pure function of its launch signature (``_call.Entry.raw``: the
+``pallas_call`` with its scalar and padding handling); the program threads the arrays through
 them functionally (a launch's results replace the arrays it writes, in place arguments
 included, for the launches after it), so XLA sees the whole chain, orders it by data and may
 overlap what is independent. A replay is one dispatch: the current arrays of the graph's buffers
@@ -38,27 +39,40 @@ class TpuGraph:
             return i
 
         plan = []
+        consts: list[Any] = []  # run-time scalar operands (Source.meta['scalars']), passed at each run
         for s in steps:
             assert s.kernel is not None
-            e = s.kernel.handle.build(s.grid, s.args)  # validates, as a launch would
-            plan.append((e.pallas, tuple(slot(s.args[i]) for i in e.ins), tuple(slot(s.args[i]) for i in e.outs)))
+            k = s.kernel.handle
+            e, _ = launcher.launch_entry(k, s.grid, s.args)  # validates and builds, as a launch would
+            vals, _kw = launcher._bind(k, s.args)
+            ins = []
+            for p in e.ins:
+                a = vals[p]
+                if isinstance(a, Buffer):
+                    ins.append((True, slot(a)))
+                else:
+                    ins.append((False, len(consts)))
+                    consts.append(a)
+            plan.append((e.raw, tuple(ins), tuple(slot(vals[p]) for p in e.outs)))
         written = tuple(sorted({o for _, _, outs in plan for o in outs}))
+        nb = len(bufs)
 
-        def program(*arrays: Any) -> tuple[Any, ...]:
-            env = list(arrays)
+        def program(*operands: Any) -> tuple[Any, ...]:
+            env, cs = list(operands[:nb]), operands[nb:]
             for call, ins, outs in plan:
-                res = call(*[env[i] for i in ins])
+                res = call(*[env[i] if is_buf else cs[i] for is_buf, i in ins])
                 for o, r in zip(outs, res):
                     env[o] = r
             return tuple(env[o] for o in written)
 
         self.fn = jax.jit(program)
         self.bufs = bufs
+        self.consts = consts
         self.written = written
 
     def run(self) -> None:
         bufs = self.bufs
-        res = self.fn(*[materialize(b) for b in bufs])
+        res = self.fn(*[materialize(b) for b in bufs], *self.consts)
         for o, r in zip(self.written, res):
             bufs[o].handle = r
         launcher._last.results = res
