@@ -9,7 +9,6 @@ from typing import Any
 import kernelbay as kb
 import numpy as np
 import pytest
-from kernelbay import _api
 from kernelbay._plugins import runtime
 
 
@@ -65,11 +64,9 @@ class PlainBackend:
 def isolated_runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("KERNELBAY_BACKENDS", "")
     monkeypatch.delenv("KERNELBAY_DEVICE", raising=False)
-    runtime.reset()
-    _api._default_cache.clear()
+    runtime.reset()  # the default-device choices live in the runtime (i17): reset clears them
     yield
     runtime.reset()
-    _api._default_cache.clear()
 
 
 @pytest.fixture
