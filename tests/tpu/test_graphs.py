@@ -76,3 +76,24 @@ def test_a_graph_with_a_copy_is_replayed_step_by_step(dev) -> None:
     assert g._handle is None
     g.replay()
     np.testing.assert_array_equal(host, np.full((8, 128), 3, np.float32))
+
+
+def smem_scaled(x_ref, o_ref, a_ref):
+    o_ref[...] = x_ref[...] * a_ref[0]
+
+
+def test_graph_passes_smem_scalars_as_operands(dev) -> None:
+    # A run-time scalar (Source.meta['scalars']) is an operand of the launch's pure function,
+    # not an array of the graph: it goes into the program with the arrays, and update changes it.
+    k = _k(dev, smem_scaled, outputs=("o_ref",), scalars=("a_ref",))
+    x = kb.asarray(np.ones(8, np.float32), device=dev)
+    o = kb.zeros(8, device=dev)
+    with dev.graph() as g:
+        k.launch((), None, (x, o, 2.5))
+    assert g.steps[0].reads == (x,) and g.steps[0].writes == (o,)
+    g.replay()
+    assert g._handle.bufs == [x, o] and g._handle.consts == [2.5]  # one program: arrays, then scalars
+    np.testing.assert_array_equal(o.numpy(), np.full(8, 2.5, np.float32))
+    g.update(0, args=(x, o, -3.0))
+    g.replay()
+    np.testing.assert_array_equal(o.numpy(), np.full(8, -3.0, np.float32))
