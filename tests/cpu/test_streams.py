@@ -131,3 +131,42 @@ def test_graph_replay_reports_a_failing_step(dev, k) -> None:
         k["boom"].launch(1, 1, (y,))
     with pytest.raises(kb.LaunchError, match="boom on purpose"):
         g.replay()
+
+
+# A barrier kernel (dynamic shared memory, __syncthreads): it runs as fibers, and a stream or a
+# graph must hand it the launch's shared memory as the default stream does.
+FIBER_SRC = r"""
+extern "C" __global__ void reverse_block(const float* x, float* y) {
+    extern __shared__ float tile[];
+    int t = threadIdx.x, base = blockIdx.x * blockDim.x;
+    tile[t] = x[base + t];
+    __syncthreads();
+    y[base + t] = tile[blockDim.x - 1 - t];
+}
+"""
+
+
+def test_barrier_kernels_on_streams_and_in_graphs(dev) -> None:
+    rev = kb.compile(kb.Source(FIBER_SRC, "cuda", name="reverse_block"), dev)
+    assert rev.handle.fibers
+    b, blocks = 128, 8
+    xs = np.arange(b * blocks, dtype=np.float32)
+    want = xs.reshape(blocks, b)[:, ::-1].reshape(-1)
+    x = kb.asarray(xs, device=dev)
+    y, z = kb.zeros(b * blocks, device=dev), kb.zeros(b * blocks, device=dev)
+    s = dev.stream()
+    rev.launch(blocks, b, (x, y), shared_mem=4 * b, stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(y.numpy(), want)
+    with pytest.raises(kb.InvalidArgumentError, match="shared memory"):
+        rev.launch(blocks, b, (x, y), shared_mem=1 << 30, stream=s)  # checked in the caller
+    with dev.graph() as g:
+        rev.launch(blocks, b, (x, z), shared_mem=4 * b)
+        rev.launch(blocks, b, (z, y), shared_mem=4 * b)  # reversed twice: x again
+    g.replay()
+    np.testing.assert_array_equal(z.numpy(), want)
+    np.testing.assert_array_equal(y.numpy(), xs)
+    kb.copy(y, np.zeros(b * blocks, np.float32))
+    g.replay(stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(y.numpy(), xs)
