@@ -241,19 +241,19 @@ class FakeEvents:
     def __init__(self) -> None:
         self.done: dict[int, bool] = {}
 
-    def cuEventCreate(self, ref, flags) -> int:  # noqa: N802 - the driver's names
+    def cuEventCreate(self, ref, flags) -> int:  # the driver's names
         ref._obj.value = len(self.done) + 1
         self.done[ref._obj.value] = False
         return 0
 
-    def cuEventRecord(self, ev, stream) -> int:  # noqa: N802
+    def cuEventRecord(self, ev, stream) -> int:
         self.done[ev.value] = False
         return 0
 
-    def cuEventQuery(self, ev) -> int:  # noqa: N802
+    def cuEventQuery(self, ev) -> int:
         return 0 if self.done[ev.value] else 600  # CUDA_ERROR_NOT_READY
 
-    def cuEventSynchronize(self, ev) -> int:  # noqa: N802
+    def cuEventSynchronize(self, ev) -> int:
         self.done[ev.value] = True
         return 0
 
