@@ -233,3 +233,53 @@ def test_set_memory_limit_releases_the_cache(fake) -> None:
             A._allocators.pop(0, None)
         else:
             A._allocators[0] = saved
+
+
+class FakeEvents:
+    """Stands in for the driver's events: an event completes when the test says so."""
+
+    def __init__(self) -> None:
+        self.done: dict[int, bool] = {}
+
+    def cuEventCreate(self, ref, flags) -> int:  # the driver's names
+        ref._obj.value = len(self.done) + 1
+        self.done[ref._obj.value] = False
+        return 0
+
+    def cuEventRecord(self, ev, stream) -> int:
+        self.done[ev.value] = False
+        return 0
+
+    def cuEventQuery(self, ev) -> int:
+        return 0 if self.done[ev.value] else 600  # CUDA_ERROR_NOT_READY
+
+    def cuEventSynchronize(self, ev) -> int:
+        self.done[ev.value] = True
+        return 0
+
+    def finish(self) -> None:
+        for e in self.done:
+            self.done[e] = True
+
+
+def test_stream_ordered_reuse_waits_for_the_event(fake, monkeypatch) -> None:
+    # While a user stream lives, a freed block is set aside behind an event (counted as cached)
+    # and goes back to the pool -- native or Python -- only once the event has completed.
+    from kernelbay_cuda import _driver
+
+    al, mem = fake
+    ev = FakeEvents()
+    monkeypatch.setattr(_driver, "libcuda", lambda: ev)
+    monkeypatch.setattr(_driver, "ensure_current", lambda index: None)
+    monkeypatch.setattr(_driver, "dead_reason", lambda index: None)
+    a = al.malloc(MiB)
+    al.defer(a)
+    assert al.stats().active == 0 and al.stats().cached == MiB
+    b = al.malloc(MiB)  # the event has not completed: a new block, not a
+    assert b != a and mem.allocs == 2
+    ev.finish()
+    assert al.malloc(MiB) == a  # reclaimed on the way
+    assert al.stats().active == 2 * MiB and al.stats().cached == 0
+    al.defer(b)
+    al.clear_cache()  # waits for the set-aside blocks, then releases the cache
+    assert al.deferred_bytes == 0 and b not in mem.live and a in mem.live

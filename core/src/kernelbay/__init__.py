@@ -29,7 +29,9 @@ from .errors import (
     UnsupportedError,
     UseAfterFreeError,
 )
+from .graphs import Graph
 from .hookspecs import API_VERSION, hookimpl
+from .streams import Event, Stream
 from .types import Array, BackendSpec, Buffer, Device, Kernel, LaunchConfig, MemoryStats, Source
 
 __version__ = "0.1.0"
@@ -47,6 +49,8 @@ __all__ = [
     "Buffer",
     "CompileError",
     "Device",
+    "Event",
+    "Graph",
     "InvalidArgumentError",
     "Kernel",
     "KernelbayError",
@@ -57,6 +61,7 @@ __all__ = [
     "OutOfMemoryError",
     "SettingError",
     "Source",
+    "Stream",
     "UnsupportedError",
     "UseAfterFreeError",
     "__version__",

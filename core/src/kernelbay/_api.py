@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from . import streams as _streams
 from ._plugins import Backend, Binding, binding, runtime
 from ._select import _by_priority, device, devices, select  # noqa: F401  (device selection lives there)
 from .errors import (
@@ -14,6 +15,7 @@ from .errors import (
     BackendError,
     InvalidArgumentError,
     NoDeviceError,
+    UnsupportedError,
 )
 from .types import Array, Buffer, Device, Kernel, Source
 
@@ -100,8 +102,15 @@ def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Arra
     import numpy as np
 
     out = empty(shape, dtype, device)
+    stream = None
+    if _streams.intercept:
+        g = _streams.capturing(out.device)
+        if g is not None:
+            g._record_memset(out, 0, out.nbytes, _streams.current_or(out.device, None))
+            return out
+        stream = _streams.resolve(out.device, None)
     try:
-        out._b.memset(out, 0, out.nbytes, None)
+        out._b.memset(out, 0, out.nbytes, stream)
     except NotImplementedError:
         copy(out, np.zeros(out.shape, out.dtype))
     return out
@@ -251,6 +260,13 @@ def copy(dst: Any, src: Any, stream: Any = None) -> Any:
     dbuf, sbuf = isinstance(dst, Buffer), isinstance(src, Buffer)
     if not dbuf and not sbuf:
         raise ArgumentTypeError("copy needs at least one kernelbay Array/Buffer; use numpy to copy host to host")
+    if _streams.intercept:  # a current stream, or a graph recording
+        dev = dst.device if dbuf else src.device
+        g = _streams.capturing(dev)
+        if g is not None:
+            _record_copy(g, dst, src, dn, _streams.current_or(dev, stream), dbuf, sbuf)
+            return dst
+        stream = _streams.resolve(dev, stream)
     if dbuf and sbuf:
         if dst._b is src._b:
             dst._b.copy(dst, src, dn, stream)
@@ -272,6 +288,19 @@ def copy(dst: Any, src: Any, stream: Any = None) -> Any:
         src._b.copy(tmp, src, dn, stream)
         dst[...] = tmp
     return dst
+
+
+def _record_copy(g: Any, dst: Any, src: Any, n: int, stream: Any, dbuf: bool, sbuf: bool) -> None:
+    """A copy inside a graph recording: the host side is used as it is at each replay."""
+    if dbuf and sbuf and dst._b is not src._b:
+        raise UnsupportedError("a graph cannot record a copy between two backends; copy before or after it")
+    host = src if not sbuf else dst if not dbuf else None
+    if host is not None and not (host.flags.c_contiguous and (sbuf is False or host.flags.writeable)):
+        raise InvalidArgumentError(
+            "a graph records copies to and from C-contiguous (and, as destination, writable) numpy arrays only; "
+            "pass np.ascontiguousarray(...)"
+        )
+    g._record_copy(dst, src, n, stream)
 
 
 def _desc(x: Any) -> str:

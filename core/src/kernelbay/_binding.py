@@ -16,23 +16,16 @@ from typing import Any
 
 import pluggy
 
+from . import graphs as _graphs
 from . import hookspecs
+from . import streams as _streams
 from .errors import BackendBrokenError, BackendUnavailableError, UnsupportedError
 from .types import BackendSpec, Device
 
 ENV_BACKENDS = "KERNELBAY_BACKENDS"
 
-#: Hooks every backend must implement.
-REQUIRED_HOOKS = (
-    "kernelbay_backend",
-    "kernelbay_devices",
-    "kernelbay_allocate",
-    "kernelbay_free",
-    "kernelbay_copy",
-    "kernelbay_compile",
-    "kernelbay_launch",
-    "kernelbay_synchronize",
-)
+#: Hooks every backend must implement (the contract says which: hookspecs.py).
+REQUIRED_HOOKS = hookspecs.REQUIRED_HOOKS
 #: Every hook, in the order of hookspecs.py.
 ALL_HOOKS = tuple(n for n in vars(hookspecs) if n.startswith("kernelbay_"))
 
@@ -150,6 +143,9 @@ _OPTIONAL_DEFAULTS: dict[str, Callable[..., Any]] = {
     "kernelbay_host_view": lambda array: None,
     # No external adoption: asarray falls back to numpy.
     "kernelbay_from_external": lambda obj, device: None,
+    # Streams, events and graphs: one in-order stream, list replay (kernelbay.streams/.graphs).
+    **_streams.FALLBACKS,
+    **_graphs.FALLBACKS,
 }
 
 

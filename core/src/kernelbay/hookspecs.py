@@ -11,17 +11,36 @@ Rules every backend follows:
 
 * A backend's implementations are only ever called for its own devices, kernels and buffers:
   the core routes each call to the one backend that owns the object. Never ask "is this mine?".
-* Every hook is called with keyword arguments (pluggy), but on the hot path (allocate, free,
-  copy, launch) the core binds the backend's function once and calls it positionally, in the
-  order of the spec's parameters. Implement every parameter of a hot-path spec, in order, or
-  the core falls back to the slower keyword call.
+* Each spec below says what it is:
+
+  - **Required**: every backend implements it (listed in :data:`REQUIRED_HOOKS`); a backend
+    without one is marked broken when it loads.
+  - **Optional**: may be left out; the spec names the fallback the core uses instead (often
+    :class:`~kernelbay.errors.UnsupportedError` when a user asks for that capability).
+  - **Hot path**: the core binds the backend's function once and calls it positionally, in the
+    order of the spec's parameters (allocate, free, copy, memset, launch). Implement every
+    parameter of a hot-path spec, in order, or the core falls back to the slower keyword call
+    through pluggy. Every other hook is bound the same way but is not timed.
 * Expected failures raise :mod:`kernelbay.errors` types. Anything else is reported as a bug in
   the backend.
 * Heavy imports (drivers, jax) happen inside the hooks, not at module import: ``kernelbay_backend``
   must be cheap; ``kernelbay_devices`` is the first hook that may touch a driver.
 
-Hooks marked *optional* may be left out; the core then raises
-:class:`~kernelbay.errors.UnsupportedError` when a user asks for that capability.
+Streams (:mod:`kernelbay.streams`). Every ``stream`` argument of a hook is what the user passed,
+with ``None`` resolved to the thread's current stream where one is set: ``None`` (the device's
+default stream), a :class:`kernelbay.Stream` of this backend's device (its ``handle`` is what
+your ``kernelbay_stream_create`` or ``kernelbay_default_stream`` returned), or any object your
+backend documents (CUDA: ``__cuda_stream__``). A :class:`kernelbay.Stream` whose handle is
+``None`` (those hooks left out, or returning ``None``) reaches launch, copy, memset and
+synchronize as ``None``: such streams are all the device's one in-order stream. Work on one stream runs in order. Host reads must
+see every write queued before them on every stream of the device: ``kernelbay_copy`` into a numpy
+array with ``stream=None``, ``kernelbay_host_view``, and ``kernelbay_synchronize`` with
+``stream=None``.
+
+Graphs (:mod:`kernelbay.graphs`). The core records launches, copies and memsets into
+:class:`kernelbay.graphs.Step` values with their dependencies (from the buffers each reads and
+writes) and hands them to ``kernelbay_graph_build``; without it a replay runs the steps in order
+through the ordinary hooks.
 
 Extensions (tracers, profilers) register plugins with :func:`kernelbay.register` holding
 ``wrapper=True`` implementations of any hook; while one is registered, the core routes calls
@@ -38,6 +57,8 @@ import pluggy
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
+    from .graphs import Step
+    from .streams import Event, Stream
     from .types import Array, BackendSpec, Buffer, Device, Kernel, MemoryStats, Source
 
 #: The version of this contract. A backend declares the version it was built for in
@@ -47,8 +68,17 @@ API_VERSION = 1
 hookspec = pluggy.HookspecMarker("kernelbay")
 hookimpl = pluggy.HookimplMarker("kernelbay")
 
-#: Hooks the core binds for direct calls (the hot path).
-HOT_HOOKS = ("kernelbay_allocate", "kernelbay_free", "kernelbay_copy", "kernelbay_launch")
+#: Hooks every backend must implement (each spec's docstring says *Required*).
+REQUIRED_HOOKS = (
+    "kernelbay_backend",
+    "kernelbay_devices",
+    "kernelbay_allocate",
+    "kernelbay_free",
+    "kernelbay_copy",
+    "kernelbay_compile",
+    "kernelbay_launch",
+    "kernelbay_synchronize",
+)
 
 
 # --- identity and discovery ------------------------------------------------------------
@@ -56,7 +86,7 @@ HOT_HOOKS = ("kernelbay_allocate", "kernelbay_free", "kernelbay_copy", "kernelba
 
 @hookspec(firstresult=True)
 def kernelbay_backend() -> BackendSpec:
-    """Declare the backend: name, priority, accepted languages, API version.
+    """*Required.* Declare the backend: name, priority, accepted languages, API version.
 
     Called once when the backend is loaded. Must not import drivers or frameworks.
 
@@ -68,7 +98,7 @@ def kernelbay_backend() -> BackendSpec:
 
 @hookspec(firstresult=True)
 def kernelbay_devices() -> Sequence[Device]:
-    """Probe the machine and announce the backend's devices.
+    """*Required.* Probe the machine and announce the backend's devices.
 
     Called once per process, the first time a device of this backend is needed. The probe must
     leave the process able to use the device after a ``fork`` (for CUDA: no context creation).
@@ -88,7 +118,7 @@ def kernelbay_devices() -> Sequence[Device]:
 
 @hookspec(firstresult=True)
 def kernelbay_allocate(device: Device, nbytes: int) -> Any:
-    """Allocate ``nbytes`` of device memory.
+    """*Required, hot path.* Allocate ``nbytes`` of device memory.
 
     :param device: one of this backend's devices.
     :param nbytes: the size, >= 0 (the core checks). Zero must work.
@@ -101,9 +131,11 @@ def kernelbay_allocate(device: Device, nbytes: int) -> Any:
 
 @hookspec(firstresult=True)
 def kernelbay_free(device: Device, handle: Any) -> None:
-    """Release memory from :func:`kernelbay_allocate`. Called exactly once per handle.
+    """*Required, hot path.* Release memory from :func:`kernelbay_allocate`. Called once per handle.
 
-    May run from a garbage-collection finaliser: must not raise for a live handle.
+    May run from a garbage-collection finaliser: must not raise for a live handle. Memory that
+    work queued on a stream may still use must not be handed out again before that work is done
+    (stream-ordered memory: keep the block aside until an event recorded at free completes).
 
     :param device: the device it was allocated on.
     :param handle: the handle ``kernelbay_allocate`` returned (or the latest one the backend
@@ -115,7 +147,7 @@ def kernelbay_free(device: Device, handle: Any) -> None:
 
 @hookspec(firstresult=True)
 def kernelbay_copy(dst: Buffer | np.ndarray, src: Buffer | np.ndarray, nbytes: int, stream: Any) -> None:
-    """Copy ``nbytes`` from ``src`` to ``dst``.
+    """*Required, hot path.* Copy ``nbytes`` from ``src`` to ``dst``, in order on ``stream``.
 
     Each side is either a :class:`~kernelbay.types.Buffer` of this backend or a C-contiguous
     numpy array in host memory; at least one side is a Buffer. The core has already checked
@@ -125,8 +157,9 @@ def kernelbay_copy(dst: Buffer | np.ndarray, src: Buffer | np.ndarray, nbytes: i
     :param dst: destination.
     :param src: source.
     :param nbytes: bytes to copy (<= both sizes).
-    :param stream: a backend stream, or ``None`` for the device's default stream. A copy into a
-        numpy array must have completed when the hook returns.
+    :param stream: ``None`` (the default stream), a :class:`~kernelbay.Stream`, or a stream the
+        backend documents. A copy into a numpy array must have completed when the hook returns;
+        with ``stream=None`` it also sees every write queued before it on every stream.
 
     .. versionadded:: 0.1
     """
@@ -134,14 +167,14 @@ def kernelbay_copy(dst: Buffer | np.ndarray, src: Buffer | np.ndarray, nbytes: i
 
 @hookspec(firstresult=True)
 def kernelbay_memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
-    """*Optional.* Set the first ``nbytes`` bytes of ``dst`` to the byte ``value``.
+    """*Optional, hot path.* Set the first ``nbytes`` bytes of ``dst`` to the byte ``value``.
 
     Backends without it get :func:`kernelbay.zeros` as a copy from a zeroed host array.
 
     :param dst: a live buffer of this backend.
     :param value: the byte value, 0..255.
     :param nbytes: how many bytes, <= ``dst.nbytes``.
-    :param stream: a backend stream, or ``None`` for the default stream.
+    :param stream: as for :func:`kernelbay_copy`.
 
     .. versionadded:: 0.1
     """
@@ -152,7 +185,7 @@ def kernelbay_memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
 
 @hookspec(firstresult=True)
 def kernelbay_compile(device: Device, source: Source) -> Any:
-    """Compile (or load) ``source`` for ``device``.
+    """*Required.* Compile (or load) ``source`` for ``device``.
 
     The core has checked that ``source.lang`` is one of the backend's languages. Backends cache
     compiled modules in process and on disk (:mod:`kernelbay.cache`).
@@ -168,7 +201,7 @@ def kernelbay_compile(device: Device, source: Source) -> Any:
 
 @hookspec(firstresult=True)
 def kernelbay_launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
-    """Queue a launch of ``kernel``. The hot path: keep it lean.
+    """*Required, hot path.* Queue a launch of ``kernel`` on ``stream``. Keep it lean.
 
     :param kernel: a :class:`~kernelbay.types.Kernel` this backend compiled.
     :param grid: as the user passed it (int or tuple); normalise with
@@ -177,7 +210,7 @@ def kernelbay_launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any],
     :param args: the kernel's arguments, unconverted: kernelbay buffers/arrays, numpy scalars,
         Python numbers, or anything the backend documents.
     :param shared_mem: dynamic shared memory per block, in bytes.
-    :param stream: a backend stream, or ``None`` for the default stream.
+    :param stream: as for :func:`kernelbay_copy`.
     :return: anything the backend documents (usually ``None``).
     :raises InvalidArgumentError: for a bad geometry, wrong argument count, size or type, or a
         buffer of another device -- before any native code runs.
@@ -189,10 +222,11 @@ def kernelbay_launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any],
 
 @hookspec(firstresult=True)
 def kernelbay_synchronize(device: Device, stream: Any) -> None:
-    """Block until queued work has finished.
+    """*Required.* Block until queued work has finished.
 
     :param device: the device.
-    :param stream: a backend stream, or ``None`` for all work on the device.
+    :param stream: a stream (as for :func:`kernelbay_copy`), or ``None`` for all work on every
+        stream of the device.
     :raises LaunchError: if queued work failed.
 
     .. versionadded:: 0.1
@@ -206,7 +240,8 @@ def kernelbay_synchronize(device: Device, stream: Any) -> None:
 def kernelbay_host_view(array: Array) -> np.ndarray | None:
     """*Optional.* A numpy array sharing the memory of ``array``, if the host can address it.
 
-    Backends without it get ``.numpy()`` as a copy through :func:`kernelbay_copy`.
+    Backends without it get ``.numpy()`` as a copy through :func:`kernelbay_copy`. The view is a
+    host read: first wait for every write queued on any stream of the device.
 
     :param array: an array of this backend.
     :return: a numpy view of ``array.shape`` and ``array.dtype``, or ``None`` for "copy instead".
@@ -217,10 +252,11 @@ def kernelbay_host_view(array: Array) -> np.ndarray | None:
 
 @hookspec(firstresult=True)
 def kernelbay_memory_stats(device: Device) -> MemoryStats:
-    """*Optional.* The allocator's figures for ``device``.
+    """*Optional* (fallback: ``UnsupportedError``). The allocator's figures for ``device``.
 
     :param device: one of this backend's devices.
-    :return: a :class:`~kernelbay.types.MemoryStats` (bytes active, peak, cached, limit).
+    :return: a :class:`~kernelbay.types.MemoryStats` (bytes active, peak, cached, limit); blocks
+        freed but kept aside until a stream's work is done count as cached.
 
     .. versionadded:: 0.1
     """
@@ -228,7 +264,7 @@ def kernelbay_memory_stats(device: Device) -> MemoryStats:
 
 @hookspec(firstresult=True)
 def kernelbay_clear_cache(device: Device) -> None:
-    """*Optional.* Release the memory the backend keeps cached for reuse.
+    """*Optional* (fallback: ``UnsupportedError``). Release the memory kept cached for reuse.
 
     :param device: one of this backend's devices.
     :return: nothing; live buffers are untouched.
@@ -239,7 +275,7 @@ def kernelbay_clear_cache(device: Device) -> None:
 
 @hookspec(firstresult=True)
 def kernelbay_from_external(obj: Any, device: Device | None) -> tuple[Any, tuple[int, ...], Any] | None:
-    """*Optional.* Adopt a foreign array (DLPack, ``__cuda_array_interface__``...) without a copy.
+    """*Optional* (fallback: ``None``). Adopt a foreign array (DLPack, CUDA array interface) without a copy.
 
     Called by :func:`kernelbay.asarray` for objects that are not numpy arrays, for each
     available backend in priority order (or only ``device``'s backend when one is given).
@@ -255,7 +291,7 @@ def kernelbay_from_external(obj: Any, device: Device | None) -> tuple[Any, tuple
 
 @hookspec(firstresult=True)
 def kernelbay_to_dlpack(array: Array, stream: Any, max_version: tuple[int, int] | None) -> Any:
-    """*Optional.* Export ``array`` as a DLPack capsule (``Array.__dlpack__``).
+    """*Optional* (fallback: ``UnsupportedError``). Export ``array`` as a DLPack capsule (``__dlpack__``).
 
     :param array: an array of this backend.
     :param stream: the consumer's stream, as the DLPack protocol passes it.
@@ -270,7 +306,7 @@ def kernelbay_to_dlpack(array: Array, stream: Any, max_version: tuple[int, int] 
 
 @hookspec(firstresult=True)
 def kernelbay_dlpack_device(array: Array) -> tuple[int, int]:
-    """*Optional.* ``(device_type, device_id)`` for ``Array.__dlpack_device__``.
+    """*Optional* (fallback: ``UnsupportedError``). ``(device_type, device_id)`` for ``__dlpack_device__``.
 
     :param array: an array of this backend.
     :return: the DLPack device type (``kDLCPU`` = 1, ``kDLCUDA`` = 2...) and the device ordinal.
@@ -281,11 +317,223 @@ def kernelbay_dlpack_device(array: Array) -> tuple[int, int]:
 
 @hookspec(firstresult=True)
 def kernelbay_cuda_array_interface(array: Array) -> dict[str, Any]:
-    """*Optional.* The ``__cuda_array_interface__`` (v3) dict of ``array``.
+    """*Optional* (fallback: no attribute). The ``__cuda_array_interface__`` (v3) dict of ``array``.
 
     :param array: an array of this backend.
     :return: the interface dict (shape, typestr, data, version 3, stream).
     :raises UnsupportedError: where the memory is not CUDA memory (``hasattr`` is then False).
 
     .. versionadded:: 0.1
+    """
+
+
+# --- streams and events (optional; see kernelbay.streams) --------------------------------
+
+
+@hookspec(firstresult=True)
+def kernelbay_default_stream(device: Device) -> Any:
+    """*Optional* (fallback: ``None``). The handle of ``device``'s default stream.
+
+    Stored as ``dev.default_stream.handle``; the core never closes it.
+
+    :param device: one of this backend's devices.
+    :return: the backend's object for the default stream (CUDA: a stream object with handle 0).
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_stream_create(device: Device, priority: int) -> Any:
+    """*Optional* (fallback: ``None``, every stream is the device's one in-order stream).
+
+    Create a stream: work queued on it runs in order, and may overlap work on other streams.
+    Called by ``dev.stream(priority)``; the result is stored as ``kb.Stream.handle``.
+
+    :param device: one of this backend's devices.
+    :param priority: the user's priority, lower is more urgent; ignore it if you have none.
+    :return: the backend's stream object. It should release itself when collected.
+    :raises OutOfMemoryError: when no stream can be had.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_stream_destroy(device: Device, handle: Any) -> None:
+    """*Optional* (fallback: nothing). Release a stream from :func:`kernelbay_stream_create`.
+
+    Called once, by ``Stream.close()``; work already queued on it must still complete.
+
+    :param device: the stream's device.
+    :param handle: what ``kernelbay_stream_create`` returned.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_stream_query(device: Device, stream: Stream) -> bool:
+    """*Optional* (fallback: synchronize the device, then ``True``). Whether ``stream`` is idle.
+
+    :param device: the stream's device.
+    :param stream: a :class:`~kernelbay.Stream` of this backend.
+    :return: ``True`` when all work queued on it has finished; must not block.
+    :raises LaunchError: if queued work failed.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_stream_wait(device: Device, stream: Stream, event: Event) -> None:
+    """*Optional* (fallback: nothing; with one in-order stream the order already holds).
+
+    Make work queued on ``stream`` after this call wait until ``event`` completes, without
+    blocking the host.
+
+    :param device: the device of both.
+    :param stream: a :class:`~kernelbay.Stream` of this backend.
+    :param event: a :class:`~kernelbay.Event` of this backend (its ``handle`` is yours).
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_event_record(device: Device, stream: Stream) -> Any:
+    """*Optional* (fallback: wait for the device, keep the host time; the event is complete).
+
+    Record an event on ``stream``: it completes when the work queued there so far has.
+
+    :param device: the stream's device.
+    :param stream: a :class:`~kernelbay.Stream` of this backend.
+    :return: the backend's event object, stored as ``kb.Event.handle``.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_event_synchronize(device: Device, event: Event) -> None:
+    """*Optional* (fallback: nothing, events are complete). Block until ``event`` completes.
+
+    :param device: the event's device.
+    :param event: a :class:`~kernelbay.Event` of this backend.
+    :raises LaunchError: if the work before it failed.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_event_query(device: Device, event: Event) -> bool:
+    """*Optional* (fallback: ``True``). Whether ``event`` has completed, without blocking.
+
+    :param device: the event's device.
+    :param event: a :class:`~kernelbay.Event` of this backend.
+    :return: ``True`` once the work before it has finished.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_event_elapsed(device: Device, start: Event, end: Event) -> float:
+    """*Optional* (fallback: the host times of the fallback's records). Time between events.
+
+    The core has waited for ``end``.
+
+    :param device: the events' device.
+    :param start: the earlier event.
+    :param end: the later event (completed).
+    :return: milliseconds from ``start`` to ``end``.
+    :raises UnsupportedError: for events that cannot be timed.
+
+    .. versionadded:: 0.2
+    """
+
+
+# --- graphs (optional; see kernelbay.graphs) ---------------------------------------------
+
+
+@hookspec(firstresult=True)
+def kernelbay_kernel_access(kernel: Kernel) -> Sequence[str | None] | None:
+    """*Optional* (fallback: ``None``, every buffer argument is read and written).
+
+    How ``kernel`` uses each parameter, for graph dependencies.
+    :func:`kernelbay.graphs.pointer_access` reads it from C-like source text.
+
+    :param kernel: a kernel this backend compiled.
+    :return: one entry per parameter: ``"r"`` (only read, e.g. a pointer to ``const``), ``"w"``,
+        ``"rw"``, or ``None`` for a value; or ``None`` when unknown.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_graph_build(device: Device, steps: Sequence[Step]) -> Any:
+    """*Optional* (fallback: ``None``, each replay runs the steps in order through launch, copy
+    and memset on the replay's stream).
+
+    Build a native graph from recorded steps. A step may start once the steps in its ``deps``
+    have finished; steps without a path between them may run concurrently. Convert arguments
+    now: a replay should cost no Python per step. Called again (after
+    :func:`kernelbay_graph_destroy`) when the dependencies change.
+
+    :param device: the device the steps were recorded on.
+    :param steps: :class:`~kernelbay.graphs.Step` values in recorded order (a valid order of
+        their ``deps``); a step's buffers stay open while the graph is replayed (the core checks).
+    :return: the backend's graph object, or ``None`` to use the fallback for these steps.
+    :raises UnsupportedError: / :raises InvalidArgumentError: as launch, copy and memset would.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_graph_replay(device: Device, graph: Any, stream: Any) -> None:
+    """*Optional* (fallback: never called; needed when :func:`kernelbay_graph_build` returns a
+    graph). Queue one replay.
+
+    The replay as a whole is ordered on ``stream``: it starts after work queued there before,
+    and work queued there after waits for all of it.
+
+    :param device: the graph's device.
+    :param graph: what ``kernelbay_graph_build`` returned.
+    :param stream: as for :func:`kernelbay_copy`.
+    :raises LaunchError: when the replay cannot be queued or (synchronous backends) fails.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_graph_update(device: Device, graph: Any, step: Step) -> bool:
+    """*Optional* (fallback: ``False``, the core destroys and builds the graph again).
+
+    A launch step got new arguments (``step.args``) of the same kernel and geometry, and the
+    same buffers read and written (else the core rebuilds). Change them in place.
+
+    :param device: the graph's device.
+    :param graph: what ``kernelbay_graph_build`` returned.
+    :param step: the changed launch step.
+    :return: ``True`` when updated in place; ``False`` to have the graph rebuilt.
+    :raises InvalidArgumentError: for arguments the kernel cannot take.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_graph_destroy(device: Device, graph: Any) -> None:
+    """*Optional* (fallback: nothing). Release a graph from :func:`kernelbay_graph_build`.
+
+    May run from a finaliser; replays already queued must still complete.
+
+    :param device: the graph's device.
+    :param graph: what ``kernelbay_graph_build`` returned.
+
+    .. versionadded:: 0.2
     """

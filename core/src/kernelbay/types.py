@@ -82,13 +82,35 @@ class Device:
         return f"{self.backend}:{self.index}"
 
     def synchronize(self, stream: Any = None) -> None:
-        """Block until all work queued on this device (or on ``stream``) has finished."""
+        """Block until all work queued on every stream of this device (or on ``stream``) has finished."""
         # A sys.modules lookup, not an import statement: `from . import _plugins` costs about
         # 2 µs, more than a wait with nothing in flight should.
         _plugins = _sys.modules.get("kernelbay._plugins")
         if _plugins is None:
             from . import _plugins
+        if _streams.intercept and _streams.capturing(self) is not None:
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"cannot synchronize {self} while a graph records it; leave the `with` first")
+        if type(stream) is _streams.Stream and stream.handle is None:
+            stream = None
         _plugins.binding(self.backend).synchronize(self, stream)
+
+    def stream(self, priority: int = 0) -> Any:
+        """A new :class:`kernelbay.Stream` on this device (``with s:`` makes it current here)."""
+        return _streams.Stream.create(self, priority)
+
+    @property
+    def default_stream(self) -> Any:
+        """The device's default :class:`kernelbay.Stream` (what ``stream=None`` means)."""
+        return _streams.Stream.default(self)
+
+    def graph(self) -> Any:
+        """A :class:`kernelbay.Graph` recording this device's work: ``with dev.graph() as g:``."""
+        from . import _plugins
+        from .graphs import Graph
+
+        return Graph(self, _plugins.binding(self.backend))
 
     def memory_stats(self) -> MemoryStats:
         """The backend's allocator figures for this device (:class:`MemoryStats`)."""
@@ -448,6 +470,8 @@ class Kernel:
         stream: Any = None,
         *,
         config: LaunchConfig | None = None,
+        reads: Sequence[Buffer] | None = None,
+        writes: Sequence[Buffer] | None = None,
     ) -> Any:
         """Queue one launch of the kernel on its device.
 
@@ -456,8 +480,13 @@ class Kernel:
         :param args: kernel arguments, in the kernel's order: kernelbay arrays/buffers, numpy
             scalars, or Python numbers where the parameter's size makes them unambiguous.
         :param shared_mem: dynamic shared memory per block in bytes.
-        :param stream: a backend stream (``None``: the device's default stream).
+        :param stream: a :class:`kernelbay.Stream`, a stream the backend documents, or ``None``
+            (the thread's current stream of the device, else its default stream).
         :param config: a :class:`LaunchConfig` instead of grid/block/shared_mem.
+        :param reads: / :param writes: inside a graph recording, the buffers the launch reads
+            and writes (instead of what the kernel's signature says); ignored outside one.
+        :return: the backend's result; inside a graph recording, the recorded
+            :class:`kernelbay.graphs.Step`.
         :raises InvalidArgumentError: for a bad geometry or bad arguments.
         :raises LaunchError: if the backend could not launch it.
         """
@@ -465,6 +494,12 @@ class Kernel:
             grid, block, shared_mem = config.grid, config.block, config.shared_mem
         elif grid is None:
             raise InvalidArgumentError(f"launch of {self.name!r} needs grid= (or config=)")
+        if _streams.intercept:  # some thread has a current stream or records a graph
+            return _streams.launch(self, grid, block, args, shared_mem, stream, reads, writes)
         return self._b.launch(self, grid, block, args, shared_mem, stream)
 
     __call__ = launch
+
+
+# Last: streams imports this module's classes (the hot path reads _streams.intercept).
+from . import streams as _streams  # noqa: E402

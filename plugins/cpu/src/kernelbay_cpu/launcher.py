@@ -181,7 +181,9 @@ class Launcher:
 
 
 def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> None:
-    """Run ``kernel`` over the grid; returns when it has finished (the cpu backend is synchronous)."""
+    """Run ``kernel`` over the grid; returns when it has finished (on the default stream)."""
+    if stream is not None or _streams.pending:  # a user stream, or one still busy: see streams.py
+        return _streams.launch(kernel, grid, block, args, shared_mem, stream)
     h = kernel.handle
     if h is None:
         raise UseAfterFreeError(f"kernel {kernel.name!r} was used after close()")
@@ -229,3 +231,6 @@ def _check_shared_mem(name: str, shared_mem: Any) -> None:
 
 def _signature(h: KernelHandle) -> str:
     return ", ".join(_describe(k, s) for k, s in zip(h.kinds, h.sizes)) or "no parameters"
+
+
+from . import streams as _streams  # noqa: E402  (streams uses this module)

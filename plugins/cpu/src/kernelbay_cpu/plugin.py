@@ -61,9 +61,9 @@ def kernelbay_devices() -> Sequence[Device]:
 
 def _load_hot() -> None:
     global _allocate, _free, _copy, _launch
-    from . import allocator, launcher
+    from . import allocator, launcher, streams
 
-    _allocate, _free, _copy, _launch = allocator.allocate, allocator.free, allocator.copy, launcher.launch
+    _allocate, _free, _copy, _launch = allocator.allocate, allocator.free, streams.copy, launcher.launch
 
 
 def _allocate(device: Device, nbytes: int) -> Any:
@@ -103,9 +103,9 @@ def kernelbay_copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
 
 @hookimpl
 def kernelbay_memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
-    from . import allocator
+    from . import streams
 
-    allocator.memset(dst, value, nbytes, stream)
+    streams.memset(dst, value, nbytes, stream)
 
 
 @hookimpl
@@ -122,15 +122,117 @@ def kernelbay_launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any],
 
 @hookimpl
 def kernelbay_synchronize(device: Device, stream: Any) -> None:
-    # Every launch and copy has finished when its call returns: nothing is ever queued.
-    return None
+    from . import streams
+
+    streams.synchronize(device, stream)
 
 
 @hookimpl
 def kernelbay_host_view(array: Array) -> Any:
-    from . import allocator
+    from . import streams
 
-    return allocator.host_view(array)
+    return streams.host_view(array)
+
+
+# --- streams, events and graphs: streams.py and graphs.py -----------------------------------
+
+
+@hookimpl
+def kernelbay_default_stream(device: Device) -> Any:
+    from . import streams
+
+    return streams.default_stream(device)
+
+
+@hookimpl
+def kernelbay_stream_create(device: Device, priority: int) -> Any:
+    from . import streams
+
+    return streams.stream_create(device, priority)
+
+
+@hookimpl
+def kernelbay_stream_destroy(device: Device, handle: Any) -> None:
+    from . import streams
+
+    streams.stream_destroy(device, handle)
+
+
+@hookimpl
+def kernelbay_stream_query(device: Device, stream: Any) -> bool:
+    from . import streams
+
+    return streams.stream_query(device, stream)
+
+
+@hookimpl
+def kernelbay_stream_wait(device: Device, stream: Any, event: Any) -> None:
+    from . import streams
+
+    streams.stream_wait(device, stream, event)
+
+
+@hookimpl
+def kernelbay_event_record(device: Device, stream: Any) -> Any:
+    from . import streams
+
+    return streams.event_record(device, stream)
+
+
+@hookimpl
+def kernelbay_event_synchronize(device: Device, event: Any) -> None:
+    from . import streams
+
+    streams.event_synchronize(device, event)
+
+
+@hookimpl
+def kernelbay_event_query(device: Device, event: Any) -> bool:
+    from . import streams
+
+    return streams.event_query(device, event)
+
+
+@hookimpl
+def kernelbay_event_elapsed(device: Device, start: Any, end: Any) -> float:
+    from . import streams
+
+    return streams.event_elapsed(device, start, end)
+
+
+@hookimpl
+def kernelbay_kernel_access(kernel: Kernel) -> Any:
+    from . import graphs
+
+    return graphs.kernel_access(kernel)
+
+
+@hookimpl
+def kernelbay_graph_build(device: Device, steps: Sequence[Any]) -> Any:
+    from . import graphs
+
+    return graphs.graph_build(device, steps)
+
+
+@hookimpl
+def kernelbay_graph_replay(device: Device, graph: Any, stream: Any) -> None:
+    from . import graphs
+
+    graphs.graph_replay(device, graph, stream)
+
+
+@hookimpl
+def kernelbay_graph_update(device: Device, graph: Any, step: Any) -> bool:
+    from . import graphs
+
+    return graphs.graph_update(device, graph, step)
+
+
+@hookimpl
+def kernelbay_graph_destroy(device: Device, graph: Any) -> None:
+    from . import graphs
+
+    graphs.graph_destroy(device, graph)
 
 
 @hookimpl

@@ -10,15 +10,21 @@
   is released and the allocation retried once; then :class:`OutOfMemoryError` names active,
   cached and peak bytes.
 
-Blocks are reused as soon as they are freed: work queued on the legacy default stream (and on
-blocking streams, which order with it) is safe; keep an array alive until a non-blocking
-stream that uses it has been synchronised.
+Stream-ordered memory. While no user stream exists on a device, a freed block is reused at
+once: all work is on the legacy default stream, in order. While one does (``dev.stream()``,
+``kernelbay_cuda.Stream``), a freed block is set aside with an event recorded on the legacy
+default stream -- which completes only after the work queued before it on every blocking stream
+-- and goes back to the cache when that event has completed (as PyTorch's ``record_stream`` and
+CuPy's per-stream pools keep a block from the next user until the last one is done).
+``memory_stats`` counts set-aside blocks as cached. Work on *non-blocking* streams of other
+libraries is not covered: keep an array alive until such a stream has been synchronised.
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
+from collections import deque
 from typing import Any
 
 from kernelbay.concurrency import OnceMap
@@ -58,6 +64,9 @@ class DeviceAllocator:
         self.slabs: list[int] = []
         self.total = total_memory
         self.pool = native.make_pool(int(total_memory * DEFAULT_FRACTION) if total_memory else None)
+        self.deferred: deque[tuple[Any, int, int]] = deque()  # (event, ptr, size), in record order
+        self.deferred_bytes = 0
+        self.events: list[Any] = []  # spare events for deferral
 
     @property
     def active(self) -> int:
@@ -116,6 +125,11 @@ class DeviceAllocator:
 
     def malloc_slow(self, nbytes: int) -> int:
         """A small slot, or a new block from the driver (the pool's cache had none)."""
+        if self.deferred:
+            self.reclaim()
+            p = self.pool.malloc(nbytes)
+            if p:
+                return p
         if nbytes <= SMALL:
             return self._small()
         size = round_size(nbytes)
@@ -164,6 +178,42 @@ class DeviceAllocator:
             self.small_free.append(ptr)
         self.pool.add_active(-SMALL)
 
+    # --- stream-ordered reuse --------------------------------------------------------
+
+    def defer(self, ptr: int) -> None:
+        """Free ``ptr`` once the work queued before now, on every blocking stream, is done."""
+        lib = _driver.libcuda()
+        _driver.ensure_current(self.index)
+        with self.lock:
+            ev = self.events.pop() if self.events else None
+        if ev is None:
+            ev = ctypes.c_void_p()
+            _driver.check(lib.cuEventCreate(ctypes.byref(ev), 2), "cuEventCreate", self.index)  # no timing
+        _driver.check(lib.cuEventRecord(ev, None), "cuEventRecord", self.index)
+        size = self.pool.size_of(ptr) or SMALL
+        with self.lock:
+            self.deferred.append((ev, ptr, size))
+            self.deferred_bytes += size
+        self.reclaim()
+
+    def reclaim(self, wait: bool = False) -> None:
+        """Give set-aside blocks whose event has completed back to the cache (all, with ``wait``)."""
+        lib = _driver.libcuda()
+        while True:
+            with self.lock:
+                if not self.deferred:
+                    return
+                ev, ptr, size = self.deferred[0]
+                rc = lib.cuEventSynchronize(ev) if wait else lib.cuEventQuery(ev)
+                if rc != 0:  # not ready (600), or a failed context: keep it aside
+                    return
+                self.deferred.popleft()
+                self.deferred_bytes -= size
+                self.events.append(ev)
+            r = self.pool.free(ptr)
+            if r:
+                self.free_slow(ptr, r)
+
     def size_of(self, ptr: int) -> int | None:
         return self.pool.size_of(ptr)
 
@@ -174,12 +224,16 @@ class DeviceAllocator:
             self._raw_free(p)
 
     def clear_cache(self) -> None:
+        if self.deferred and _driver.dead_reason(self.index) is None:
+            _driver.ensure_current(self.index)
+            self.reclaim(wait=True)
         with self.lock:
             self._release_cache_locked()
 
     def stats(self) -> MemoryStats:
         active, peak, cached = self.pool.stats()
-        return MemoryStats(active=active, peak=peak, cached=cached, limit=self.pool.limit)
+        d = self.deferred_bytes  # freed, waiting for a stream: cached, not active
+        return MemoryStats(active=active - d, peak=peak, cached=cached + d, limit=self.pool.limit)
 
     def reset_peak(self) -> None:
         self.pool.reset_peak()
@@ -225,8 +279,39 @@ def free(device: Any, handle: Any) -> None:
     a = _allocators.get(device.index)
     if a is not None:
         try:
+            if _deferring and device.index in _deferring:
+                a.defer(handle)
+                return
             r = a.pool.free(handle)
             if r:
                 a.free_slow(handle, r)
         except Exception:
             pass
+
+
+# --- user streams: while one lives on a device, frees there are deferred ----------------------
+
+_deferring: set[int] = set()
+_streams: dict[int, int] = {}
+_streams_lock = threading.Lock()
+
+
+def stream_opened(index: int) -> None:
+    with _streams_lock:
+        _streams[index] = _streams.get(index, 0) + 1
+        _deferring.add(index)
+
+
+def stream_closing(index: int) -> bool:
+    """A user stream of ``index`` is closing; ``True`` when it is the last (the caller then
+    synchronises it and calls :func:`stream_closed`)."""
+    with _streams_lock:
+        n = _streams.get(index, 0) - 1
+        _streams[index] = max(n, 0)
+        return n <= 0
+
+
+def stream_closed(index: int) -> None:
+    with _streams_lock:
+        if not _streams.get(index):
+            _deferring.discard(index)

@@ -28,7 +28,7 @@ from .kernel import STALE, CudaKernel, ParamBlock
 from .packing import c_kinds, never, pack_plan
 from .streams import Stream, as_stream
 
-__all__ = ["launch", "slow_launch", "make_fast", "arm"]
+__all__ = ["launch", "slow_launch", "make_fast", "arm", "fill_scratch"]
 
 _get_ident = threading.get_ident
 
@@ -54,6 +54,13 @@ def _scratch_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], s
     """Fill a Triton kernel's scratch pointers for this grid, then launch. The buffers grow to
     the largest grid seen and are kept with the kernel: launches of one such kernel on two
     streams at once share them (as launches on one stream do, in order)."""
+    fill_scratch(k, grid)
+    return k.inner(grid, block, args, shared_mem, stream)
+
+
+def fill_scratch(k: CudaKernel, grid: Any) -> None:
+    """Grow a Triton kernel's scratch buffers for ``grid`` and aim its parameter blocks (and
+    ``k.tail``, which graph nodes copy) at them."""
     g = (grid, 1, 1) if type(grid) is int else dim3(grid, "grid")
     programs = g[0] * g[1] * g[2]
     hidden = k.params[len(k.visible):]
@@ -70,7 +77,6 @@ def _scratch_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], s
             for blk in [k.block, *(b for b, _ in k.other_threads.values())]:
                 struct.pack_into("<Q", blk.buf, off, ptr)
             k.tail[off] = ptr
-    return k.inner(grid, block, args, shared_mem, stream)
 
 
 def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:

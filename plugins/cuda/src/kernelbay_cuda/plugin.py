@@ -10,7 +10,7 @@ from typing import Any
 from kernelbay.hookspecs import API_VERSION, hookimpl
 from kernelbay.types import BackendSpec
 
-from . import allocator, compiler, copies, devices, interop, launcher, streams
+from . import allocator, compiler, copies, devices, graphs, interop, launcher, streams
 
 # Hot-path hooks are the implementing functions themselves (no wrapper call): their parameters
 # match the specs', in order, so the core binds them directly.
@@ -25,6 +25,23 @@ kernelbay_cuda_array_interface = hookimpl(interop.cuda_array_interface)
 kernelbay_from_external = hookimpl(interop.from_external)
 kernelbay_dlpack_device = hookimpl(interop.dlpack_device)
 kernelbay_to_dlpack = hookimpl(interop.to_dlpack)
+
+# Streams and events (streams.py: kernelbay_cuda.Stream/Event are the handles) and graphs built
+# node by node with explicit dependencies (graphs.py).
+kernelbay_default_stream = hookimpl(streams.hook_default_stream)
+kernelbay_stream_create = hookimpl(streams.hook_stream_create)
+kernelbay_stream_destroy = hookimpl(streams.hook_stream_destroy)
+kernelbay_stream_query = hookimpl(streams.hook_stream_query)
+kernelbay_stream_wait = hookimpl(streams.hook_stream_wait)
+kernelbay_event_record = hookimpl(streams.hook_event_record)
+kernelbay_event_synchronize = hookimpl(streams.hook_event_synchronize)
+kernelbay_event_query = hookimpl(streams.hook_event_query)
+kernelbay_event_elapsed = hookimpl(streams.hook_event_elapsed)
+kernelbay_kernel_access = hookimpl(graphs.kernel_access)
+kernelbay_graph_build = hookimpl(graphs.graph_build)
+kernelbay_graph_replay = hookimpl(graphs.graph_replay)
+kernelbay_graph_update = hookimpl(graphs.graph_update)
+kernelbay_graph_destroy = hookimpl(graphs.graph_destroy)
 
 
 @hookimpl

@@ -1,5 +1,8 @@
-"""Streams, events and CUDA graphs.
+"""Streams, events and CUDA graphs; the stream and event hooks of the backend.
 
+``kb.Stream`` (``dev.stream()``) holds a :class:`Stream` as its handle and ``kb.Event`` an
+:class:`Event`; both classes stay usable on their own, as before. User streams are blocking:
+they order with the legacy default stream, so a host read with ``stream=None`` sees their work.
 ``None`` as a stream means the device's default stream: the legacy default stream, which
 orders with every blocking stream. :class:`Stream` is a user stream (blocking by default, so it
 orders with the default stream but overlaps with other user streams). Anything implementing the
@@ -13,6 +16,7 @@ from typing import Any
 
 import kernelbay as kb
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
+from kernelbay.streams import Stream as KbStream
 
 from . import _driver
 from .devices import sync_failed
@@ -53,6 +57,9 @@ class Stream:
         self.cvp = ctypes.c_void_p(self.handle)
         self.bobj = _driver.driver().CUstream(self.handle)
         self._owned = True
+        from . import allocator
+
+        allocator.stream_opened(dev.index)
 
     @classmethod
     def _wrap(cls, device: Any, handle: int, owner: Any = None) -> Stream:
@@ -95,7 +102,14 @@ class Stream:
         if self._owned and self.handle:
             h, self.handle, self._owned, self.closed = self.handle, 0, False, True
             if _driver.dead_reason(self.index) is None:
-                _driver.libcuda().cuStreamDestroy_v2(ctypes.c_void_p(h))
+                lib = _driver.libcuda()
+                from . import allocator
+
+                if allocator.stream_closing(self.index):  # the last: nothing may stay queued on it
+                    _driver.ensure_current(self.index)
+                    lib.cuStreamSynchronize(ctypes.c_void_p(h))
+                    allocator.stream_closed(self.index)
+                lib.cuStreamDestroy_v2(ctypes.c_void_p(h))
 
     def __del__(self) -> None:
         try:
@@ -116,6 +130,11 @@ def as_stream(obj: Any, device: Any) -> Stream:
     """A :class:`Stream` for ``obj``: a Stream, ``None`` (default stream) or a ``__cuda_stream__`` object."""
     if obj is None:
         return Stream._wrap(device, 0)
+    if type(obj) is KbStream:  # kb.Stream: its handle is one of ours (see the hooks below)
+        h = obj.handle
+        if type(h) is Stream and not h.closed:
+            return h
+        raise InvalidArgumentError(f"{obj!r} was closed or is not a CUDA stream; create one with dev.stream()")
     if isinstance(obj, Stream):
         if obj.closed:
             raise InvalidArgumentError(f"{obj!r} was closed; create a new kernelbay_cuda.Stream")
@@ -281,3 +300,49 @@ class _Capture:
         rc = lib.cuGraphInstantiateWithFlags(ctypes.byref(ex), graph, ctypes.c_ulonglong(0))
         _driver.check(rc, "cuGraphInstantiate", g.index)
         g._exec = ex
+
+
+# --- the hooks (plugin.py binds these) -------------------------------------------------------
+
+
+def hook_default_stream(device: Any) -> Stream:
+    return Stream._wrap(device, 0)
+
+
+def hook_stream_create(device: Any, priority: int) -> Stream:
+    return Stream(device, non_blocking=False, priority=priority)
+
+
+def hook_stream_destroy(device: Any, handle: Stream) -> None:
+    handle.close()
+
+
+def hook_stream_query(device: Any, stream: Any) -> bool:
+    s = as_stream(stream, device)
+    rc = _driver.libcuda().cuStreamQuery(s.cvp)
+    if rc in (0, 600):  # CUDA_ERROR_NOT_READY
+        return rc == 0
+    from .devices import sync_failed
+
+    sync_failed(s.index, rc)
+    return False
+
+
+def hook_stream_wait(device: Any, stream: Any, event: Any) -> None:
+    as_stream(stream, device).wait(event.handle)
+
+
+def hook_event_record(device: Any, stream: Any) -> Event:
+    return Event(device).record(None if stream is None else as_stream(stream, device))
+
+
+def hook_event_synchronize(device: Any, event: Any) -> None:
+    event.handle.synchronize()
+
+
+def hook_event_query(device: Any, event: Any) -> bool:
+    return event.handle.query()
+
+
+def hook_event_elapsed(device: Any, start: Any, end: Any) -> float:
+    return end.handle.elapsed(start.handle)

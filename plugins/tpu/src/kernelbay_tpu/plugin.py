@@ -82,3 +82,62 @@ def kernelbay_to_dlpack(array: Array, stream: Any) -> Any:
 @hookimpl
 def kernelbay_dlpack_device(array: Array) -> tuple[int, int]:
     return allocator.dlpack_device(array)
+
+
+# --- streams (one ordering domain per device) and graphs (one jitted program) ---------------
+
+
+@hookimpl
+def kernelbay_stream_query(device: Device, stream: Any) -> bool:
+    from . import streams
+
+    return streams.stream_query(device, stream)
+
+
+@hookimpl
+def kernelbay_event_record(device: Device, stream: Any) -> Any:
+    from . import streams
+
+    return streams.event_record(device, stream)
+
+
+@hookimpl
+def kernelbay_event_synchronize(device: Device, event: Any) -> None:
+    from . import streams
+
+    streams.event_synchronize(device, event)
+
+
+@hookimpl
+def kernelbay_event_query(device: Device, event: Any) -> bool:
+    from . import streams
+
+    return streams.event_query(device, event)
+
+
+@hookimpl
+def kernelbay_event_elapsed(device: Device, start: Any, end: Any) -> float:
+    from . import streams
+
+    return streams.event_elapsed(device, start, end)
+
+
+@hookimpl
+def kernelbay_graph_build(device: Device, steps: Any) -> Any:
+    from . import graphs
+
+    return graphs.graph_build(device, steps)
+
+
+@hookimpl
+def kernelbay_graph_replay(device: Device, graph: Any, stream: Any) -> None:
+    from . import graphs
+
+    graphs.graph_replay(device, graph, stream)
+
+
+@hookimpl
+def kernelbay_kernel_access(kernel: Any) -> Any:
+    from . import graphs
+
+    return graphs.kernel_access(kernel)

@@ -59,3 +59,29 @@ def kernelbay_launch(kernel: kb.Kernel, grid: Any, block: Any, args: Any, shared
 @hookimpl
 def kernelbay_synchronize(device: kb.Device, stream: Any) -> None:
     return None  # every launch finishes before it returns
+
+
+# Streams and events: left out on purpose. The core's fallback applies (every stream is the
+# device's one in-order stream, events complete when recorded), which is exactly right for a
+# backend whose every call finishes before it returns. Graphs: graphs.py.
+
+
+@hookimpl
+def kernelbay_graph_build(device: kb.Device, steps: Any) -> Any:
+    from . import graphs
+
+    return graphs.graph_build(device, steps)
+
+
+@hookimpl
+def kernelbay_graph_replay(device: kb.Device, graph: Any, stream: Any) -> None:
+    from . import graphs
+
+    graphs.graph_replay(device, graph, stream)
+
+
+@hookimpl
+def kernelbay_graph_update(device: kb.Device, graph: Any, step: Any) -> bool:
+    from . import graphs
+
+    return graphs.graph_update(device, graph, step)

@@ -1,0 +1,171 @@
+"""Graphs for the cpu backend: a replay is one native call over an array of packed steps.
+
+At build time every step becomes a ``kb_step`` -- the kernel's native launcher with its own
+argument slots and geometry, or a memmove/memset with its pointers -- and a replay hands the
+whole array to ``kb_graph_run``, a dozen lines of C compiled once per machine (and cached like a
+kernel), which runs the steps in recorded order (a valid order of their dependencies; each
+launch already spreads over the cores) without the GIL and without Python per step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from kernelbay.errors import LaunchError, UnsupportedError
+from kernelbay.graphs import Step, pointer_access
+from kernelbay.types import Buffer, Device, Kernel
+
+from . import _driver, streams
+
+RUNNER_SRC = r"""
+#include <stdint.h>
+#include <string.h>
+typedef int (*kb_launch_t)(void**, const int*, int);
+typedef struct { int64_t kind; void* fn; void* a; void* b; int64_t n; } kb_step;
+/* kind 0: fn(a = argv, b = geometry, n = dynamic shared memory); 1: memmove(a, b, n);
+   2: memset(a, (int)b, n).
+   Returns 0, or 1 + the index of the launch that failed. */
+extern "C" __attribute__((visibility("default"))) int64_t kb_graph_run(const kb_step* s, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+        const kb_step* t = s + i;
+        if (t->kind == 0) {
+            if (((kb_launch_t)t->fn)((void**)t->a, (const int*)t->b, (int)t->n)) return i + 1;
+        } else if (t->kind == 1) {
+            memmove(t->a, t->b, (size_t)t->n);
+        } else {
+            memset(t->a, (int)(intptr_t)t->b, (size_t)t->n);
+        }
+    }
+    return 0;
+}
+"""
+
+
+class _KbStep(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int64),
+        ("fn", ctypes.c_void_p),
+        ("a", ctypes.c_void_p),
+        ("b", ctypes.c_void_p),
+        ("n", ctypes.c_int64),
+    ]
+
+
+_runner: Any = None
+_runner_lock = threading.Lock()
+
+
+def runner() -> Any:
+    """``kb_graph_run`` from the shared object built once per toolchain (disk-cached)."""
+    global _runner
+    if _runner is None:
+        with _runner_lock:
+            if _runner is None:
+                _runner = _build_runner()
+    return _runner
+
+
+def _build_runner() -> Any:
+    import os
+    import subprocess
+    import tempfile
+
+    from kernelbay.cache import lookup, make_key, store
+
+    tc = _driver.toolchain()
+    key = make_key(backend="cpu-graph-runner", compiler=" ".join(tc.argv), compiler_version=tc.version,
+                   arch=os.uname().machine, source=RUNNER_SRC)
+    cache, hit = lookup(key)
+    image = hit.payload if hit is not None else None
+    if image is None:
+        with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-graph-") as d:
+            src, out = os.path.join(d, "runner.cpp"), os.path.join(d, "runner.so")
+            with open(src, "w") as f:
+                f.write(RUNNER_SRC)
+            r = subprocess.run([*tc.argv, "-O2", "-shared", "-fPIC", src, "-o", out], capture_output=True, text=True)
+            if r.returncode:
+                raise UnsupportedError(f"the cpu graph runner did not compile: {(r.stdout + r.stderr)[-400:]}")
+            with open(out, "rb") as f:
+                image = f.read()
+        store(cache, key, image, {"kind": "graph-runner"})
+    lib = _driver.load_library(image)
+    fn = lib.kb_graph_run
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    fn._kb_lib = lib  # keep the library loaded as long as the function
+    return fn
+
+
+class CpuGraph:
+    """A built graph: the packed step array and what keeps its slots and memory alive."""
+
+    def __init__(self, steps: Sequence[Step]) -> None:
+        self.steps = list(steps)
+        self.array = (_KbStep * max(len(steps), 1))()
+        self.keep: list[Any] = [None] * len(steps)
+        self.names: list[tuple[Any, str]] = [(None, "")] * len(steps)
+        for s in steps:
+            self.pack(s)
+        self.addr = ctypes.addressof(self.array)
+        self.count = len(steps)
+
+    def pack(self, s: Step) -> None:
+        t = self.array[s.index]
+        if s.kind == "launch":
+            assert s.kernel is not None
+            fn, argv, geom, shm, keep = streams.pack(s.kernel, s.grid, s.block, s.args, s.shared_mem)
+            t.kind, t.fn, t.a, t.b, t.n = 0, ctypes.cast(fn, ctypes.c_void_p).value, ctypes.addressof(argv), \
+                ctypes.addressof(geom), shm
+            self.keep[s.index] = (argv, keep)
+            self.names[s.index] = (s.kernel.handle.lib, s.kernel.handle.name)
+        elif s.kind == "copy":
+            t.kind, t.fn, t.a, t.b, t.n = 1, None, streams._ptr(s.dst), streams._ptr(s.src), s.nbytes
+            self.keep[s.index] = (s.dst, s.src)
+        else:
+            t.kind, t.fn, t.a, t.b, t.n = 2, None, streams._ptr(s.dst), s.value, s.nbytes
+            self.keep[s.index] = (s.dst,)
+
+    def run(self) -> None:
+        failed = runner()(self.addr, self.count)
+        if failed:
+            lib, name = self.names[failed - 1]
+            _driver.check(1, lib, name)
+            raise LaunchError(f"graph step {failed - 1} ({name!r}) failed on cpu")
+
+
+def graph_build(device: Device, steps: Sequence[Step]) -> CpuGraph:
+    return CpuGraph(steps)
+
+
+def graph_replay(device: Device, graph: CpuGraph, stream: Any) -> None:
+    q = streams._queue_of(stream)
+    if q is None:
+        if streams.pending:
+            streams.drain_all()
+        graph.run()
+        return
+    # Keep the memory the steps use until the replay has run (a buffer closed meanwhile).
+    memory = [streams._memory(x) for s in graph.steps for x in s.reads + s.writes if isinstance(x, Buffer)]
+    q.put(lambda: (graph.run(), memory))
+
+
+def graph_update(device: Device, graph: CpuGraph, step: Step) -> bool:
+    if streams.pending:  # a queued replay runs with the arguments it was queued with
+        streams.drain_all()
+    graph.pack(step)
+    return True
+
+
+def graph_destroy(device: Device, graph: CpuGraph) -> None:
+    graph.keep = []
+
+
+def kernel_access(kernel: Kernel) -> tuple[str | None, ...] | None:
+    h = kernel.handle
+    if h is None:
+        return None
+    modes = pointer_access(kernel.source.text, h.name)
+    return modes if modes is not None and len(modes) == h.nparams else None

@@ -1,0 +1,337 @@
+"""Asynchronous streams, events and stream-ordered memory for the cpu backend.
+
+* The default stream (``stream=None``) is synchronous, as it always was: a launch, copy or memset
+  returns when done. Like CUDA's legacy default stream it first waits for the work queued on
+  every user stream, and so do the host reads (``Array.numpy()``, a copy into numpy,
+  ``dev.synchronize()``).
+* A user stream (``dev.stream()``) has one worker thread. Launches, copies and memsets on it are
+  checked and packed at once (a bad argument raises in the caller), queued, and return; the
+  worker runs them in order, the native launcher without the GIL. A failure is kept and raised
+  by the next synchronize or query of that stream (or of the device).
+* Events complete when the worker reaches them; ``stream.wait(event)`` queues a wait.
+* Stream-ordered memory: a queued job keeps the numpy memory of each buffer it uses, so a buffer
+  closed while a stream still uses it is released only when that work is done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kernelbay.errors import InvalidArgumentError, UseAfterFreeError
+from kernelbay.streams import Event, Stream
+from kernelbay.types import Buffer, Device, Kernel
+
+from . import _driver, launcher
+
+#: Jobs queued on user streams and not yet finished, all streams together. The default stream's
+#: hot path reads it without a lock: a thread always sees the jobs it queued itself.
+pending = 0
+_lock = threading.Lock()
+_queues: weakref.WeakSet[_Queue] = weakref.WeakSet()
+
+
+class _Queue:
+    """A user stream's queue and the state its worker shares with the host (no back reference
+    to the stream, so a dropped stream is collected and its worker told to stop)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.jobs: deque[Callable[[], None] | None] = deque()
+        self.queued = 0  # jobs not yet finished
+        self.error: BaseException | None = None
+        self.__weakref__: Any
+
+    def put(self, job: Callable[[], None]) -> None:
+        global pending
+        with _lock:
+            pending += 1
+        with self.cond:
+            self.queued += 1
+            self.jobs.append(job)
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.jobs.append(None)
+            self.cond.notify_all()
+
+    def work(self) -> None:
+        global pending
+        while True:
+            with self.cond:
+                while not self.jobs:
+                    self.cond.wait()
+                job = self.jobs.popleft()
+            if job is None:
+                return
+            try:
+                job()
+            except BaseException as exc:  # kept for the host's next synchronize
+                if self.error is None:
+                    self.error = exc
+            finally:
+                del job  # drop the memory it kept before telling the host it is done
+                with _lock:
+                    pending -= 1
+                with self.cond:
+                    self.queued -= 1
+                    self.cond.notify_all()
+
+    def drain(self) -> None:
+        with self.cond:
+            while self.queued:
+                self.cond.wait()
+
+    def raise_error(self) -> None:
+        err, self.error = self.error, None
+        if err is not None:
+            raise err
+
+
+class CpuStream:
+    """The handle of a cpu user stream (``kb.Stream.handle``)."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.queue = _Queue()
+        self.thread = threading.Thread(target=self.queue.work, name="kernelbay-cpu-stream", daemon=True)
+        self.thread.start()
+        _queues.add(self.queue)
+
+    def close(self) -> None:
+        q = self.queue
+        if q is not None:
+            self.queue = None  # type: ignore[assignment]
+            q.stop()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class CpuEvent:
+    """The handle of a cpu event: set by the worker when it reaches the record."""
+
+    __slots__ = ("done", "queue", "time")
+
+    def __init__(self, queue: _Queue | None) -> None:
+        self.done = threading.Event()
+        self.time = 0.0
+        self.queue = queue
+
+    def fire(self) -> None:
+        self.time = time.perf_counter()
+        self.done.set()
+
+
+# --- the stream and event hooks ----------------------------------------------------------
+
+
+#: The handle of the default stream (``dev.default_stream``): the synchronous one.
+DEFAULT = type("CpuDefaultStream", (), {"__repr__": lambda self: "CpuDefaultStream"})()
+
+
+def default_stream(device: Device) -> Any:
+    return DEFAULT
+
+
+def stream_create(device: Device, priority: int) -> CpuStream:
+    return CpuStream(device)
+
+
+def stream_destroy(device: Device, handle: CpuStream) -> None:
+    handle.close()
+
+
+def _queue_of(stream: Any) -> _Queue | None:
+    """The queue of a user stream; ``None`` for the default stream."""
+    if stream is None:
+        return None
+    if type(stream) is Stream:
+        h = stream.handle
+        if h is DEFAULT:
+            return None
+        if type(h) is CpuStream:
+            q = h.queue
+            if q is None:
+                raise InvalidArgumentError(f"{stream!r} was closed; create a new one with dev.stream()")
+            return q
+    raise InvalidArgumentError(
+        f"the cpu backend takes a kb.Stream of a cpu device (dev.stream()) or None as a stream, not {stream!r}"
+    )
+
+
+def drain_all() -> None:
+    """Wait for every user stream's queued work (what the default stream and host reads do)."""
+    for q in list(_queues):
+        q.drain()
+
+
+def synchronize(device: Device, stream: Any) -> None:
+    q = _queue_of(stream)
+    if q is None:
+        drain_all()
+        for other in list(_queues):
+            other.raise_error()
+        return
+    q.drain()
+    q.raise_error()
+
+
+def stream_query(device: Device, stream: Stream) -> bool:
+    q = _queue_of(stream)
+    if q is None:
+        return pending == 0
+    if q.error is not None:
+        q.raise_error()
+    return q.queued == 0
+
+
+def stream_wait(device: Device, stream: Stream, event: Event) -> None:
+    ev: CpuEvent = event.handle
+    if ev.done.is_set():
+        return
+    q = _queue_of(stream)
+    if q is None:  # the default stream is synchronous: the host waits
+        ev.done.wait()
+    else:
+        q.put(ev.done.wait)
+
+
+def event_record(device: Device, stream: Stream) -> CpuEvent:
+    q = _queue_of(stream)
+    ev = CpuEvent(q)
+    if q is None:
+        drain_all()
+        ev.fire()
+    else:
+        q.put(ev.fire)
+    return ev
+
+
+def event_synchronize(device: Device, event: Event) -> None:
+    ev: CpuEvent = event.handle
+    ev.done.wait()
+    if ev.queue is not None and ev.queue.error is not None:
+        ev.queue.raise_error()
+
+
+def event_query(device: Device, event: Event) -> bool:
+    return event.handle.done.is_set()
+
+
+def event_elapsed(device: Device, start: Event, end: Event) -> float:
+    return (end.handle.time - start.handle.time) * 1000.0
+
+
+# --- work on streams ---------------------------------------------------------------------
+
+
+def _memory(x: Any) -> Any:
+    """What keeps the memory of a buffer (or numpy array) alive, checked for use after close."""
+    if isinstance(x, Buffer):
+        h = x.handle
+        if h is None:
+            raise UseAfterFreeError(f"{type(x).__name__} on {x.device} was used after close()")
+        return h.array
+    return x
+
+
+def _ptr(x: Any) -> int:
+    return x.handle.ptr if isinstance(x, Buffer) else x.ctypes.data
+
+
+def pack(
+    kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int
+) -> tuple[Any, Any, Any, int, list[Any]]:
+    """Check a launch and pack it into private slots: ``(fn, argv, geometry, shared_mem, keep)``,
+    where ``keep`` holds the slots and the memory of every buffer argument. ``fn(argv, geometry,
+    shared_mem)`` runs it as the default stream's launch does (fibers for a kernel with
+    barriers or shared memory, the thread loop otherwise)."""
+    h = kernel.handle
+    if h is None:
+        raise UseAfterFreeError(f"kernel {kernel.name!r} was used after close()")
+    ln = h.launcher
+    if ln is None or ln.device is not kernel.device:
+        ln = h.launcher = launcher.Launcher(h, kernel.device)
+    geom = launcher.geometry(grid, block)
+    if shared_mem:
+        launcher._check_shared_mem(ln.name, shared_mem)
+    if len(args) != ln.n:
+        raise InvalidArgumentError(
+            f"kernel {ln.name!r} takes {ln.n} arguments ({launcher._signature(h)}), got {len(args)}"
+        )
+    slots, argv = h._new_slots()
+    for conv, a, s in zip(ln.convs, args, slots):
+        conv(a, s)
+    keep = [slots, geom, h] + [_memory(a) for a in args if isinstance(a, Buffer)]
+    return ln.fn, argv, geom, shared_mem, keep
+
+
+def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> None:
+    """A launch on a user stream (queued), or on the default stream while user streams are busy."""
+    q = _queue_of(stream)
+    if q is None:
+        drain_all()
+        launcher.launch(kernel, grid, block, args, shared_mem, None)
+        return
+    fn, argv, geom, shm, keep = pack(kernel, grid, block, args, shared_mem)
+    lib, name = kernel.handle.lib, kernel.handle.name
+
+    def run() -> None:
+        _driver.check(fn(argv, geom, shm), lib, name)
+        keep.clear()
+
+    q.put(run)
+
+
+def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
+    """The copy hook: memmove at once on the default stream (after busy user streams), else queued."""
+    if stream is None and not pending:
+        if nbytes:
+            ctypes.memmove(_ptr(dst), _ptr(src), nbytes)
+        return
+    q = _queue_of(stream)
+    if q is None:
+        drain_all()
+        if nbytes:
+            ctypes.memmove(_ptr(dst), _ptr(src), nbytes)
+        return
+    keep = [_memory(dst), _memory(src)]
+    d, s = _ptr(dst), _ptr(src)
+    if not isinstance(dst, Buffer):  # into host memory: done when the hook returns (the contract)
+        q.drain()
+        q.raise_error()
+        ctypes.memmove(d, s, nbytes)
+        return
+    q.put(lambda: (ctypes.memmove(d, s, nbytes), keep))
+
+
+def memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
+    if not 0 <= value <= 255:
+        raise InvalidArgumentError(f"memset value must be a byte 0..255, got {value}")
+    q = _queue_of(stream)
+    if q is None:
+        if pending:
+            drain_all()
+        if nbytes:
+            ctypes.memset(dst.handle.ptr, value, nbytes)
+        return
+    keep = _memory(dst)
+    p = dst.handle.ptr
+    q.put(lambda: (ctypes.memset(p, value, nbytes), keep))
+
+
+def host_view(array: Any) -> Any:
+    if pending:
+        drain_all()
+    h = array.checked_handle()
+    return h.array.view(array.dtype).reshape(array.shape)

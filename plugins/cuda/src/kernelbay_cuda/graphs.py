@@ -1,0 +1,227 @@
+"""kb.Graph on CUDA: a CUDA graph built node by node with explicit dependencies.
+
+Each recorded step becomes a kernel, memset or memcpy node (``cuGraphAdd*Node``) whose
+dependencies are the step's ``deps`` (from the buffers it reads and writes), so steps with no
+path between them run concurrently on the GPU. Kernel arguments are packed once, at build, into
+a parameter block per node; :func:`graph_update` repacks one and sets it on the instantiated
+graph (``cuGraphExecKernelNodeSetParams``) without a rebuild. A replay is one ``cuGraphLaunch``.
+
+Copies to or from pageable host memory are not made nodes: a graph with one is replayed step by
+step by the core (build returns ``None``). Pinned host memory (``kernelbay_cuda.pinned_empty``) is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from kernelbay.errors import InvalidArgumentError
+from kernelbay.graphs import Step, pointer_access
+from kernelbay.types import Buffer, Device, dim3
+
+from . import _driver
+
+
+class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS (v1)
+    _fields_ = [
+        ("func", ctypes.c_void_p),
+        ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+        ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+        ("sharedMemBytes", ctypes.c_uint),
+        ("kernelParams", ctypes.c_void_p),
+        ("extra", ctypes.c_void_p),
+    ]
+
+
+class MemsetNodeParams(ctypes.Structure):  # CUDA_MEMSET_NODE_PARAMS
+    _fields_ = [
+        ("dst", ctypes.c_uint64), ("pitch", ctypes.c_size_t), ("value", ctypes.c_uint),
+        ("elementSize", ctypes.c_uint), ("width", ctypes.c_size_t), ("height", ctypes.c_size_t),
+    ]
+
+
+class Memcpy3D(ctypes.Structure):  # CUDA_MEMCPY3D
+    _fields_ = [
+        ("srcXInBytes", ctypes.c_size_t), ("srcY", ctypes.c_size_t), ("srcZ", ctypes.c_size_t),
+        ("srcLOD", ctypes.c_size_t), ("srcMemoryType", ctypes.c_int), ("srcHost", ctypes.c_void_p),
+        ("srcDevice", ctypes.c_uint64), ("srcArray", ctypes.c_void_p), ("reserved0", ctypes.c_void_p),
+        ("srcPitch", ctypes.c_size_t), ("srcHeight", ctypes.c_size_t),
+        ("dstXInBytes", ctypes.c_size_t), ("dstY", ctypes.c_size_t), ("dstZ", ctypes.c_size_t),
+        ("dstLOD", ctypes.c_size_t), ("dstMemoryType", ctypes.c_int), ("dstHost", ctypes.c_void_p),
+        ("dstDevice", ctypes.c_uint64), ("dstArray", ctypes.c_void_p), ("reserved1", ctypes.c_void_p),
+        ("dstPitch", ctypes.c_size_t), ("dstHeight", ctypes.c_size_t),
+        ("WidthInBytes", ctypes.c_size_t), ("Height", ctypes.c_size_t), ("Depth", ctypes.c_size_t),
+    ]
+
+
+_HOST, _DEVICE = 1, 2  # CU_MEMORYTYPE_*
+
+
+def _side(x: Any) -> tuple[int, int] | None:
+    """``(memory type, address)`` of a copy side, or ``None`` for pageable host memory."""
+    if isinstance(x, Buffer):
+        return _DEVICE, int(x.handle)
+    from .copies import is_pinned
+
+    return (_HOST, x.ctypes.data) if is_pinned(x) else None
+
+
+class CudaGraph:
+    """A built and instantiated CUDA graph, its nodes and their parameter blocks."""
+
+    def __init__(self, device: Device, steps: Sequence[Step]) -> None:
+        self.index = device.index
+        self.graph = ctypes.c_void_p()
+        self.exec = ctypes.c_void_p()
+        self.nodes: list[ctypes.c_void_p] = []
+        self.keep: dict[int, Any] = {}  # step index -> (params struct, parameter block)
+        lib = _driver.libcuda()
+        _driver.ensure_current(self.index)
+        self.ctx = ctypes.c_void_p(int(_driver.context(self.index)))
+        _driver.check(lib.cuGraphCreate(ctypes.byref(self.graph), 0), "cuGraphCreate", self.index)
+        try:
+            for s in steps:
+                self._add(lib, s)
+            rc = lib.cuGraphInstantiateWithFlags(ctypes.byref(self.exec), self.graph, ctypes.c_ulonglong(0))
+            _driver.check(rc, "cuGraphInstantiate", self.index)
+        except BaseException:
+            self.destroy()
+            raise
+
+    def _add(self, lib: ctypes.CDLL, s: Step) -> None:
+        node = ctypes.c_void_p()
+        deps = (ctypes.c_void_p * max(1, len(s.deps)))(*[self.nodes[d] for d in s.deps])
+        nd = ctypes.c_size_t(len(s.deps))
+        if s.kind == "launch":
+            params = self._kernel_params(s)
+            rc = lib.cuGraphAddKernelNode(ctypes.byref(node), self.graph, deps, nd, ctypes.byref(params))
+        elif s.kind == "memset":
+            p = MemsetNodeParams(int(s.dst.handle), s.nbytes, s.value & 0xFF, 1, s.nbytes, 1)
+            self.keep[s.index] = p
+            rc = lib.cuGraphAddMemsetNode(ctypes.byref(node), self.graph, deps, nd, ctypes.byref(p), self.ctx)
+        else:
+            p = self._memcpy(s)
+            self.keep[s.index] = p
+            rc = lib.cuGraphAddMemcpyNode(ctypes.byref(node), self.graph, deps, nd, ctypes.byref(p), self.ctx)
+        _driver.check(rc, f"adding {s.describe()} to a CUDA graph", self.index)
+        self.nodes.append(node)
+
+    def _kernel_params(self, s: Step) -> KernelNodeParams:
+        """A kernel node's parameters: geometry and packing as the launcher's slow path does
+        them (a Triton kernel's fixed block, added shared memory and scratch pointers too)."""
+        from .kernel import ParamBlock
+        from .launcher import _shared, fill_scratch
+
+        assert s.kernel is not None
+        k = s.kernel.handle
+        gx, gy, gz = dim3(s.grid, "grid")
+        shm = s.shared_mem
+        if k.fixed_block is not None:
+            if s.block is not None and dim3(s.block, "block") != k.fixed_block:
+                raise InvalidArgumentError(
+                    f"launch of {k.name!r}: its block is fixed at {k.fixed_block} (Triton: 32 x num_warps), "
+                    f"got {s.block!r}; leave block out"
+                )
+            bx, by, bz = k.fixed_block
+            shm = _shared(k, shm)
+        elif s.block is None:
+            bx, by, bz = k.occupancy_block(shm), 1, 1
+        else:
+            bx, by, bz = dim3(s.block, "block")
+        k.check_geometry(gx, gy, gz, bx, by, bz, shm)
+        blk = ParamBlock(k.params)
+        k.replan(s.args, blk)
+        scratch: list[Any] = []
+        if k.scratch_buf is not None:
+            fill_scratch(k, (gx, gy, gz))
+            for off, ptr in k.tail.items():
+                struct.pack_into("<Q", blk.buf, off, ptr)
+            scratch = list(k.scratch_buf)  # kept alive with the node, even if the kernel's grow
+        p = KernelNodeParams(k.fn_c.value, gx, gy, gz, bx, by, bz, shm, blk.addr, None)
+        self.keep[s.index] = (p, blk, s.args, scratch)
+        return p
+
+    def _memcpy(self, s: Step) -> Memcpy3D:
+        src, dst = _side(s.src), _side(s.dst)
+        if src is None or dst is None:
+            raise _Pageable
+        p = Memcpy3D()
+        p.srcMemoryType, p.dstMemoryType = src[0], dst[0]
+        if src[0] == _HOST:
+            p.srcHost = src[1]
+        else:
+            p.srcDevice = src[1]
+        if dst[0] == _HOST:
+            p.dstHost = dst[1]
+        else:
+            p.dstDevice = dst[1]
+        p.WidthInBytes, p.Height, p.Depth = s.nbytes, 1, 1
+        p.srcPitch = p.dstPitch = s.nbytes
+        p.srcHeight = p.dstHeight = 1
+        return p
+
+    def update(self, s: Step) -> None:
+        lib = _driver.libcuda()
+        _driver.ensure_current(self.index)
+        params = self._kernel_params(s)
+        rc = lib.cuGraphExecKernelNodeSetParams(self.exec, self.nodes[s.index], ctypes.byref(params))
+        _driver.check(rc, f"updating {s.describe()} of a CUDA graph", self.index)
+
+    def destroy(self) -> None:
+        if _driver.dead_reason(self.index) is not None:
+            return
+        lib = _driver.libcuda()
+        if self.exec.value:
+            lib.cuGraphExecDestroy(self.exec)
+            self.exec = ctypes.c_void_p()
+        if self.graph.value:
+            lib.cuGraphDestroy(self.graph)
+            self.graph = ctypes.c_void_p()
+
+
+class _Pageable(Exception):
+    """A copy of pageable host memory: this graph is replayed by the core instead."""
+
+
+def graph_build(device: Device, steps: Sequence[Step]) -> CudaGraph | None:
+    if not steps:
+        return None
+    try:
+        return CudaGraph(device, steps)
+    except _Pageable:
+        return None
+
+
+def graph_replay(device: Device, graph: CudaGraph, stream: Any) -> None:
+    from .streams import as_stream
+
+    s = None
+    if stream is not None:
+        st = as_stream(stream, device)
+        if st.index != device.index:
+            raise InvalidArgumentError(f"a graph of {device} was given a stream of cuda:{st.index}")
+        s = st.cvp
+    _driver.ensure_current(graph.index)
+    _driver.check(_driver.libcuda().cuGraphLaunch(graph.exec, s), "cuGraphLaunch", graph.index)
+
+
+def graph_update(device: Device, graph: CudaGraph, step: Step) -> bool:
+    graph.update(step)
+    return True
+
+
+def graph_destroy(device: Device, graph: CudaGraph) -> None:
+    graph.destroy()
+
+
+def kernel_access(kernel: Any) -> tuple[str | None, ...] | None:
+    k = kernel.handle
+    if k is None or not kernel.source.text:
+        return None
+    modes = pointer_access(kernel.source.text, k.name.split("<")[0].strip())
+    if modes is None or k.visible is None or len(modes) != len(k.visible):
+        return None
+    return modes
+

@@ -1,0 +1,132 @@
+"""kb.Stream, kb.Event and kb.Graph on a real NVIDIA GPU. Skips without one; fails instead under
+--kernelbay-require=cuda."""
+
+from __future__ import annotations
+
+import kernelbay as kb
+import kernelbay_cuda as kc
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.kernelbay_device("cuda")
+
+SRC = r"""
+extern "C" __global__ void spin_write(long long cycles, float* out, float v, int n) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {}
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = v;
+}
+extern "C" __global__ void add(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+"""
+
+
+@pytest.fixture
+def dev() -> kb.Device:
+    return kb.device("cuda:0")
+
+
+@pytest.fixture
+def kernels(dev) -> tuple[kb.Kernel, kb.Kernel]:
+    return kb.compile(kb.Source(SRC, "cuda", name="spin_write"), dev), kb.compile(kb.Source(SRC, "cuda", name="add"), dev)
+
+
+def _ms(dev: kb.Device, ms: float) -> np.int64:
+    return np.int64(dev.properties["clock_khz"] * ms)
+
+
+def test_kb_stream_is_a_cuda_stream(dev) -> None:
+    s = dev.stream()
+    assert isinstance(s.handle, kc.Stream)
+    version, handle = s.__cuda_stream__()
+    assert version == 0 and handle == s.handle.handle != 0
+    assert dev.default_stream.__cuda_stream__() == (0, 0)
+    assert kc.streams.as_stream(s, dev) is s.handle
+
+
+def test_host_read_waits_for_a_user_stream(dev, kernels) -> None:
+    spin, _ = kernels
+    n = 1 << 16
+    y = kb.zeros(n, device=dev)
+    s = dev.stream()
+    spin.launch(n // 256, 256, (_ms(dev, 50), y, np.float32(7), np.int32(n)), stream=s)
+    assert not s.query()  # queued, still running
+    np.testing.assert_array_equal(y.numpy(), np.full(n, 7, np.float32))  # no synchronize
+
+
+def test_closed_buffer_is_not_reused_while_a_stream_uses_it(dev, kernels) -> None:
+    spin, _ = kernels
+    n = 1 << 20
+    s = dev.stream()
+    a = kb.empty(n, device=dev)
+    ptr = int(a.handle)
+    before = dev.memory_stats()
+    spin.launch(n // 256, 256, (_ms(dev, 100), a, np.float32(1), np.int32(n)), stream=s)
+    a.close()
+    during = dev.memory_stats()
+    assert during.cached >= before.cached + 4 * n  # set aside, counted as cached
+    b = kb.empty(n, device=dev)
+    assert int(b.handle) != ptr  # the kernel still writes the old block
+    s.synchronize()
+    b.close()
+    c, d = kb.empty(n, device=dev), kb.empty(n, device=dev)
+    assert ptr in (int(c.handle), int(d.handle))  # reused once the work is done
+
+
+def test_graph_of_independent_chains_runs_them_concurrently(dev, kernels) -> None:
+    spin, add = kernels
+    n = 1 << 12
+    x = kb.asarray(np.ones(n, np.float32), device=dev)
+    y1, y2 = kb.zeros(n, device=dev), kb.zeros(n, device=dev)
+    with dev.graph() as g:
+        spin.launch(1, 256, (_ms(dev, 30), y1, np.float32(1), np.int32(256)))
+        spin.launch(1, 256, (_ms(dev, 30), y2, np.float32(1), np.int32(256)))
+        for _ in range(5):
+            add.launch(n // 256, 256, (x, y1, np.int32(n)))
+            add.launch(n // 256, 256, (x, y2, np.int32(n)))
+    assert g.steps[1].deps == ()  # the chains share only x, which both only read
+    assert g.steps[2].deps == (0,) and g.steps[3].deps == (1,)
+    start = dev.default_stream.record()
+    g.replay()
+    end = dev.default_stream.record()
+    took = end.elapsed(start)
+    assert took < 50, f"two independent 30 ms chains took {took:.1f} ms: not concurrent"
+    expect = np.ones(n, np.float32) * 5
+    expect[:256] += 1
+    np.testing.assert_array_equal(y1.numpy(), expect)
+    np.testing.assert_array_equal(y2.numpy(), expect)
+
+
+def test_graph_update_and_copy_nodes(dev, kernels) -> None:
+    _, add = kernels
+    n = 4096
+    x = kb.asarray(np.arange(n, dtype=np.float32), device=dev)
+    y, z = kb.zeros(n, device=dev), kb.zeros(n, device=dev)
+    pinned = kc.pinned_empty(n, "float32")
+    with dev.graph() as g:
+        add.launch(n // 256, 256, (x, y, np.int32(n)))
+        kb.copy(z, y)
+        kb.copy(pinned, z)
+    assert g._handle is not None  # built natively: kernel and memcpy nodes
+    g.replay()
+    dev.synchronize()
+    np.testing.assert_array_equal(pinned, np.arange(n, dtype=np.float32))
+    g.update(0, args=(x, x, np.int32(n)))  # x += x
+    g.replay()
+    dev.synchronize()
+    np.testing.assert_array_equal(x.numpy(), 2 * np.arange(n, dtype=np.float32))
+
+
+def test_kb_stream_launch_takes_a_cupy_stream(dev, kernels) -> None:
+    cp = pytest.importorskip("cupy")
+    _, add = kernels
+    n = 1024
+    x = kb.asarray(np.ones(n, np.float32), device=dev)
+    y = kb.zeros(n, device=dev)
+    cs = cp.cuda.Stream()
+    add.launch(n // 256, 256, (x, y, np.int32(n)), stream=cs)
+    cs.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.ones(n, np.float32))
