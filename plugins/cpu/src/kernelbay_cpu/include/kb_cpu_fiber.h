@@ -117,8 +117,10 @@ struct Sched {
     Ctx ctx[MAX_FIBERS];
     unsigned char state[MAX_FIBERS];
     Lane lane[MAX_FIBERS];
-    int n = 0, cur = 0;
+    int n = 0, cur = 0, live = 0;
     unsigned bx = 1, by = 1;
+    uint3 tid[MAX_FIBERS];           // each fiber's threadIdx, computed once per block
+    uint3* tid_slot = nullptr;       // this OS thread's ::kb_threadIdx
     // the block barrier
     int bar_count = 0, bar_line = 0, bar_acc = 0, bar_res[2] = {0, 0};
     unsigned bar_gen = 0;
@@ -173,11 +175,30 @@ inline Sched& sched(const char* what) {
     return *s;
 }
 
+// The running fiber stops (waits, or has finished) and the next ready one in thread order runs,
+// by one direct switch; with none ready, the scheduler loop in run_block_fibers decides.
+inline void switch_away(Sched& s, unsigned char st) {
+    const int i = s.cur;
+    s.state[i] = st;
+    int j = i + 1;
+    while (j < s.n && s.state[j] != F_READY) ++j;
+    if (j == s.n) {
+        j = 0;
+        while (j < i && s.state[j] != F_READY) ++j;
+        if (j == i) {
+            ctx_switch(s.ctx[i], s.main);
+            return;
+        }
+    }
+    s.cur = j;
+    *s.tid_slot = s.tid[j];
+    ctx_switch(s.ctx[i], s.ctx[j]);
+}
+
 inline void wait_here(Sched& s, unsigned char st, int line, const char* file) {
-    s.state[s.cur] = st;
     s.wait_line[s.cur] = line;
     s.wait_file[s.cur] = file;
-    ctx_switch(s.ctx[s.cur], s.main);
+    switch_away(s, st);
 }
 
 // --- block barrier ----------------------------------------------------------------------------
@@ -186,7 +207,7 @@ enum : int { BAR_SYNC, BAR_COUNT, BAR_AND, BAR_OR };
 
 inline int barrier(int kind, int pred, int line, const char* file) {
     Sched& s = sched("__syncthreads");
-    if (s.bar_count > 0 && (s.bar_line != line || std::strcmp(s.bar_file, file) != 0)) {
+    if (s.bar_count > 0 && (s.bar_line != line || (s.bar_file != file && std::strcmp(s.bar_file, file) != 0))) {
         uint3 t = tid_of(s, s.cur);
         fail("block (%u,%u,%u): thread (%u,%u,%u) reached the barrier at %s:%d while %d other threads wait at "
              "the barrier at %s:%d; every thread of a block must reach the same __syncthreads (a GPU may hang "
@@ -432,8 +453,9 @@ inline void fiber_entry() {
         std::snprintf(s.msg, sizeof(s.msg), "a kernel threw a C++ exception that is not a std::exception");
         s.failed = true;
     }
-    s.state[s.cur] = F_DONE;
-    ctx_switch(s.ctx[s.cur], s.main);
+    --s.live;
+    if (s.failed) ctx_switch(s.ctx[s.cur], s.main);
+    else switch_away(s, F_DONE);
     std::abort();  // a finished fiber is never resumed
 }
 
@@ -498,9 +520,14 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
     s.failed = false;
     s.bar_count = 0;
     s.bar_gen = 0;
+    s.tid_slot = &::kb_threadIdx;
     for (int i = 0; i < n; ++i) {
+        s.tid[i] = tid_of(s, i);
         s.state[i] = F_READY;
-        ctx_make(s.ctx[i], s.stacks + (std::size_t)i * s.stride + s.page, s.stride - s.page, &fiber_entry);
+        // Stack tops staggered by a cache line per fiber: at one offset modulo 4 KiB they would
+        // all fall in the same L1 sets and evict each other at every switch.
+        ctx_make(s.ctx[i], s.stacks + (std::size_t)i * s.stride + s.page,
+                 s.stride - s.page - (std::size_t)(i & 63) * 64, &fiber_entry);
     }
     tls_sched = &s;
     if (sigsetjmp(s.overflow, 0)) {
@@ -520,22 +547,19 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
         return;
     }
     s.in_block = 1;
-    int live = n;
-    while (live > 0 && !s.failed) {
-        bool ran = false;
-        for (int i = 0; i < n; ++i) {
-            if (s.state[i] != F_READY) continue;
-            s.cur = i;
-            ::kb_threadIdx = tid_of(s, i);
-            ctx_switch(s.main, s.ctx[i]);
-            ran = true;
-            if (s.state[i] == F_DONE) --live;
-            if (s.failed) break;
-        }
-        if (!ran && live > 0) {
+    s.live = n;
+    // Fibers switch among themselves; control comes back here only when none is ready.
+    while (s.live > 0 && !s.failed) {
+        int i = 0;
+        while (i < n && s.state[i] != F_READY) ++i;
+        if (i == n) {
             describe_deadlock(s);
             s.failed = true;
+            break;
         }
+        s.cur = i;
+        *s.tid_slot = s.tid[i];
+        ctx_switch(s.main, s.ctx[i]);
     }
     s.in_block = 0;
     tls_sched = nullptr;
