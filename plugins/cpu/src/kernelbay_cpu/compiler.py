@@ -36,6 +36,7 @@ _PRELUDE = {"cuda": "kb_cpu_cuda.h", "c++": "kb_cpu_cxx.h"}
 _HEADERS = (
     "kb_cpu_launch.h",
     "kb_cpu_fiber.h",
+    "kb_cpu_sync.h",
     "kb_cpu_cuda.h",
     "kb_cpu_cxx.h",
     "cooperative_groups.h",

@@ -6,6 +6,7 @@
 #pragma once
 #include "kb_cpu_launch.h"
 #include "kb_cpu_fiber.h"
+#include "kb_cpu_sync.h"
 
 #include <algorithm>
 #include <cassert>
