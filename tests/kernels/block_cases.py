@@ -225,7 +225,7 @@ __global__ void warp_votes(const int* x, unsigned* out) {
     o[10] = (unsigned)__shfl_sync(0xffffffffu, v, lane + 1, 8);
     o[11] = 0;
     if (lane < 16) {  // legal divergence: the lower half of each warp, named by its mask
-        o[11] = (unsigned)__shfl_down_sync(0x0000ffffu, v, 4);
+        o[11] = (unsigned)__shfl_down_sync(0x0000ffffu, v, 4, 16);  // width 16: no read outside the mask
         __syncwarp(0x0000ffffu);
     }
     int c = __syncthreads_count(v > 0), a = __syncthreads_and(v > -50), r = __syncthreads_or(v == 99);
