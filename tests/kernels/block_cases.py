@@ -225,9 +225,7 @@ __global__ void warp_votes(const int* x, unsigned* out) {
     o[10] = (unsigned)__shfl_sync(0xffffffffu, v, lane + 1, 8);
     o[11] = 0;
     if (lane < 16) {  // legal divergence: the lower half of each warp, named by its mask
-        unsigned s = (unsigned)__shfl_down_sync(0x0000ffffu, v, 4);
-        // lanes 12..15 read lanes 16..19, outside the mask: undefined on a GPU, so not compared
-        if (lane < 12) o[11] = s;
+        o[11] = (unsigned)__shfl_down_sync(0x0000ffffu, v, 4, 16);  // width 16: no read outside the mask
         __syncwarp(0x0000ffffu);
     }
     int c = __syncthreads_count(v > 0), a = __syncthreads_and(v > -50), r = __syncthreads_or(v == 99);
@@ -381,7 +379,7 @@ def warp_votes_reference(x: np.ndarray, grid: int, block: int) -> np.ndarray:
                 seg = lane & ~15
                 o[9] = np.int32(v[lane - 3] if lane - seg >= 3 else v[lane]).view(np.uint32)
                 o[10] = np.int32(v[(lane & ~7) + ((lane + 1) & 7)]).view(np.uint32)
-                o[11] = np.int32(v[lane + 4]).view(np.uint32) if lane < 12 else 0
+                o[11] = np.int32(v[lane + 4] if lane < 12 else v[lane]).view(np.uint32) if lane < 16 else 0
     return np.concatenate([out.ravel(), tail.ravel()])
 
 

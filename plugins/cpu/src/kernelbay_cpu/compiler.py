@@ -36,6 +36,7 @@ _PRELUDE = {"cuda": "kb_cpu_cuda.h", "c++": "kb_cpu_cxx.h"}
 _HEADERS = (
     "kb_cpu_launch.h",
     "kb_cpu_fiber.h",
+    "kb_cpu_sync.h",
     "kb_cpu_cuda.h",
     "kb_cpu_cxx.h",
     "cooperative_groups.h",
@@ -375,11 +376,11 @@ def _run_compiler(
 ) -> bytes:
     with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-build-") as d:
         files = {**pre, **dict(source.headers), fname: text, "kb_main.cpp": main}
-        for n, text in files.items():
+        for n, body in files.items():
             p = os.path.join(d, n)
             os.makedirs(os.path.dirname(p), exist_ok=True)
             with open(p, "w", encoding="utf-8") as f:
-                f.write(text)
+                f.write(body)
         out = os.path.join(d, "kernel.so")
         cmd = [*tc.argv, *fl, "-I", d, "kb_main.cpp", "-o", out]
         try:

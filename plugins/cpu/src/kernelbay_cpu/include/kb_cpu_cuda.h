@@ -6,6 +6,7 @@
 #pragma once
 #include "kb_cpu_launch.h"
 #include "kb_cpu_fiber.h"
+#include "kb_cpu_sync.h"
 
 #include <algorithm>
 #include <cassert>
@@ -22,8 +23,8 @@
 #define __noinline__ __attribute__((noinline))
 #define __constant__
 // One instance per block: every fiber of a block runs on the OS thread that runs the block.
-#define __shared__ alignas(16) static thread_local
-#define __align__(n) alignas(n)
+#define __shared__ __attribute__((aligned(16))) thread_local
+#define __align__(n) __attribute__((aligned(n)))
 #define __managed__
 #define __launch_bounds__(...)
 #define __grid_constant__

@@ -117,8 +117,10 @@ struct Sched {
     Ctx ctx[MAX_FIBERS];
     unsigned char state[MAX_FIBERS];
     Lane lane[MAX_FIBERS];
-    int n = 0, cur = 0;
+    int n = 0, cur = 0, live = 0;
     unsigned bx = 1, by = 1;
+    uint3 tid[MAX_FIBERS];           // each fiber's threadIdx, computed once per block
+    uint3* tid_slot = nullptr;       // this OS thread's ::kb_threadIdx
     // the block barrier
     int bar_count = 0, bar_line = 0, bar_acc = 0, bar_res[2] = {0, 0};
     unsigned bar_gen = 0;
@@ -173,49 +175,33 @@ inline Sched& sched(const char* what) {
     return *s;
 }
 
+// The running fiber stops (waits, or has finished) and the next ready one in thread order runs,
+// by one direct switch; with none ready, the scheduler loop in run_block_fibers decides.
+inline void switch_away(Sched& s, unsigned char st) {
+    const int i = s.cur;
+    s.state[i] = st;
+    int j = i + 1;
+    while (j < s.n && s.state[j] != F_READY) ++j;
+    if (j == s.n) {
+        j = 0;
+        while (j < i && s.state[j] != F_READY) ++j;
+        if (j == i) {
+            ctx_switch(s.ctx[i], s.main);
+            return;
+        }
+    }
+    s.cur = j;
+    *s.tid_slot = s.tid[j];
+    ctx_switch(s.ctx[i], s.ctx[j]);
+}
+
 inline void wait_here(Sched& s, unsigned char st, int line, const char* file) {
-    s.state[s.cur] = st;
     s.wait_line[s.cur] = line;
     s.wait_file[s.cur] = file;
-    ctx_switch(s.ctx[s.cur], s.main);
+    switch_away(s, st);
 }
 
-// --- block barrier ----------------------------------------------------------------------------
-
-enum : int { BAR_SYNC, BAR_COUNT, BAR_AND, BAR_OR };
-
-inline int barrier(int kind, int pred, int line, const char* file) {
-    Sched& s = sched("__syncthreads");
-    if (s.bar_count > 0 && (s.bar_line != line || std::strcmp(s.bar_file, file) != 0)) {
-        uint3 t = tid_of(s, s.cur);
-        fail("block (%u,%u,%u): thread (%u,%u,%u) reached the barrier at %s:%d while %d other threads wait at "
-             "the barrier at %s:%d; every thread of a block must reach the same __syncthreads (a GPU may hang "
-             "or give wrong results)",
-             s.block.x, s.block.y, s.block.z, t.x, t.y, t.z, base_name(file), line, s.bar_count,
-             base_name(s.bar_file), s.bar_line);
-    }
-    if (s.bar_count == 0) {
-        s.bar_line = line;
-        s.bar_file = file;
-        s.bar_acc = 0;
-    }
-    s.bar_acc += pred != 0;
-    const unsigned gen = s.bar_gen;
-    if (++s.bar_count == s.n) {  // the last to arrive releases the others and runs on
-        s.bar_res[gen & 1] = s.bar_acc;
-        s.bar_count = 0;
-        ++s.bar_gen;
-        for (int i = 0; i < s.n; ++i)
-            if (s.state[i] == F_BARRIER) s.state[i] = F_READY;
-    } else {
-        wait_here(s, F_BARRIER, line, file);
-    }
-    // Two results suffice: no thread can pass the next barrier while one has not left this one.
-    const int c = s.bar_res[gen & 1];
-    return kind == BAR_COUNT ? c : kind == BAR_AND ? (c == s.n) : kind == BAR_OR ? (c > 0) : 0;
-}
-
-// --- warp operations: a rendezvous of the lanes named by the mask --------------------------------
+// --- warp operation names (the operations are in kb_cpu_sync.h) ----------------------------------
 
 enum : int {
     W_SYNC, W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_MATCH_ANY, W_MATCH_ALL,
@@ -229,124 +215,6 @@ inline const char* op_name(int op) {
                                   "__reduce_max_sync", "__reduce_min_sync", "__reduce_max_sync",
                                   "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync", "__activemask"};
     return names[op];
-}
-
-inline void warp_complete(Sched& s, int base, unsigned mask, int op) {
-    Lane* L = s.lane + base;
-    std::uint64_t acc = 0;
-    unsigned bits = 0;
-    switch (op) {
-    case W_BALLOT:
-        for (int l = 0; l < 32; ++l)
-            if ((mask >> l & 1) && L[l].val) bits |= 1u << l;
-        acc = bits;
-        break;
-    case W_ADD: case W_AND: case W_OR: case W_XOR_R: case W_MIN_S: case W_MAX_S: case W_MIN_U: case W_MAX_U: {
-        bool first = true;
-        for (int l = 0; l < 32; ++l) {
-            if (!(mask >> l & 1)) continue;
-            const std::uint32_t v = (std::uint32_t)L[l].val;
-            std::uint32_t a = (std::uint32_t)acc;
-            if (first) a = v;
-            else if (op == W_ADD) a += v;
-            else if (op == W_AND) a &= v;
-            else if (op == W_OR) a |= v;
-            else if (op == W_XOR_R) a ^= v;
-            else if (op == W_MIN_S) a = (std::int32_t)v < (std::int32_t)a ? v : a;
-            else if (op == W_MAX_S) a = (std::int32_t)v > (std::int32_t)a ? v : a;
-            else if (op == W_MIN_U) a = v < a ? v : a;
-            else a = v > a ? v : a;
-            acc = a;
-            first = false;
-        }
-        break;
-    }
-    case W_MATCH_ALL: {
-        int first = __builtin_ctz(mask);
-        bits = mask;
-        for (int l = 0; l < 32; ++l)
-            if ((mask >> l & 1) && L[l].val != L[first].val) bits = 0;
-        acc = bits;
-        break;
-    }
-    default:
-        break;
-    }
-    for (int l = 0; l < 32; ++l) {
-        if (!(mask >> l & 1)) continue;
-        Lane& me = L[l];
-        const int w = me.width, seg = l & ~(w - 1);
-        int src = l;
-        switch (op) {
-        case W_SHFL: src = seg + (me.arg & (w - 1)); break;
-        case W_UP: src = (l - seg) >= me.arg ? l - me.arg : l; break;
-        case W_DOWN: src = (l - seg) + me.arg < w ? l + me.arg : l; break;
-        case W_XOR: src = ((l ^ me.arg) & ~(w - 1)) == seg ? (l ^ me.arg) : l; break;
-        case W_MATCH_ANY: {
-            unsigned m = 0;
-            for (int k = 0; k < 32; ++k)
-                if ((mask >> k & 1) && L[k].val == me.val) m |= 1u << k;
-            me.res = m;
-            continue;
-        }
-        case W_SYNC: case W_ACTIVE: me.res = mask; continue;
-        default: me.res = acc; continue;
-        }
-        // A lane outside the mask has no defined value on a GPU; here the reader keeps its own.
-        me.res = (src >= 0 && src < 32 && (mask >> src & 1)) ? L[src].val : me.val;
-    }
-    for (int l = 0; l < 32; ++l)
-        if ((mask >> l & 1) && s.state[base + l] == F_WARP) s.state[base + l] = F_READY;
-}
-
-inline std::uint64_t warp_op(int op, unsigned mask, std::uint64_t val, int arg, int width, int line,
-                             const char* file) {
-    Sched& s = sched(op_name(op));
-    const int t = s.cur, base = t & ~31, lane = t & 31;
-    const int nl = s.n - base < 32 ? s.n - base : 32;
-    const unsigned exist = nl == 32 ? ~0u : ((1u << nl) - 1);
-    const uint3 me3 = tid_of(s, t);
-    if (op == W_ACTIVE) {
-        // The lanes of this warp that have not exited (a GPU would give only the lanes converged here).
-        unsigned m = 0;
-        for (int l = 0; l < nl; ++l)
-            if (s.state[base + l] != F_DONE) m |= 1u << l;
-        return m;
-    }
-    if (!(mask >> lane & 1))
-        fail("block (%u,%u,%u): thread (%u,%u,%u) (lane %d) calls %s at %s:%d with mask 0x%08x, which does not "
-             "name the calling lane",
-             s.block.x, s.block.y, s.block.z, me3.x, me3.y, me3.z, lane, op_name(op), base_name(file), line, mask);
-    if (mask & ~exist)
-        fail("block (%u,%u,%u): %s at %s:%d has mask 0x%08x, but warp %d has only %d lanes (blockDim has %d "
-             "threads): lanes past the block do not exist",
-             s.block.x, s.block.y, s.block.z, op_name(op), base_name(file), line, mask, t >> 5, nl, s.n);
-    if (width <= 0 || width > 32 || (width & (width - 1)))
-        fail("%s at %s:%d: width %d must be a power of two from 1 to 32", op_name(op), base_name(file), line, width);
-    Lane& me = s.lane[t];
-    me.val = val;
-    me.mask = mask;
-    me.op = op;
-    me.arg = arg;
-    me.width = width;
-    me.line = line;
-    me.file = file;
-    bool all = true;
-    for (int l = 0; l < nl; ++l) {
-        if (l == lane || !(mask >> l & 1)) continue;
-        const unsigned char st = s.state[base + l];
-        if (st == F_DONE) {
-            uint3 o = tid_of(s, base + l);
-            fail("block (%u,%u,%u): %s at %s:%d has mask 0x%08x naming lane %d (thread (%u,%u,%u)), which has "
-                 "exited; a warp operation's mask may name only lanes that reach it",
-                 s.block.x, s.block.y, s.block.z, op_name(op), base_name(file), line, mask, l, o.x, o.y, o.z);
-        }
-        // A lane waiting with another mask is in another group (legal divergence): not here yet.
-        if (st != F_WARP || s.lane[base + l].mask != mask || s.lane[base + l].op != op) all = false;
-    }
-    if (all) warp_complete(s, base, mask, op);
-    else wait_here(s, F_WARP, line, file);
-    return me.res;
 }
 
 // --- stacks and the guard page ----------------------------------------------------------------
@@ -432,8 +300,9 @@ inline void fiber_entry() {
         std::snprintf(s.msg, sizeof(s.msg), "a kernel threw a C++ exception that is not a std::exception");
         s.failed = true;
     }
-    s.state[s.cur] = F_DONE;
-    ctx_switch(s.ctx[s.cur], s.main);
+    --s.live;
+    if (s.failed) ctx_switch(s.ctx[s.cur], s.main);
+    else switch_away(s, F_DONE);
     std::abort();  // a finished fiber is never resumed
 }
 
@@ -498,9 +367,14 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
     s.failed = false;
     s.bar_count = 0;
     s.bar_gen = 0;
+    s.tid_slot = &::kb_threadIdx;
     for (int i = 0; i < n; ++i) {
+        s.tid[i] = tid_of(s, i);
         s.state[i] = F_READY;
-        ctx_make(s.ctx[i], s.stacks + (std::size_t)i * s.stride + s.page, s.stride - s.page, &fiber_entry);
+        // Stack tops staggered by a cache line per fiber: at one offset modulo 4 KiB they would
+        // all fall in the same L1 sets and evict each other at every switch.
+        ctx_make(s.ctx[i], s.stacks + (std::size_t)i * s.stride + s.page,
+                 s.stride - s.page - (std::size_t)(i & 63) * 64, &fiber_entry);
     }
     tls_sched = &s;
     if (sigsetjmp(s.overflow, 0)) {
@@ -520,22 +394,19 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
         return;
     }
     s.in_block = 1;
-    int live = n;
-    while (live > 0 && !s.failed) {
-        bool ran = false;
-        for (int i = 0; i < n; ++i) {
-            if (s.state[i] != F_READY) continue;
-            s.cur = i;
-            ::kb_threadIdx = tid_of(s, i);
-            ctx_switch(s.main, s.ctx[i]);
-            ran = true;
-            if (s.state[i] == F_DONE) --live;
-            if (s.failed) break;
-        }
-        if (!ran && live > 0) {
+    s.live = n;
+    // Fibers switch among themselves; control comes back here only when none is ready.
+    while (s.live > 0 && !s.failed) {
+        int i = 0;
+        while (i < n && s.state[i] != F_READY) ++i;
+        if (i == n) {
             describe_deadlock(s);
             s.failed = true;
+            break;
         }
+        s.cur = i;
+        *s.tid_slot = s.tid[i];
+        ctx_switch(s.main, s.ctx[i]);
     }
     s.in_block = 0;
     tls_sched = nullptr;

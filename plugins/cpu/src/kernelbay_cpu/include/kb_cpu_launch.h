@@ -93,13 +93,31 @@ inline void record_error(const char* what) {
 }
 
 template <class Body>
-inline void run_block(Body& body, long b, long gx, long gy) {
+inline void run_block(Body& body, uint3 bi) {
     try {
-        body(uint3{(unsigned)(b % gx), (unsigned)((b / gx) % gy), (unsigned)(b / (gx * gy))});
+        body(bi);
     } catch (const std::exception& e) {
         record_error(e.what());
     } catch (...) {
         record_error("a kernel threw a C++ exception that is not a std::exception");
+    }
+}
+
+// Blocks [b, end) in order. Block coordinates are stepped, not divided out of the linear index:
+// three 64-bit divisions per block cost as much as a small block's work.
+template <class Body>
+inline void run_range(Body& body, long b, long end, long gx, long gy) {
+    unsigned x = (unsigned)(b % gx), y = (unsigned)((b / gx) % gy), z = (unsigned)(b / (gx * gy));
+    for (; b < end; ++b) {
+        if (__atomic_load_n(&error_flag, __ATOMIC_RELAXED)) return;
+        run_block(body, uint3{x, y, z});
+        if (++x == (unsigned)gx) {
+            x = 0;
+            if (++y == (unsigned)gy) {
+                y = 0;
+                ++z;
+            }
+        }
     }
 }
 
@@ -113,16 +131,17 @@ inline int for_each_block(long gx, long gy, long gz, Body body) {
         // Chunks of blocks handed out on demand: a core that is busy elsewhere (a loaded
         // machine, another process) does not hold the whole grid back as a static split would.
         const long chunk = nblocks / ((long)nt * 8) > 1 ? nblocks / ((long)nt * 8) : 1;
-#pragma omp parallel for schedule(dynamic, chunk) num_threads(nt)
-        for (long b = 0; b < nblocks; ++b) {
-            if (__atomic_load_n(&error_flag, __ATOMIC_RELAXED)) continue;
-            run_block(body, b, gx, gy);
+        const long nchunks = (nblocks + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (long c = 0; c < nchunks; ++c) {
+            const long b = c * chunk;
+            run_range(body, b, b + chunk < nblocks ? b + chunk : nblocks, gx, gy);
         }
         return error_flag;
     }
 #endif
     // One block (or one thread): no parallel region to open.
-    for (long b = 0; b < nblocks && !error_flag; ++b) run_block(body, b, gx, gy);
+    run_range(body, 0, nblocks, gx, gy);
     return error_flag;
 }
 
