@@ -22,7 +22,7 @@ import stat
 import struct
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -286,10 +286,22 @@ def default_cache() -> DiskCache:
     return c
 
 
+#: Called as ``observer(key, hit)`` after every :func:`lookup` while set (the tracer counts
+#: disk hits and misses of compiles this way); ``None`` costs nothing.
+observer: Callable[[str, bool], None] | None = None
+
+
 def lookup(key: str) -> tuple[DiskCache | None, CacheEntry | None]:
     """``(cache, entry)`` for ``key`` in the default cache, for callers that must work without one:
     ``(None, None)`` when the cache cannot be used at all, ``(cache, None)`` on a miss or an
     unreadable entry. Pair with :func:`store`."""
+    cache, entry = _lookup(key)
+    if observer is not None:
+        observer(key, entry is not None)
+    return cache, entry
+
+
+def _lookup(key: str) -> tuple[DiskCache | None, CacheEntry | None]:
     try:
         cache = default_cache()
     except (CacheError, OSError):

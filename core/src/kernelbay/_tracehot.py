@@ -1,0 +1,129 @@
+"""The tracer's positional forms of the hot-path hooks: what runs per call while tracing.
+
+Each is made per backend binding by the core (``kernelbay_positional(tracer, inner, binding)``)
+and does the least that still gives a span: two clock reads, one tuple appended to the
+tracer's list, and -- where the backend has a device timer -- two ``timer.mark`` calls.
+Everything else (names, directions, device times, JSON) happens later, in batches.
+"""
+
+from __future__ import annotations
+
+from threading import get_ident
+from time import perf_counter_ns
+from typing import Any
+
+
+def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
+    from ._trace import CHUNK, LAUNCH, _err
+
+    buf = tr.buf
+    append = buf.append
+    fold = tr.fold
+    clock = perf_counter_ns
+    timer = tr._timer(b)
+    if timer is None:
+
+        def launch(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
+            t0 = clock()
+            try:
+                r = inner(kernel, grid, block, args, shared_mem, stream)
+            except BaseException as exc:
+                append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, _err(exc)))
+                raise
+            append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None))
+            if len(buf) > CHUNK:
+                fold()
+            return r
+
+        return launch
+    mark = timer.mark
+
+    def launch_timed(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
+        t0 = clock()
+        dev = kernel.device
+        m0 = mark(dev, stream)
+        try:
+            r = inner(kernel, grid, block, args, shared_mem, stream)
+        except BaseException as exc:
+            append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, _err(exc)))
+            raise
+        m1 = mark(dev, stream)
+        append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, (timer, m0, m1), None))
+        if len(buf) > CHUNK:
+            fold()
+        return r
+
+    return launch_timed
+
+
+def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
+    from ._trace import CHUNK, COPY, _err, copy_ends
+
+    buf = tr.buf
+    append = buf.append
+    clock = perf_counter_ns
+    timer = tr._timer(b)
+    mark = timer.mark if timer is not None else None
+
+    def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> Any:
+        t0 = clock()
+        dev, direction = copy_ends(dst, src)
+        m0 = mark(dev, stream) if mark is not None else None
+        try:
+            r = inner(dst, src, nbytes, stream)
+        except BaseException as exc:
+            append((COPY, t0, clock(), get_ident(), dev, direction, nbytes, stream, None, None, _err(exc)))
+            raise
+        marks = (timer, m0, mark(dev, stream)) if mark is not None else None
+        append((COPY, t0, clock(), get_ident(), dev, direction, nbytes, stream, None, marks, None))
+        if len(buf) > CHUNK:
+            tr.fold()
+        return r
+
+    return copy
+
+
+def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
+    from ._trace import ALLOC, CHUNK, _err
+
+    buf = tr.buf
+    append = buf.append
+    clock = perf_counter_ns
+
+    def allocate(device: Any, nbytes: int) -> Any:
+        t0 = clock()
+        try:
+            h = inner(device, nbytes)
+        except BaseException as exc:
+            append((ALLOC, t0, clock(), get_ident(), device, nbytes, None, None, None, None, _err(exc)))
+            raise
+        append((ALLOC, t0, clock(), get_ident(), device, nbytes, id(h), None, None, None, None))
+        if len(buf) > CHUNK:
+            tr.fold()
+        return h
+
+    return allocate
+
+
+def _make_free(tr: Any, inner: Any, b: Any) -> Any:
+    from ._trace import FREE
+
+    append = tr.buf.append
+    clock = perf_counter_ns
+
+    def free(device: Any, handle: Any) -> Any:
+        # Runs from finalisers too: no fold here (it could block or take a lock mid-collection).
+        t0 = clock()
+        r = inner(device, handle)
+        append((FREE, t0, clock(), get_ident(), device, id(handle), None, None, None, None, None))
+        return r
+
+    return free
+
+
+def install(tracer_cls: Any) -> None:
+    """Attach the positional forms to the tracer's hook implementations."""
+    tracer_cls.kernelbay_launch.kernelbay_positional = _make_launch
+    tracer_cls.kernelbay_copy.kernelbay_positional = _make_copy
+    tracer_cls.kernelbay_allocate.kernelbay_positional = _make_allocate
+    tracer_cls.kernelbay_free.kernelbay_positional = _make_free
