@@ -74,7 +74,7 @@ class Tracer:
             raise InvalidArgumentError(f"max_events must be >= 1, got {max_events}")
         self.device_timing = _flag(ENV_DEVICE, True) if device_timing is None else device_timing
         self.buf: list[tuple] = []
-        self.log = _tracefile.Log(max_events, os.getpid())
+        self.log = _tracefile.Log(max_events, os.getpid(), CHUNK)
         self.running = False
         self._timers: dict[str, Any] = {}
         self._fold_lock = threading.Lock()
@@ -117,6 +117,7 @@ class Tracer:
                 if _active is self:
                     _active = None
         self.fold()
+        self.log.finish()
         self.log.memory_stats = _memory_stats()
         _tracefile.write(self.path, self.log)
         log.info("kernelbay trace written to %s (%d calls)", self.path, self.log.total)
@@ -135,9 +136,7 @@ class Tracer:
             n = len(buf)
             chunk = buf[:n]
             del buf[:n]  # appends from other threads meanwhile land after n and stay
-            self.log.fold(chunk)
-            if self.log.timing_failed and any(self._timers.values()):
-                self._timers = {k: None for k in self._timers}  # later bindings get none
+            self.log.fold(chunk, self._timers)
 
     def _timer(self, b: Any) -> Any:
         if not self.device_timing:
@@ -166,7 +165,7 @@ class Tracer:
         try:
             handle = yield
         except BaseException as exc:
-            self.buf.append((COMPILE, t0, perf_counter_ns(), threading.get_ident(), device, source, "failed", None, None, None, _err(exc)))
+            self.buf.append((COMPILE, t0, perf_counter_ns(), threading.get_ident(), device, source, "failed", None, None, None, None, _err(exc)))
             raise
         finally:
             self._tls.lookups = outer
@@ -180,7 +179,7 @@ class Tracer:
             how = "uncached"  # no disk lookup: kept from before the trace, or a backend without a disk cache
         self._seen.add(key)
         self._seen.add(id(handle))
-        self.buf.append((COMPILE, t0, t1, threading.get_ident(), device, source, how, None, None, None, None))
+        self.buf.append((COMPILE, t0, t1, threading.get_ident(), device, source, how, None, None, None, None, None))
         return handle
 
     @hookimpl(wrapper=True)
@@ -189,16 +188,16 @@ class Tracer:
         try:
             r = yield
         except BaseException as exc:
-            self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), device, stream, None, None, None, None, _err(exc)))
+            self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), device, stream, None, None, None, None, None, _err(exc)))
             raise
-        self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), device, stream, None, None, None, None, None))
+        self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), device, stream, None, None, None, None, None, None))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_memset(self, dst: Any, value: int, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((MEMSET, t0, perf_counter_ns(), threading.get_ident(), dst.device, nbytes, stream, None, None, None, None))
+        self.buf.append((MEMSET, t0, perf_counter_ns(), threading.get_ident(), dst.device, nbytes, stream, None, None, None, None, None))
         return r
 
     # --- the hot path: pluggy wrappers (used when another extension without a positional
@@ -208,28 +207,28 @@ class Tracer:
     def kernelbay_launch(self, kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((LAUNCH, t0, perf_counter_ns(), threading.get_ident(), kernel, grid, block, shared_mem, stream, None, None))
+        self.buf.append((LAUNCH, t0, perf_counter_ns(), threading.get_ident(), kernel, grid, block, shared_mem, stream, None, None, None))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_copy(self, dst: Any, src: Any, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((COPY, t0, perf_counter_ns(), threading.get_ident(), *copy_ends(dst, src), nbytes, stream, None, None, None))
+        self.buf.append((COPY, t0, perf_counter_ns(), threading.get_ident(), *copy_ends(dst, src), nbytes, stream, None, None, None, None))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_allocate(self, device: Any, nbytes: int) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((ALLOC, t0, perf_counter_ns(), threading.get_ident(), device, nbytes, id(r), None, None, None, None))
+        self.buf.append((ALLOC, t0, perf_counter_ns(), threading.get_ident(), device, nbytes, id(r), None, None, None, None, None))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_free(self, device: Any, handle: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((FREE, t0, perf_counter_ns(), threading.get_ident(), device, id(handle), None, None, None, None, None))
+        self.buf.append((FREE, t0, perf_counter_ns(), threading.get_ident(), device, id(handle), None, None, None, None, None, None))
         return r
 
 

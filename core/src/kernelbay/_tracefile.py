@@ -1,7 +1,7 @@
 """Folding trace records into a bounded timeline plus whole-run aggregates, and writing the
 Chrome trace-event JSON (the format https://ui.perfetto.dev and chrome://tracing open).
 
-Size: the timeline keeps the newest ``max_events`` records (a ring); a launch with a device
+Size: the timeline keeps the newest ``max_events`` records (a ring of chunks); a launch with a device
 span is about 450 bytes of JSON (host span, device span, flow arrow), so the default 100,000
 records stay near 50 MB however long the run. The ``kernelbay`` key of the file holds the
 aggregates of *every* call (counts, times, bytes, cache kinds, allocator peaks), which is what
@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import operator
 import os
 import tempfile
 import threading
@@ -22,6 +23,7 @@ from .errors import InvalidArgumentError
 
 SCHEMA = 1
 log = logging.getLogger("kernelbay.trace")
+_T0, _T1, _KEY, _S0, _S1, _ERR = (operator.itemgetter(i) for i in (1, 2, 4, 9, 10, 11))
 #: Device tracks get thread ids from here up, so they sort after the host threads.
 DEVICE_TID0 = 1_000_000
 
@@ -55,15 +57,23 @@ def stream_label(stream: Any) -> str:
 
 
 class Log:
-    """The folded trace: a ring of finished records and the aggregates of every call."""
+    """The folded trace: a ring of record chunks and the aggregates of every call.
 
-    def __init__(self, max_events: int, pid: int) -> None:
-        self.ring: collections.deque[tuple] = collections.deque(maxlen=max_events)
+    A record is the tuple the tracer appended: ``(kind, t0, t1, thread, key, a, b, c, d, m0,
+    m1, error)``, ``key`` the kernel (launch) or device, ``m0``/``m1`` the device timer's marks
+    (replaced by the device span's ends when folded). Records are aggregated only when their
+    chunk leaves the ring or the trace is written, so a run that fits in the ring pays for
+    aggregation once, at the end, and not per launch.
+    """
+
+    def __init__(self, max_events: int, pid: int, chunk: int) -> None:
+        self.ring: collections.deque[list[tuple]] = collections.deque(maxlen=max(1, max_events // chunk))
         self.pid = pid
         self.start_ns = 0
         self.total = 0
+        self.dropped = 0
         self.thread_names: dict[int, str] = {}
-        self.kernels: dict[str, list[float]] = {}  # name -> [count, host ns, dev count, dev ns, dev min, dev max]
+        self.kernels: dict[Any, list[float]] = {}  # Kernel -> [count, host ns, dev count, dev ns, dev min, dev max]
         self.copies: dict[str, list[float]] = {}  # direction -> [count, bytes, host ns, dev count, dev ns, dev bytes]
         self.compiles: dict[str, list[float]] = {}  # cache kind -> [count, ns]
         self.syncs = [0, 0]
@@ -73,98 +83,110 @@ class Log:
         self._live: dict[int, int] = {}  # id(handle) -> bytes, for the allocations still live
         self.memory_stats: dict[str, Any] = {}
         self.timing_failed = False
-        self.objs: dict[int, Any] = {}  # id -> the kernel, device, stream or source a ring record names
 
-    def fold(self, chunk: list[tuple]) -> None:
-        """Resolve device spans, update the aggregates and keep each record in the ring as a
-        tuple of ids and numbers (objects go to ``self.objs`` once): tuples of atoms are left
-        alone by the garbage collector, which would otherwise walk the whole ring again and
-        again and cost more per launch than the tracing itself."""
+    def fold(self, chunk: list[tuple], timers: dict[str, Any]) -> None:
+        """Resolve the device spans of ``chunk`` (freeing the timer's marks) and ring it."""
         for t in threading.enumerate():
             if t.ident is not None:
                 self.thread_names.setdefault(t.ident, t.name)
-        ring, kernels, objs = self.ring, self.kernels, self.objs
-        for r in chunk:
-            kind, t0, t1, tid, key, a, b, c, d, marks, err = r
-            s0 = s1 = None
-            if marks is not None and not self.timing_failed:
-                try:
-                    span = marks[0].span(marks[1], marks[2])
-                except Exception:  # a timer that fails: host spans only from here
-                    log.warning("kernelbay trace: device timing failed; host spans only from here", exc_info=True)
-                    self.timing_failed = True
-                    span = None
-                if span is not None:
-                    s0, s1 = span
-            if kind == "launch":
-                if err is None:
-                    k = kernels.get(key)  # by Kernel object: merged by name in summary()
-                    if k is None:
-                        k = kernels[key] = [0, 0, 0, 0, float("inf"), 0]
-                    k[0] += 1
-                    k[1] += t1 - t0
-                    if s0 is not None:
-                        ds = s1 - s0
-                        k[2] += 1
-                        k[3] += ds
-                        if ds < k[4]:
-                            k[4] = ds
-                        if ds > k[5]:
-                            k[5] = ds
-                else:
-                    self.failures[kind] = self.failures.get(kind, 0) + 1
-                if d is not None:
-                    objs[id(d)] = d
-                    d = id(d)
-                if type(a) is list or type(b) is list:
-                    a, b = _dims(a), _dims(b)
-            else:
-                self._other(r, s0, s1)
-                if kind == "copy" and c is not None:
-                    objs[id(c)] = c
-                    c = id(c)
-                elif kind == "synchronize" and a is not None:
-                    objs[id(a)] = a
-                    a = id(a)
-                elif kind == "compile":
-                    objs[id(a)] = a
-                    a = id(a)
-            objs[id(key)] = key
-            ring.append((kind, t0, t1, tid, id(key), a, b, c, d, s0, s1, err))
+        resolve = [name for name, t in timers.items() if t is not None and not getattr(t, "host_clock", False)]
+        if resolve:
+            for i, r in enumerate(chunk):
+                if r[9] is not None:
+                    chunk[i] = self._resolved(r, timers)
+        if not chunk:
+            return
+        ring = self.ring
+        if len(ring) == ring.maxlen:
+            old = ring.popleft()
+            self.aggregate(old)
+            self.dropped += len(old)
+        ring.append(chunk)
         self.total += len(chunk)
 
-    def _other(self, r: tuple, s0: int | None, s1: int | None) -> None:
-        kind, t0, t1, _tid, dev, a, b, _c, _d, _m, err = r
-        if err is not None:
-            self.failures[kind] = self.failures.get(kind, 0) + 1
-            if kind != "compile":
-                return
-        if kind == "copy":
-            cp = self.copies.get(a)
-            if cp is None:
-                cp = self.copies[a] = [0, 0, 0, 0, 0, 0]
-            cp[0] += 1
-            cp[1] += b
-            cp[2] += t1 - t0
-            if s0 is not None and s1 > s0:
-                cp[3] += 1
-                cp[4] += s1 - s0
-                cp[5] += b
-        elif kind == "compile":
-            how = "failed" if err is not None else b
-            cs = self.compiles.get(how)
-            if cs is None:
-                cs = self.compiles[how] = [0, 0]
-            cs[0] += 1
-            cs[1] += t1 - t0
-        elif kind == "allocate" or kind == "free":
-            self._memory(kind, str(dev), a, b)
-        elif kind == "synchronize":
-            self.syncs[0] += 1
-            self.syncs[1] += t1 - t0
-        elif kind == "memset":
-            self.memsets[0] += 1
-            self.memsets[1] += a
+    def _resolved(self, r: tuple, timers: dict[str, Any]) -> tuple:
+        key = r[4]
+        backend = key._b.name if r[0] == "launch" else key.backend
+        timer = timers.get(backend)
+        span = None
+        if timer is not None and not self.timing_failed:
+            try:
+                span = timer.span(r[9], r[10])
+            except Exception:  # a timer that fails: host spans only from here
+                log.warning("kernelbay trace: device timing failed; host spans only from here", exc_info=True)
+                self.timing_failed = True
+        s0, s1 = span if span is not None else (None, None)
+        return r[:9] + (s0, s1, r[11])
+
+    def finish(self) -> None:
+        """Aggregate what is still in the ring (before :meth:`summary`)."""
+        for chunk in self.ring:
+            self.aggregate(chunk)
+
+    def aggregate(self, chunk: list[tuple]) -> None:
+        # Launches, the bulk, are summed with map() over item getters (C loops); the rest one
+        # by one.
+        launches = [r for r in chunk if r[0] == "launch"]
+        rest = chunk if len(launches) != len(chunk) else ()
+        if any(map(_ERR, launches)):
+            self.failures["launch"] = self.failures.get("launch", 0) + sum(1 for r in launches if r[11] is not None)
+            launches = [r for r in launches if r[11] is None]
+        if launches:
+            keys = set(map(_KEY, launches))
+            if len(keys) == 1:
+                self._launches(keys.pop(), launches)
+            else:
+                for key in keys:
+                    self._launches(key, [r for r in launches if r[4] is key])
+        for r in rest:
+            kind, t0, t1, _tid, key, a, b, _c, _d, s0, s1, err = r
+            if kind == "launch":
+                continue
+            if err is not None:
+                self.failures[kind] = self.failures.get(kind, 0) + 1
+                if kind != "compile":
+                    continue
+            elif kind == "copy":
+                cp = self.copies.get(a)
+                if cp is None:
+                    cp = self.copies[a] = [0, 0, 0, 0, 0, 0]
+                cp[0] += 1
+                cp[1] += b
+                cp[2] += t1 - t0
+                if s0 is not None and s1 > s0:
+                    cp[3] += 1
+                    cp[4] += s1 - s0
+                    cp[5] += b
+            elif kind == "compile":
+                how = "failed" if err is not None else b
+                cs = self.compiles.setdefault(how, [0, 0])
+                cs[0] += 1
+                cs[1] += t1 - t0
+            elif kind == "allocate" or kind == "free":
+                self._memory(kind, str(key), a, b)
+            elif kind == "synchronize":
+                self.syncs[0] += 1
+                self.syncs[1] += t1 - t0
+            elif kind == "memset":
+                self.memsets[0] += 1
+                self.memsets[1] += a
+
+    def _launches(self, kernel: Any, rs: list[tuple]) -> None:
+        k = self.kernels.get(kernel)
+        if k is None:
+            k = self.kernels[kernel] = [0, 0, 0, 0, float("inf"), 0]
+        k[0] += len(rs)
+        k[1] += sum(map(operator.sub, map(_T1, rs), map(_T0, rs)))
+        try:
+            ds = list(map(operator.sub, map(_S1, rs), map(_S0, rs)))
+        except TypeError:  # some without a device span
+            timed = [r for r in rs if r[9] is not None]
+            ds = list(map(operator.sub, map(_S1, timed), map(_S0, timed)))
+        if ds:
+            k[2] += len(ds)
+            k[3] += sum(ds)
+            k[4] = min(k[4], min(ds))
+            k[5] = max(k[5], max(ds))
 
     def _memory(self, kind: str, dev: str, a: Any, b: Any) -> None:
         st = self.alloc.get(dev)
@@ -209,8 +231,8 @@ class Log:
             "schema": SCHEMA,
             "pid": self.pid,
             "calls": self.total,
-            "timeline_records": len(self.ring),
-            "dropped_records": self.total - len(self.ring),
+            "timeline_records": self.total - self.dropped,
+            "dropped_records": self.dropped,
             "kernels": kernels,
             "copies": copies,
             "compiles": {k: {"count": v[0], "ns": v[1]} for k, v in self.compiles.items()},
@@ -228,8 +250,7 @@ class Log:
         tids: dict[int, int] = {}
         tracks: dict[tuple[str, str], int] = {}
         flow = 0
-        objs = self.objs
-        for r in self.ring:
+        for r in (r for chunk in self.ring for r in chunk):
             kind, t0, t1, ident = r[0], r[1], r[2], r[3]
             span = None if r[9] is None else (r[9], r[10])
             t = tids.get(ident)
@@ -238,7 +259,7 @@ class Log:
                 name = self.thread_names.get(ident, f"thread {t}")
                 out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": f"host: {name}"}})
                 out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": t, "args": {"sort_index": t}})
-            title, args, track = _describe(r, objs)
+            title, args, track = _describe(r)
             ts = round((t0 - t00) / 1000, 3)
             out.append({"name": title, "cat": kind, "ph": "X", "ts": ts, "dur": round((t1 - t0) / 1000, 3), "pid": pid, "tid": t, "args": args})
             if span is None or track is None:
@@ -259,22 +280,21 @@ class Log:
         return out
 
 
-def _describe(r: tuple, objs: dict[int, Any]) -> tuple[str, dict[str, Any], tuple[str, str] | None]:
+def _describe(r: tuple) -> tuple[str, dict[str, Any], tuple[str, str] | None]:
     """A ring record's span title, arguments and device track."""
-    kind, t0, t1, _tid, key, a, b, c, d, _s0, _s1, err = r
-    dev = objs[key]
+    kind, t0, t1, _tid, dev, a, b, c, d, _s0, _s1, err = r
     track = None
     if kind == "launch":
         name = dev.name
-        args: dict[str, Any] = {"kernel": name, "device": str(dev.device), "grid": _dims(a), "block": _dims(b), "shared_mem": c, "stream": stream_label(objs.get(d))}
-        title, track = f"launch {name}", (str(dev.device), stream_label(objs.get(d)))
+        args: dict[str, Any] = {"kernel": name, "device": str(dev.device), "grid": _dims(a), "block": _dims(b), "shared_mem": c, "stream": stream_label(d)}
+        title, track = f"launch {name}", (str(dev.device), stream_label(d))
     elif kind == "copy":
-        args = {"direction": a, "bytes": b, "device": str(dev), "stream": stream_label(objs.get(c))}
+        args = {"direction": a, "bytes": b, "device": str(dev), "stream": stream_label(c)}
         if t1 > t0:
             args["host_GBps"] = round(b / (t1 - t0), 3)
-        title, track = f"copy {a}", (str(dev), stream_label(objs.get(c)))
+        title, track = f"copy {a}", (str(dev), stream_label(c))
     elif kind == "compile":
-        src = objs[a]
+        src = a
         name = getattr(src, "name", None) or "<kernel>"
         args = {"kernel": name, "lang": src.lang, "device": str(dev), "cache": b}
         title = f"compile {name}"
@@ -283,7 +303,7 @@ def _describe(r: tuple, objs: dict[int, Any]) -> tuple[str, dict[str, Any], tupl
     elif kind == "free":
         title, args = kind, {"device": str(dev)}
     elif kind == "synchronize":
-        title, args = kind, {"device": str(dev), "stream": stream_label(objs.get(a))}
+        title, args = kind, {"device": str(dev), "stream": stream_label(a)}
     else:
         title, args = kind, {"device": str(dev), "bytes": a}
     if err is not None:

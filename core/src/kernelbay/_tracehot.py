@@ -21,6 +21,23 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
     fold = tr.fold
     clock = perf_counter_ns
     timer = tr._timer(b)
+    if timer is not None and getattr(timer, "host_clock", False):
+        # The work is done when the call returns: the device span is the backend's call, read
+        # by the same two clock reads as the host span (no extra cost).
+        def launch_sync(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
+            t0 = clock()
+            try:
+                r = inner(kernel, grid, block, args, shared_mem, stream)
+            except BaseException as exc:
+                append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None, _err(exc)))
+                raise
+            t1 = clock()
+            append((LAUNCH, t0, t1, get_ident(), kernel, grid, block, shared_mem, stream, t0, t1, None))
+            if len(buf) > CHUNK:
+                fold()
+            return r
+
+        return launch_sync
     if timer is None:
 
         def launch(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
@@ -28,9 +45,9 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
             try:
                 r = inner(kernel, grid, block, args, shared_mem, stream)
             except BaseException as exc:
-                append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, _err(exc)))
+                append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None, _err(exc)))
                 raise
-            append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None))
+            append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None, None))
             if len(buf) > CHUNK:
                 fold()
             return r
@@ -45,10 +62,10 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
         try:
             r = inner(kernel, grid, block, args, shared_mem, stream)
         except BaseException as exc:
-            append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, _err(exc)))
+            append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None, _err(exc)))
             raise
         m1 = mark(dev, stream)
-        append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, (timer, m0, m1), None))
+        append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, m0, m1, None))
         if len(buf) > CHUNK:
             fold()
         return r
@@ -72,10 +89,10 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
         try:
             r = inner(dst, src, nbytes, stream)
         except BaseException as exc:
-            append((COPY, t0, clock(), get_ident(), dev, direction, nbytes, stream, None, None, _err(exc)))
+            append((COPY, t0, clock(), get_ident(), dev, direction, nbytes, stream, None, None, None, _err(exc)))
             raise
-        marks = (timer, m0, mark(dev, stream)) if mark is not None else None
-        append((COPY, t0, clock(), get_ident(), dev, direction, nbytes, stream, None, marks, None))
+        m1 = mark(dev, stream) if mark is not None else None
+        append((COPY, t0, clock(), get_ident(), dev, direction, nbytes, stream, None, m0, m1, None))
         if len(buf) > CHUNK:
             tr.fold()
         return r
@@ -95,9 +112,9 @@ def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
         try:
             h = inner(device, nbytes)
         except BaseException as exc:
-            append((ALLOC, t0, clock(), get_ident(), device, nbytes, None, None, None, None, _err(exc)))
+            append((ALLOC, t0, clock(), get_ident(), device, nbytes, None, None, None, None, None, _err(exc)))
             raise
-        append((ALLOC, t0, clock(), get_ident(), device, nbytes, id(h), None, None, None, None))
+        append((ALLOC, t0, clock(), get_ident(), device, nbytes, id(h), None, None, None, None, None))
         if len(buf) > CHUNK:
             tr.fold()
         return h
@@ -115,7 +132,7 @@ def _make_free(tr: Any, inner: Any, b: Any) -> Any:
         # Runs from finalisers too: no fold here (it could block or take a lock mid-collection).
         t0 = clock()
         r = inner(device, handle)
-        append((FREE, t0, clock(), get_ident(), device, id(handle), None, None, None, None, None))
+        append((FREE, t0, clock(), get_ident(), device, id(handle), None, None, None, None, None, None))
         return r
 
     return free

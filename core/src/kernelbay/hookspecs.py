@@ -317,6 +317,12 @@ def kernelbay_device_timer() -> Any:
       clocks onto it). Called off the hot path, in batches and when the trace is written; may
       block until that work has finished. ``None`` when it cannot tell. Each mark is passed to
       ``span`` at most once, so it can be recycled there.
+    * optionally ``host_clock = True``: the marks already are the device span's ends in
+      :func:`time.perf_counter_ns` units (work that has finished when its call returns, as on
+      the cpu backend), so ``span`` is never called.
+
+    Marks should be numbers (event handles, clock values): the tracer keeps them until the
+    next batch, and objects there would keep garbage collection busy.
 
     ``stream`` is what the user passed (``None`` for the default stream); ``device`` is the
     buffer's or kernel's device.
