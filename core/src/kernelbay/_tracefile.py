@@ -89,7 +89,7 @@ class Log:
         for t in threading.enumerate():
             if t.ident is not None:
                 self.thread_names.setdefault(t.ident, t.name)
-        resolve = [name for name, t in timers.items() if t is not None and not getattr(t, "host_clock", False)]
+        resolve = [n for n, t in timers.items() if t is not None and not (getattr(t, "host_clock", False) or getattr(t, "synchronous", False))]
         if resolve:
             for i, r in enumerate(chunk):
                 if r[9] is not None:
@@ -109,6 +109,8 @@ class Log:
         backend = key._b.name if r[0] == "launch" else key.backend
         timer = timers.get(backend)
         span = None
+        if getattr(timer, "host_clock", False) or getattr(timer, "synchronous", False):
+            return r
         if timer is not None and not self.timing_failed:
             try:
                 span = timer.span(r[9], r[10])
@@ -321,9 +323,13 @@ def _dims(v: Any) -> Any:
 
 
 def write(path: str, log: Log) -> None:
-    """Write the trace atomically: a temporary file in the same directory, renamed into place,
+    """Write the trace of ``log`` to ``path`` (see :func:`write_doc`)."""
+    write_doc(path, {"traceEvents": log.events(), "displayTimeUnit": "ms", "kernelbay": log.summary()})
+
+
+def write_doc(path: str, doc: dict[str, Any]) -> None:
+    """Write a trace atomically: a temporary file in the same directory, renamed into place,
     so a reader (or a second process writing the same path) never sees half a file."""
-    doc = {"traceEvents": log.events(), "displayTimeUnit": "ms", "kernelbay": log.summary()}
     d = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix=".kbtrace-", suffix=".json", dir=d)
     try:

@@ -21,7 +21,7 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
     fold = tr.fold
     clock = perf_counter_ns
     timer = tr._timer(b)
-    if timer is not None and getattr(timer, "host_clock", False):
+    if timer is not None and getattr(timer, "synchronous", False):
         # The work is done when the call returns: the device span is the backend's call, read
         # by the same two clock reads as the host span (no extra cost).
         def launch_sync(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
@@ -80,7 +80,8 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
     append = buf.append
     clock = perf_counter_ns
     timer = tr._timer(b)
-    mark = timer.mark if timer is not None else None
+    sync = timer is not None and getattr(timer, "synchronous", False)
+    mark = timer.mark if timer is not None and not sync else None
 
     def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> Any:
         t0 = clock()
@@ -91,8 +92,12 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
         except BaseException as exc:
             append((COPY, t0, clock(), get_ident(), dev, direction, nbytes, stream, None, None, None, _err(exc)))
             raise
-        m1 = mark(dev, stream) if mark is not None else None
-        append((COPY, t0, clock(), get_ident(), dev, direction, nbytes, stream, None, m0, m1, None))
+        if sync:
+            t1 = clock()
+            append((COPY, t0, t1, get_ident(), dev, direction, nbytes, stream, None, t0, t1, None))
+        else:
+            m1 = mark(dev, stream) if mark is not None else None
+            append((COPY, t0, clock(), get_ident(), dev, direction, nbytes, stream, None, m0, m1, None))
         if len(buf) > CHUNK:
             tr.fold()
         return r

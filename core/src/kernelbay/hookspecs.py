@@ -318,8 +318,10 @@ def kernelbay_device_timer() -> Any:
       block until that work has finished. ``None`` when it cannot tell. Each mark is passed to
       ``span`` at most once, so it can be recycled there.
     * optionally ``host_clock = True``: the marks already are the device span's ends in
-      :func:`time.perf_counter_ns` units (work that has finished when its call returns, as on
-      the cpu backend), so ``span`` is never called.
+      :func:`time.perf_counter_ns` units (a timer that waits for the work in ``mark``, as the
+      tpu backend's does), so ``span`` is never called.
+    * optionally ``synchronous = True``: the work has finished when the backend's call returns
+      (the cpu backend), so the device span is the call itself; neither method is called.
 
     Marks should be numbers (event handles, clock values): the tracer keeps them until the
     next batch, and objects there would keep garbage collection busy.

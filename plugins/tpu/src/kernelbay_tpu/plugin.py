@@ -7,7 +7,7 @@ from typing import Any
 from kernelbay import API_VERSION, hookimpl
 from kernelbay.types import Array, BackendSpec, Buffer, Device, Source
 
-from . import allocator, compiler, launcher
+from . import allocator, compiler, launcher, timing
 
 
 @hookimpl
@@ -82,3 +82,6 @@ def kernelbay_to_dlpack(array: Array, stream: Any) -> Any:
 @hookimpl
 def kernelbay_dlpack_device(array: Array) -> tuple[int, int]:
     return allocator.dlpack_device(array)
+
+
+kernelbay_device_timer = hookimpl(timing.device_timer)
