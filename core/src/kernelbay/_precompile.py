@@ -56,7 +56,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("precompile", help="compile kernel sources into the disk cache, in parallel")
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="kernel sources, or directories searched for them")
     p.add_argument("--device", action="append", default=None, help="device selector to compile for (repeatable; default: $KERNELBAY_DEVICE or the best)")
-    p.add_argument("--option", action="append", default=[], metavar="OPT", help="compiler option for every source (repeatable)")
+    p.add_argument("--option", action="append", default=[], metavar="OPT", help="compiler option for every source (repeatable; write --option=-DN=4 for options that start with -)")
     p.add_argument("--manifest", default=None, help=f"options per source (default: {MANIFEST} in each directory given)")
     p.add_argument("--jobs", "-j", type=int, default=None, help="parallel compiles (default: CPU count)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
