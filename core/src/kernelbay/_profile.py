@@ -201,19 +201,21 @@ def _need_matplotlib() -> None:
 
 
 def busiest(events: list[dict[str, Any]], bins: int = 50) -> tuple[float, float]:
-    """The stretch (µs from, to) where the spans cover the most time: 3 of ``bins`` equal parts."""
+    """The stretch (µs from, to) with the most spans in it: 3 neighbouring bins of ``bins`` equal
+    parts of the run (a long compile counts once per bin it covers, a burst of launches once per
+    launch)."""
     spans = [e for e in events if e.get("ph") == "X"]
     if not spans:
         return 0.0, 1.0
     lo = min(e["ts"] for e in spans)
     hi = max(e["ts"] + e["dur"] for e in spans)
     width = (hi - lo) / bins or 1.0
-    busy = [0.0] * bins
+    busy = [0] * bins
     for e in spans:
-        a, b = e["ts"], e["ts"] + e["dur"]
-        for i in range(max(0, int((a - lo) / width)), min(bins, int((b - lo) / width) + 1)):
-            s, t = lo + i * width, lo + (i + 1) * width
-            busy[i] += max(0.0, min(b, t) - max(a, s))
+        first = min(bins - 1, int((e["ts"] - lo) / width))
+        last = min(bins - 1, int((e["ts"] + e["dur"] - lo) / width))
+        for i in range(first, last + 1):
+            busy[i] += 1
     best = max(range(bins), key=lambda i: busy[max(0, i - 1)] + busy[i] + busy[min(bins - 1, i + 1)])
     return lo + max(0, best - 1) * width, lo + min(bins, best + 2) * width
 
@@ -240,6 +242,8 @@ def draw(events: list[dict[str, Any]], png: str) -> None:
         for cat in sorted({c for _, _, c in rows[key]}):
             bars = [((ts - t0) / 1e3, max(dur / 1e3, 1e-6)) for ts, dur, c in rows[key] if c == cat]
             ax.broken_barh(bars, (y - 0.4, 0.8), color=colours.get(cat, "tab:brown"), label=cat)
+    ax.set_xlim(0, (t1 - t0) / 1e3)
+    ax.invert_yaxis()  # host threads on top, device tracks below
     ax.set_yticks(range(len(keys)), [f"{names.get(k, k[1])} ({k[0]})" for k in keys])
     ax.set_xlabel(f"ms from {t0 / 1e3:.3f} ms into the trace")
     ax.set_title("kernelbay: the busiest stretch of the timeline")

@@ -297,7 +297,12 @@ def current() -> Tracer | None:
 
 
 def start_from_env() -> Tracer | None:
-    """Start the trace ``KERNELBAY_TRACE`` asks for (at ``import kernelbay``), written at exit."""
+    """Start the trace ``KERNELBAY_TRACE`` asks for (at ``import kernelbay``), written at exit,
+    and the NVTX ranges ``KERNELBAY_NVTX=1`` asks for."""
+    from . import _nvtx
+
+    if _flag(_nvtx.ENV_NVTX, False):
+        _nvtx.enable()
     path = os.environ.get(ENV_TRACE, "").strip()
     if not path or _active is not None:
         return None
