@@ -22,7 +22,6 @@ import threading
 from time import perf_counter_ns
 from typing import Any
 
-from . import _tracefile
 from .errors import InvalidArgumentError
 from .hookspecs import hookimpl
 
@@ -63,6 +62,8 @@ class Tracer:
     """
 
     def __init__(self, path: str | os.PathLike[str], max_events: int | None = None, device_timing: bool | None = None) -> None:
+        from . import _tracefile  # json, tempfile: only once a trace is asked for
+
         self.path = _tracefile.check_path(os.fspath(path))
         if max_events is None:
             raw = os.environ.get(ENV_MAX_EVENTS, "")
@@ -119,6 +120,8 @@ class Tracer:
         self.fold()
         self.log.finish()
         self.log.memory_stats = _memory_stats()
+        from . import _tracefile
+
         _tracefile.write(self.path, self.log)
         log.info("kernelbay trace written to %s (%d calls)", self.path, self.log.total)
         return self.path
