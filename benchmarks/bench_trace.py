@@ -25,10 +25,9 @@ ADDED = "trace: what tracing adds per launch (paired difference)"
 SIZE = "trace: file size of a 100k-launch run"
 
 
-def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) -> list[dict]:  # noqa: ANN001
-    import numpy as np
-
+def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) -> list[dict]:
     import kernelbay as kb
+    import numpy as np
     from kernelbay import _trace, _tracehot
 
     k = _kernels.saxpy_kernel(backend, dev)
@@ -64,10 +63,9 @@ def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) 
     return out
 
 
-def size_row(quick: bool, backend: str, dev, block: int = 256, n: int = 256) -> dict:  # noqa: ANN001
-    import numpy as np
-
+def size_row(quick: bool, backend: str, dev, block: int = 256, n: int = 256) -> dict:
     import kernelbay as kb
+    import numpy as np
 
     k = _kernels.saxpy_kernel(backend, dev)
     x = kb.asarray(np.ones(n, np.float32), device=dev)

@@ -8,8 +8,8 @@ events recorded per launch); batches interleaved, paired differences. Size: the 
 
 from __future__ import annotations
 
-from .bench_trace import ADDED, LAUNCH, SIZE, launch_rows, size_row
 from ._timing import find, goal, skipped
+from .bench_trace import ADDED, LAUNCH, SIZE, launch_rows, size_row
 
 SUITE = "gpu"
 

@@ -7,10 +7,9 @@ import sys
 import types
 from collections import Counter
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 from kernelbay import _nvtx
 from kernelbay._plugins import runtime
 
@@ -53,7 +52,7 @@ class _PlainWrapper:
         self.seen = 0
 
     @kb.hookimpl(wrapper=True)
-    def kernelbay_launch(self, kernel, grid, block, args, shared_mem, stream):  # noqa: ANN001
+    def kernelbay_launch(self, kernel, grid, block, args, shared_mem, stream):
         self.seen += 1
         return (yield)
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.kernelbay_device("cpu")
 KB = [sys.executable, "-m", "kernelbay.cli"]
 
 
-def kernelbay(*args: str, **kw) -> subprocess.CompletedProcess:  # noqa: ANN003
+def kernelbay(*args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*KB, *args], capture_output=True, text=True, timeout=600, **kw)
 
 

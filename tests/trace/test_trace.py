@@ -9,10 +9,9 @@ import sys
 import textwrap
 from collections import Counter
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 from kernelbay._plugins import runtime
 
 from .conftest import check_device_spans, load, run_workload, spans, track_names
@@ -90,10 +89,9 @@ def test_tpu_interpret_mode_trace(tmp_path, cache_dir) -> None:
 def test_context_manager_writes_when_the_block_raises(tmp_path) -> None:
     path = tmp_path / "r.json"
     dev = kb.device("cpu")
-    with pytest.raises(RuntimeError, match="on purpose"):
-        with kb.trace(path):
-            a = kb.asarray(np.ones(4, np.float32), device=dev)
-            raise RuntimeError("on purpose")
+    with pytest.raises(RuntimeError, match="on purpose"), kb.trace(path):
+        a = kb.asarray(np.ones(4, np.float32), device=dev)
+        raise RuntimeError("on purpose")
     assert Counter(e["cat"] for e in spans(load(str(path)))) == {"allocate": 1, "copy": 1, "device": 1}
     a.close()
     # Tracing is off again: the core calls the backend's functions directly.
@@ -121,9 +119,8 @@ def test_unwritable_path_fails_at_start(tmp_path) -> None:
 
 
 def test_one_trace_at_a_time(tmp_path) -> None:
-    with kb.trace(tmp_path / "a.json"):
-        with pytest.raises(kb.InvalidArgumentError, match="already recording"):
-            kb.trace(tmp_path / "b.json").start()
+    with kb.trace(tmp_path / "a.json"), pytest.raises(kb.InvalidArgumentError, match="already recording"):
+        kb.trace(tmp_path / "b.json").start()
 
 
 def test_two_processes_writing_one_path_leave_one_whole_trace(tmp_path, cache_dir) -> None:

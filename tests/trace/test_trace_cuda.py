@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 from .conftest import check_device_spans, load, run_workload, spans, track_names
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 import sys
 import threading
 
-import numpy as np
-
 import kernelbay as kb
+import numpy as np
 
 SAXPY = r"""
 extern "C" __global__ void saxpy(const float* x, float* y, float a, int n) {
@@ -28,7 +27,7 @@ extern "C" __global__ void saxpy(const float* x, float* y, float a, int n) {
 N = 256
 
 
-def add_kernel(x_ref, y_ref, o_ref):  # noqa: ANN001 -- a Pallas kernel: o = x + y
+def add_kernel(x_ref, y_ref, o_ref):
     o_ref[...] = x_ref[...] + y_ref[...]
 
 

@@ -125,7 +125,7 @@ def summarise(s: dict[str, Any]) -> dict[str, Any]:
         copies.append({"direction": d, "count": c["count"], "bytes": c["bytes"], "time_ms": ns / 1e6,
                        "GBps": nbytes / ns if ns else None, "time": "device" if timed else "host"})
     comp = s.get("compiles", {})
-    count = lambda k: comp.get(k, {}).get("count", 0)  # noqa: E731
+    count = lambda k: comp.get(k, {}).get("count", 0)
     hits, misses = count("memory") + count("disk"), count("miss")
     compiles = {
         "count": sum(v["count"] for v in comp.values()),

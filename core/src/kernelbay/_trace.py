@@ -25,7 +25,7 @@ from typing import Any
 from .errors import InvalidArgumentError
 from .hookspecs import hookimpl
 
-__all__ = ["Tracer", "trace", "current", "ENV_TRACE", "ENV_MAX_EVENTS", "ENV_DEVICE"]
+__all__ = ["ENV_DEVICE", "ENV_MAX_EVENTS", "ENV_TRACE", "Tracer", "current", "trace"]
 
 ENV_TRACE = "KERNELBAY_TRACE"
 ENV_MAX_EVENTS = "KERNELBAY_TRACE_MAX_EVENTS"
@@ -267,7 +267,7 @@ def _memory_stats() -> dict[str, Any]:
 
 
 # The positional forms live in _tracehot (kept apart: they are the code that runs per call).
-from ._tracehot import install as _install  # noqa: E402
+from ._tracehot import install as _install
 
 _install(Tracer)
 
@@ -321,4 +321,4 @@ def _stop_at_exit(t: Tracer) -> None:
     try:
         t.stop()
     except Exception:
-        log.error("kernelbay: could not write the trace %s", t.path, exc_info=True)
+        log.exception("kernelbay: could not write the trace %s", t.path)
