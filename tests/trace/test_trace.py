@@ -154,7 +154,8 @@ def test_ring_buffer_bounds_the_timeline(tmp_path) -> None:
     y = kb.zeros(32, np.float32, device=dev)
     n = 5 * _trace.CHUNK
     path = tmp_path / "ring.json"
-    with kb.trace(path, max_events=2 * _trace.CHUNK):
+    keep = 2 * _trace.CHUNK + 100
+    with kb.trace(path, max_events=keep):
         for _ in range(n):
             k.launch(1, 32, (y,))
     doc = load(str(path))
@@ -162,6 +163,8 @@ def test_ring_buffer_bounds_the_timeline(tmp_path) -> None:
     assert s["kernels"]["inc"]["count"] == n and s["kernels"]["inc"]["device_count"] == n
     kept = len(spans(doc, "launch"))
     assert kept == s["timeline_records"] and s["dropped_records"] == n - kept
-    assert _trace.CHUNK <= kept <= 2 * _trace.CHUNK + 1
+    assert kept == keep
+    # The newest are kept: the last launch span is the last call before the trace ended.
+    assert spans(doc, "launch")[-1]["ts"] == max(e["ts"] for e in spans(doc) if e["cat"] != "device")
     assert float(y.numpy()[0]) == n
     y.close()

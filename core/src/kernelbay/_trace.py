@@ -24,6 +24,7 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 from .hookspecs import hookimpl
+from .types import Buffer
 
 __all__ = ["ENV_DEVICE", "ENV_MAX_EVENTS", "ENV_TRACE", "Tracer", "current", "trace"]
 
@@ -241,8 +242,6 @@ def _err(exc: BaseException) -> str:
 
 def copy_ends(dst: Any, src: Any) -> tuple[Any, str]:
     """``(device, direction)`` of a copy: the buffer's device and HtoD, DtoH or DtoD."""
-    from .types import Buffer
-
     if isinstance(dst, Buffer):
         return dst.device, ("DtoD" if isinstance(src, Buffer) else "HtoD")
     return src.device, "DtoH"

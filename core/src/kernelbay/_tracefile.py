@@ -67,7 +67,9 @@ class Log:
     """
 
     def __init__(self, max_events: int, pid: int, chunk: int) -> None:
-        self.ring: collections.deque[list[tuple]] = collections.deque(maxlen=max(1, max_events // chunk))
+        # Whole chunks, one more than max_events needs; events() writes the newest max_events.
+        self.ring: collections.deque[list[tuple]] = collections.deque(maxlen=max_events // chunk + 1)
+        self.max_events = max_events
         self.pid = pid
         self.start_ns = 0
         self.total = 0
@@ -233,8 +235,8 @@ class Log:
             "schema": SCHEMA,
             "pid": self.pid,
             "calls": self.total,
-            "timeline_records": self.total - self.dropped,
-            "dropped_records": self.dropped,
+            "timeline_records": len(self.kept()),
+            "dropped_records": self.total - len(self.kept()),
             "kernels": kernels,
             "copies": copies,
             "compiles": {k: {"count": v[0], "ns": v[1]} for k, v in self.compiles.items()},
@@ -244,6 +246,11 @@ class Log:
             "failures": self.failures,
         }
 
+    def kept(self) -> list[tuple]:
+        """The newest ``max_events`` records, oldest first: what the timeline shows."""
+        flat = [r for chunk in self.ring for r in chunk]
+        return flat[-self.max_events :] if len(flat) > self.max_events else flat
+
     def events(self) -> list[dict[str, Any]]:
         pid, t00 = self.pid, self.start_ns
         out: list[dict[str, Any]] = [
@@ -252,7 +259,7 @@ class Log:
         tids: dict[int, int] = {}
         tracks: dict[tuple[str, str], int] = {}
         flow = 0
-        for r in (r for chunk in self.ring for r in chunk):
+        for r in self.kept():
             kind, t0, t1, ident = r[0], r[1], r[2], r[3]
             span = None if r[9] is None else (r[9], r[10])
             t = tids.get(ident)

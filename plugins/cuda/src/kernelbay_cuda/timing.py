@@ -110,6 +110,13 @@ class Timer:
             pool.append(end)
 
 
+_timer: Timer | None = None
+
+
 def device_timer() -> Timer | None:
-    """The ``kernelbay_device_timer`` hook: cheap, touches no driver until the first mark."""
-    return Timer()
+    """The ``kernelbay_device_timer`` hook: one timer for the process, so each trace reuses the
+    events of the one before; touches no driver until the first mark."""
+    global _timer
+    if _timer is None:
+        _timer = Timer()
+    return _timer
