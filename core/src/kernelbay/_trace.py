@@ -76,7 +76,9 @@ class Tracer:
             raise InvalidArgumentError(f"max_events must be >= 1, got {max_events}")
         self.device_timing = _flag(ENV_DEVICE, True) if device_timing is None else device_timing
         self.buf: list[tuple] = []
-        self.log = _tracefile.Log(max_events, os.getpid(), CHUNK)
+        self.reg: dict[int, Any] = {}  # id -> the kernel, device, stream or source records name
+        self.refs: list[Any] = []  # objects the hot path's records name, until the next fold
+        self.log = _tracefile.Log(max_events, os.getpid(), CHUNK, self.reg)
         self.running = False
         self._timers: dict[str, Any] = {}
         self._fold_lock = threading.Lock()
@@ -136,11 +138,27 @@ class Tracer:
     def fold(self) -> None:
         """Fold the raw records into the log (device spans resolved, aggregates updated)."""
         with self._fold_lock:
-            buf = self.buf
+            buf, refs = self.buf, self.refs
             n = len(buf)
             chunk = buf[:n]
             del buf[:n]  # appends from other threads meanwhile land after n and stay
+            # After the records: a record's objects were kept before it was appended.
+            m = len(refs)
+            objs = refs[:m]
+            del refs[:m]
+            self.reg.update(zip(map(id, objs), objs))
             self.log.fold(chunk, self._timers)
+
+    def _ref(self, obj: Any) -> int | None:
+        """``obj``'s id, keeping ``obj`` in ``self.reg`` (``None`` stays ``None``)."""
+        if obj is None:
+            return None
+        self.reg[id(obj)] = obj
+        return id(obj)
+
+    def _copy_ends(self, dst: Any, src: Any) -> tuple[int | None, str]:
+        dev, direction = copy_ends(dst, src)
+        return self._ref(dev), direction
 
     def _timer(self, b: Any) -> Any:
         if not self.device_timing:
@@ -169,7 +187,7 @@ class Tracer:
         try:
             handle = yield
         except BaseException as exc:
-            self.buf.append((COMPILE, t0, perf_counter_ns(), threading.get_ident(), device, source, "failed", None, None, None, None, _err(exc)))
+            self.buf.append((COMPILE, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), self._ref(source), "failed", None, None, None, None, _err(exc)))
             raise
         finally:
             self._tls.lookups = outer
@@ -183,7 +201,7 @@ class Tracer:
             how = "uncached"  # no disk lookup: kept from before the trace, or a backend without a disk cache
         self._seen.add(key)
         self._seen.add(id(handle))
-        self.buf.append((COMPILE, t0, t1, threading.get_ident(), device, source, how, None, None, None, None, None))
+        self.buf.append((COMPILE, t0, t1, threading.get_ident(), self._ref(device), self._ref(source), how, None, None, None, None, None))
         return handle
 
     @hookimpl(wrapper=True)
@@ -192,16 +210,16 @@ class Tracer:
         try:
             r = yield
         except BaseException as exc:
-            self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), device, stream, None, None, None, None, None, _err(exc)))
+            self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), self._ref(stream), None, None, None, None, None, _err(exc)))
             raise
-        self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), device, stream, None, None, None, None, None, None))
+        self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), self._ref(stream), None, None, None, None, None, None))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_memset(self, dst: Any, value: int, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((MEMSET, t0, perf_counter_ns(), threading.get_ident(), dst.device, nbytes, stream, None, None, None, None, None))
+        self.buf.append((MEMSET, t0, perf_counter_ns(), threading.get_ident(), self._ref(dst.device), nbytes, self._ref(stream), None, None, None, None, None))
         return r
 
     # --- the hot path: pluggy wrappers (used when another extension without a positional
@@ -211,28 +229,28 @@ class Tracer:
     def kernelbay_launch(self, kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((LAUNCH, t0, perf_counter_ns(), threading.get_ident(), kernel, grid, block, shared_mem, stream, None, None, None))
+        self.buf.append((LAUNCH, t0, perf_counter_ns(), threading.get_ident(), self._ref(kernel), grid, block, shared_mem, self._ref(stream), None, None, None))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_copy(self, dst: Any, src: Any, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((COPY, t0, perf_counter_ns(), threading.get_ident(), *copy_ends(dst, src), nbytes, stream, None, None, None, None))
+        self.buf.append((COPY, t0, perf_counter_ns(), threading.get_ident(), *self._copy_ends(dst, src), nbytes, self._ref(stream), None, None, None, None))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_allocate(self, device: Any, nbytes: int) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((ALLOC, t0, perf_counter_ns(), threading.get_ident(), device, nbytes, id(r), None, None, None, None, None))
+        self.buf.append((ALLOC, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), nbytes, id(r), None, None, None, None, None))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_free(self, device: Any, handle: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((FREE, t0, perf_counter_ns(), threading.get_ident(), device, id(handle), None, None, None, None, None, None))
+        self.buf.append((FREE, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), id(handle), None, None, None, None, None, None))
         return r
 
 

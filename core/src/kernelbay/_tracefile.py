@@ -60,13 +60,14 @@ class Log:
     """The folded trace: a ring of record chunks and the aggregates of every call.
 
     A record is the tuple the tracer appended: ``(kind, t0, t1, thread, key, a, b, c, d, m0,
-    m1, error)``, ``key`` the kernel (launch) or device, ``m0``/``m1`` the device timer's marks
+    m1, error)``, ``key`` the id of the kernel (launch) or device (objects in ``reg``), ``m0``/``m1`` the device timer's marks
     (replaced by the device span's ends when folded). Records are aggregated only when their
     chunk leaves the ring or the trace is written, so a run that fits in the ring pays for
     aggregation once, at the end, and not per launch.
     """
 
-    def __init__(self, max_events: int, pid: int, chunk: int) -> None:
+    def __init__(self, max_events: int, pid: int, chunk: int, reg: dict[int, Any]) -> None:
+        self.reg = reg
         # Whole chunks, one more than max_events needs; events() writes the newest max_events.
         self.ring: collections.deque[list[tuple]] = collections.deque(maxlen=max_events // chunk + 1)
         self.max_events = max_events
@@ -75,7 +76,7 @@ class Log:
         self.total = 0
         self.dropped = 0
         self.thread_names: dict[int, str] = {}
-        self.kernels: dict[Any, list[float]] = {}  # Kernel -> [count, host ns, dev count, dev ns, dev min, dev max]
+        self.kernels: dict[Any, list[float]] = {}  # id(Kernel) -> [count, host ns, dev count, dev ns, dev min, dev max]
         self.copies: dict[str, list[float]] = {}  # direction -> [count, bytes, host ns, dev count, dev ns, dev bytes]
         self.compiles: dict[str, list[float]] = {}  # cache kind -> [count, ns]
         self.syncs = [0, 0]
@@ -107,7 +108,7 @@ class Log:
         self.total += len(chunk)
 
     def _resolved(self, r: tuple, timers: dict[str, Any]) -> tuple:
-        key = r[4]
+        key = self.reg[r[4]]
         backend = key._b.name if r[0] == "launch" else key.backend
         timer = timers.get(backend)
         span = None
@@ -141,7 +142,7 @@ class Log:
                 self._launches(keys.pop(), launches)
             else:
                 for key in keys:
-                    self._launches(key, [r for r in launches if r[4] is key])
+                    self._launches(key, [r for r in launches if r[4] == key])
         for r in rest:
             kind, t0, t1, _tid, key, a, b, _c, _d, s0, s1, err = r
             if kind == "launch":
@@ -167,7 +168,7 @@ class Log:
                 cs[0] += 1
                 cs[1] += t1 - t0
             elif kind == "allocate" or kind == "free":
-                self._memory(kind, str(key), a, b)
+                self._memory(kind, str(self.reg[key]), a, b)
             elif kind == "synchronize":
                 self.syncs[0] += 1
                 self.syncs[1] += t1 - t0
@@ -208,8 +209,8 @@ class Log:
 
     def summary(self) -> dict[str, Any]:
         by_name: dict[str, list[float]] = {}
-        for kern, k in self.kernels.items():
-            m = by_name.setdefault(kern.name, [0, 0, 0, 0, float("inf"), 0])
+        for kid, k in self.kernels.items():
+            m = by_name.setdefault(self.reg[kid].name, [0, 0, 0, 0, float("inf"), 0])
             m[0] += k[0]
             m[1] += k[1]
             m[2] += k[2]
@@ -268,7 +269,7 @@ class Log:
                 name = self.thread_names.get(ident, f"thread {t}")
                 out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": f"host: {name}"}})
                 out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": t, "args": {"sort_index": t}})
-            title, args, track = _describe(r)
+            title, args, track = _describe(r, self.reg)
             ts = round((t0 - t00) / 1000, 3)
             out.append({"name": title, "cat": kind, "ph": "X", "ts": ts, "dur": round((t1 - t0) / 1000, 3), "pid": pid, "tid": t, "args": args})
             if span is None or track is None:
@@ -289,21 +290,22 @@ class Log:
         return out
 
 
-def _describe(r: tuple) -> tuple[str, dict[str, Any], tuple[str, str] | None]:
-    """A ring record's span title, arguments and device track."""
-    kind, t0, t1, _tid, dev, a, b, c, d, _s0, _s1, err = r
+def _describe(r: tuple, reg: dict[int, Any]) -> tuple[str, dict[str, Any], tuple[str, str] | None]:
+    """A ring record's span title, arguments and device track (``reg`` maps the ids in it)."""
+    kind, t0, t1, _tid, key, a, b, c, d, _s0, _s1, err = r
+    dev = reg[key]
     track = None
     if kind == "launch":
         name = dev.name
-        args: dict[str, Any] = {"kernel": name, "device": str(dev.device), "grid": _dims(a), "block": _dims(b), "shared_mem": c, "stream": stream_label(d)}
-        title, track = f"launch {name}", (str(dev.device), stream_label(d))
+        args: dict[str, Any] = {"kernel": name, "device": str(dev.device), "grid": _dims(a), "block": _dims(b), "shared_mem": c, "stream": stream_label(reg.get(d))}
+        title, track = f"launch {name}", (str(dev.device), args["stream"])
     elif kind == "copy":
-        args = {"direction": a, "bytes": b, "device": str(dev), "stream": stream_label(c)}
+        args = {"direction": a, "bytes": b, "device": str(dev), "stream": stream_label(reg.get(c))}
         if t1 > t0:
             args["host_GBps"] = round(b / (t1 - t0), 3)
-        title, track = f"copy {a}", (str(dev), stream_label(c))
+        title, track = f"copy {a}", (str(dev), args["stream"])
     elif kind == "compile":
-        src = a
+        src = reg[a]
         name = getattr(src, "name", None) or "<kernel>"
         args = {"kernel": name, "lang": src.lang, "device": str(dev), "cache": b}
         title = f"compile {name}"
@@ -312,7 +314,7 @@ def _describe(r: tuple) -> tuple[str, dict[str, Any], tuple[str, str] | None]:
     elif kind == "free":
         title, args = kind, {"device": str(dev)}
     elif kind == "synchronize":
-        title, args = kind, {"device": str(dev), "stream": stream_label(a)}
+        title, args = kind, {"device": str(dev), "stream": stream_label(reg.get(a))}
     else:
         title, args = kind, {"device": str(dev), "bytes": a}
     if err is not None:

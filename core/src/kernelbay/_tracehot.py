@@ -3,6 +3,9 @@
 Each is made per backend binding by the core (``kernelbay_positional(tracer, inner, binding)``)
 and does the least that still gives a span: two clock reads, one tuple appended to the
 tracer's list, and -- where the backend has a device timer -- two ``timer.mark`` calls.
+Records hold ids and numbers only (the garbage collector drops such tuples from its lists
+after one look, so a ring of 100,000 costs it nothing); the objects they name are appended to
+``tracer.refs`` (one list append) and moved into ``tracer.reg`` when the records are folded.
 Everything else (names, directions, device times, JSON) happens later, in batches.
 """
 
@@ -20,6 +23,7 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
     append = buf.append
     fold = tr.fold
     clock = perf_counter_ns
+    keep = tr.refs.append
     timer = tr._timer(b)
     if timer is not None and getattr(timer, "synchronous", False):
         # The work is done when the call returns: the device span is the backend's call, read
@@ -29,10 +33,16 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
             try:
                 r = inner(kernel, grid, block, args, shared_mem, stream)
             except BaseException as exc:
-                append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None, _err(exc)))
+                keep(kernel)
+                if stream is not None:
+                    keep(stream)
+                append((LAUNCH, t0, clock(), get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), None, None, _err(exc)))
                 raise
             t1 = clock()
-            append((LAUNCH, t0, t1, get_ident(), kernel, grid, block, shared_mem, stream, t0, t1, None))
+            keep(kernel)
+            if stream is not None:
+                keep(stream)
+            append((LAUNCH, t0, t1, get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), t0, t1, None))
             if len(buf) > CHUNK:
                 fold()
             return r
@@ -45,9 +55,15 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
             try:
                 r = inner(kernel, grid, block, args, shared_mem, stream)
             except BaseException as exc:
-                append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None, _err(exc)))
+                keep(kernel)
+                if stream is not None:
+                    keep(stream)
+                append((LAUNCH, t0, clock(), get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), None, None, _err(exc)))
                 raise
-            append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None, None))
+            keep(kernel)
+            if stream is not None:
+                keep(stream)
+            append((LAUNCH, t0, clock(), get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), None, None, None))
             if len(buf) > CHUNK:
                 fold()
             return r
@@ -62,10 +78,16 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
         try:
             r = inner(kernel, grid, block, args, shared_mem, stream)
         except BaseException as exc:
-            append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None, _err(exc)))
+            keep(kernel)
+            if stream is not None:
+                keep(stream)
+            append((LAUNCH, t0, clock(), get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), None, None, _err(exc)))
             raise
         m1 = mark(dev, stream)
-        append((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, m0, m1, None))
+        keep(kernel)
+        if stream is not None:
+            keep(stream)
+        append((LAUNCH, t0, clock(), get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), m0, m1, None))
         if len(buf) > CHUNK:
             fold()
         return r
@@ -79,6 +101,7 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
     buf = tr.buf
     append = buf.append
     clock = perf_counter_ns
+    keep = tr.refs.append
     timer = tr._timer(b)
     sync = timer is not None and getattr(timer, "synchronous", False)
     mark = timer.mark if timer is not None and not sync else None
@@ -90,14 +113,23 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
         try:
             r = inner(dst, src, nbytes, stream)
         except BaseException as exc:
-            append((COPY, t0, clock(), get_ident(), dev, direction, nbytes, stream, None, None, None, _err(exc)))
+            keep(dev)
+            if stream is not None:
+                keep(stream)
+            append((COPY, t0, clock(), get_ident(), id(dev), direction, nbytes, None if stream is None else id(stream), None, None, None, _err(exc)))
             raise
         if sync:
             t1 = clock()
-            append((COPY, t0, t1, get_ident(), dev, direction, nbytes, stream, None, t0, t1, None))
+            keep(dev)
+            if stream is not None:
+                keep(stream)
+            append((COPY, t0, t1, get_ident(), id(dev), direction, nbytes, None if stream is None else id(stream), None, t0, t1, None))
         else:
             m1 = mark(dev, stream) if mark is not None else None
-            append((COPY, t0, clock(), get_ident(), dev, direction, nbytes, stream, None, m0, m1, None))
+            keep(dev)
+            if stream is not None:
+                keep(stream)
+            append((COPY, t0, clock(), get_ident(), id(dev), direction, nbytes, None if stream is None else id(stream), None, m0, m1, None))
         if len(buf) > CHUNK:
             tr.fold()
         return r
@@ -111,15 +143,18 @@ def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
     buf = tr.buf
     append = buf.append
     clock = perf_counter_ns
+    keep = tr.refs.append
 
     def allocate(device: Any, nbytes: int) -> Any:
         t0 = clock()
         try:
             h = inner(device, nbytes)
         except BaseException as exc:
-            append((ALLOC, t0, clock(), get_ident(), device, nbytes, None, None, None, None, None, _err(exc)))
+            keep(device)
+            append((ALLOC, t0, clock(), get_ident(), id(device), nbytes, None, None, None, None, None, _err(exc)))
             raise
-        append((ALLOC, t0, clock(), get_ident(), device, nbytes, id(h), None, None, None, None, None))
+        keep(device)
+        append((ALLOC, t0, clock(), get_ident(), id(device), nbytes, id(h), None, None, None, None, None))
         if len(buf) > CHUNK:
             tr.fold()
         return h
@@ -132,12 +167,14 @@ def _make_free(tr: Any, inner: Any, b: Any) -> Any:
 
     append = tr.buf.append
     clock = perf_counter_ns
+    keep = tr.refs.append
 
     def free(device: Any, handle: Any) -> Any:
         # Runs from finalisers too: no fold here (it could block or take a lock mid-collection).
         t0 = clock()
         r = inner(device, handle)
-        append((FREE, t0, clock(), get_ident(), device, id(handle), None, None, None, None, None, None))
+        keep(device)
+        append((FREE, t0, clock(), get_ident(), id(device), id(handle), None, None, None, None, None, None))
         return r
 
     return free
