@@ -34,6 +34,7 @@ def test_cpu_workload_trace_event_by_event(tmp_path, cache_dir) -> None:
     assert copies == {"HtoD": 2, "DtoD": 1, "DtoH": 1}
     assert all(e["args"]["bytes"] == 1024 for e in spans(doc, "copy"))
     assert all(e["args"]["bytes"] == 1024 for e in spans(doc, "allocate"))
+    assert all(e["args"]["bytes"] == 1024 and e["args"]["device"] == "cpu:0" for e in spans(doc, "free"))
     # The first compile misses the (empty) cache, the second is an in-memory hit.
     assert [e["args"]["cache"] for e in spans(doc, "compile")] == ["miss", "memory"]
     launch = spans(doc, "launch")[0]

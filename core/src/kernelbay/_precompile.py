@@ -1,7 +1,7 @@
 """``kernelbay precompile FILE_OR_DIR... [--device SEL]...``: fill the disk compile cache.
 
-For CI images and containers: compile every kernel source found into the cache in parallel,
-with a progress bar (tqdm), then a summary of hits, misses and failures, each failure with
+For CI images and containers: compile every kernel source found into the cache in parallel
+(worker processes), with a progress bar (tqdm), then a summary of hits, misses and failures, each failure with
 its compiler log. Exit status 1 when any failed.
 
 Sources are found by suffix (``.cu``, ``.cpp``/``.cc``/``.cxx``, ``.ptx``, ``.cubin``,
@@ -26,10 +26,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 import tomllib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 import attrs
@@ -58,7 +57,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--device", action="append", default=None, help="device selector to compile for (repeatable; default: $KERNELBAY_DEVICE or the best)")
     p.add_argument("--option", action="append", default=[], metavar="OPT", help="compiler option for every source (repeatable; write --option=-DN=4 for options that start with -)")
     p.add_argument("--manifest", default=None, help=f"options per source (default: {MANIFEST} in each directory given)")
-    p.add_argument("--jobs", "-j", type=int, default=None, help="parallel compiles (default: CPU count)")
+    p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: CPU count)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(handler=cmd_precompile)
 
@@ -128,66 +127,75 @@ def plan(args: argparse.Namespace) -> list[Job]:
     return jobs
 
 
-class _Lookups(threading.local):
-    found: list[bool] | None = None
+_found: list[bool] | None = None  # the disk cache's answers during this process's compile
 
 
-def _compile(job: Job, lookups: _Lookups) -> Job:
-    from . import _api
+def _observe(key: str, hit: bool) -> None:
+    if _found is not None:
+        _found.append(hit)
+
+
+def compile_one(path: str, lang: str, name: str | None, options: tuple[str, ...], headers: tuple[str, ...],
+                device: str) -> tuple[str, str]:
+    """Compile one source for one device here: ``(outcome, detail)``, outcome one of memory,
+    disk, compiled, failed, skipped. Runs in a worker process (one compile at a time there)."""
+    global _found
+    from . import _api, cache
     from .types import Source
 
-    langs = _api._resolve(job.device)[1].spec.languages
-    if job.lang not in langs:
-        job.outcome, job.detail = "skipped", f"{job.device.backend} does not take {job.lang} (it takes {', '.join(langs)})"
-        return job
-    headers = {}
-    for h in job.headers:
+    dev, b = _api._resolve(device)
+    langs = b.spec.languages if b.spec is not None else ()
+    if lang not in langs:
+        return "skipped", f"{dev.backend} does not take {lang} (it takes {', '.join(langs)})"
+    texts = {}
+    for h in headers:
         with open(h, encoding="utf-8") as f:
-            headers[os.path.basename(h)] = f.read()
-    lookups.found = []
+            texts[os.path.basename(h)] = f.read()
+    cache.observer, _found = _observe, []
     try:
-        src = Source.from_file(job.path, job.lang, name=job.name, options=job.options, headers=headers)
-        _api.compile(src, device=job.device)
+        src = Source.from_file(path, lang, name=name, options=options, headers=texts)
+        _api.compile(src, device=dev)
     except KernelbayError as exc:
-        job.outcome, job.detail = "failed", str(exc)
-        return job
+        return "failed", str(exc)
     finally:
-        found, lookups.found = lookups.found, None
-    job.outcome = ("disk" if all(found) else "compiled") if found else "memory"
-    return job
+        found, _found, cache.observer = _found, None, None
+    return ("disk" if all(found) else "compiled") if found else "memory", ""
 
 
 def cmd_precompile(args: argparse.Namespace) -> int:
-    from . import cache
+    import multiprocessing
 
     jobs = plan(args)
     if not jobs:
         print("kernelbay precompile: no kernel sources found (.cu, .cpp, .cc, .cxx, .ptx, .cubin, .fatbin)")
         return 0
-    lookups = _Lookups()
-    prev = cache.observer
-
-    def observe(key: str, hit: bool) -> None:
-        if lookups.found is not None:
-            lookups.found.append(hit)
-        if prev is not None:
-            prev(key, hit)
-
-    cache.observer = observe
+    workers = max(1, min(args.jobs or os.cpu_count() or 1, len(jobs)))
     bar = None
     if not args.no_progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), unit="kernel", desc="precompile", file=sys.stderr, dynamic_ncols=True)
+    # Worker processes, not threads: a backend may compile one kernel at a time per process
+    # (the cuda backend does), and a compiler crash takes down a worker, not this command.
+    # Spawned, so no driver state is inherited; without KERNELBAY_TRACE, so they write no trace.
+    trace_env = os.environ.pop("KERNELBAY_TRACE", None)
     try:
-        with ThreadPoolExecutor(max_workers=args.jobs or os.cpu_count() or 1) as pool:
-            for fut in as_completed([pool.submit(_compile, j, lookups) for j in jobs]):
-                job = fut.result()
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {
+                pool.submit(compile_one, j.path, j.lang, j.name, j.options, j.headers, str(j.device)): j for j in jobs
+            }
+            for fut in as_completed(futures):
+                job = futures[fut]
+                try:
+                    job.outcome, job.detail = fut.result()
+                except Exception as exc:  # the worker died (a compiler that crashed the process...)
+                    job.outcome, job.detail = "failed", f"the compile worker failed: {type(exc).__name__}: {exc}"
                 if bar is not None:
                     bar.set_postfix_str(os.path.basename(job.path), refresh=False)
                     bar.update(1)
     finally:
-        cache.observer = prev
+        if trace_env is not None:
+            os.environ["KERNELBAY_TRACE"] = trace_env
         if bar is not None:
             bar.close()
     return report(jobs)

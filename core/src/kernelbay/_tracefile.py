@@ -86,6 +86,7 @@ class Log:
         self._live: dict[int, int] = {}  # id(handle) -> bytes, for the allocations still live
         self.memory_stats: dict[str, Any] = {}
         self.timing_failed = False
+        self._freed: dict[int, int] | None = None  # id(free record) -> bytes, for the written spans
 
     def fold(self, chunk: list[tuple], timers: dict[str, Any]) -> None:
         """Resolve the device spans of ``chunk`` (freeing the timer's marks) and ring it."""
@@ -124,7 +125,9 @@ class Log:
         return r[:9] + (s0, s1, r[11])
 
     def finish(self) -> None:
-        """Aggregate what is still in the ring (before :meth:`summary`)."""
+        """Aggregate what is still in the ring (before :meth:`summary`), noting the bytes each
+        free gave back for its span."""
+        self._freed = {}
         for chunk in self.ring:
             self.aggregate(chunk)
 
@@ -168,7 +171,9 @@ class Log:
                 cs[0] += 1
                 cs[1] += t1 - t0
             elif kind == "allocate" or kind == "free":
-                self._memory(kind, str(self.reg[key]), a, b)
+                freed = self._memory(kind, str(self.reg[key]), a, b)
+                if freed is not None and self._freed is not None:
+                    self._freed[id(r)] = freed
             elif kind == "synchronize":
                 self.syncs[0] += 1
                 self.syncs[1] += t1 - t0
@@ -193,7 +198,7 @@ class Log:
             k[4] = min(k[4], min(ds))
             k[5] = max(k[5], max(ds))
 
-    def _memory(self, kind: str, dev: str, a: Any, b: Any) -> None:
+    def _memory(self, kind: str, dev: str, a: Any, b: Any) -> int | None:
         st = self.alloc.get(dev)
         if st is None:
             st = self.alloc[dev] = {"allocations": 0, "frees": 0, "bytes": 0, "live": 0, "peak_live": 0}
@@ -205,7 +210,11 @@ class Log:
             self._live[b] = a
         else:
             st["frees"] += 1
-            st["live"] -= self._live.pop(a, 0)
+            freed = self._live.pop(a, None)
+            if freed is not None:
+                st["live"] -= freed
+            return freed
+        return None
 
     def summary(self) -> dict[str, Any]:
         by_name: dict[str, list[float]] = {}
@@ -270,6 +279,8 @@ class Log:
                 out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": f"host: {name}"}})
                 out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": t, "args": {"sort_index": t}})
             title, args, track = _describe(r, self.reg)
+            if kind == "free" and self._freed and id(r) in self._freed:
+                args["bytes"] = self._freed[id(r)]
             ts = round((t0 - t00) / 1000, 3)
             out.append({"name": title, "cat": kind, "ph": "X", "ts": ts, "dur": round((t1 - t0) / 1000, 3), "pid": pid, "tid": t, "args": args})
             if span is None or track is None:
