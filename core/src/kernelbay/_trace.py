@@ -98,10 +98,15 @@ class Tracer:
                     f"(or unset {ENV_TRACE})"
                 )
             _active = self
-        self.running = True
         self.log.start_ns = perf_counter_ns()
+        try:
+            _api.register(self, name=f"kernelbay-trace-{id(self)}")
+        except BaseException:
+            with _active_lock:
+                _active = None
+            raise
+        self.running = True
         cache.observer = self._on_lookup
-        _api.register(self, name=f"kernelbay-trace-{id(self)}")
         return self
 
     def stop(self) -> str:
