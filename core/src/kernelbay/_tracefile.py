@@ -121,8 +121,12 @@ class Log:
             except Exception:  # a timer that fails: host spans only from here
                 log.warning("kernelbay trace: device timing failed; host spans only from here", exc_info=True)
                 self.timing_failed = True
-        s0, s1 = span if span is not None else (None, None)
-        return r[:9] + (s0, s1, r[11])
+        if span is None:
+            return r[:9] + (None, None, r[11])
+        # A mapped device clock can be off by a few microseconds; the work cannot have begun
+        # before the host call that queued it.
+        s0 = max(span[0], r[1])
+        return r[:9] + (s0, max(span[1], s0), r[11])
 
     def finish(self) -> None:
         """Aggregate what is still in the ring (before :meth:`summary`), noting the bytes each
