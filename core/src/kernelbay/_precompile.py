@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tomllib
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 import attrs
@@ -63,6 +61,8 @@ def add_parser(sub: Any) -> None:
 
 
 def _manifest(path: str) -> dict[str, Any]:
+    import tomllib
+
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
@@ -164,6 +164,7 @@ def compile_one(path: str, lang: str, name: str | None, options: tuple[str, ...]
 
 def cmd_precompile(args: argparse.Namespace) -> int:
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     jobs = plan(args)
     if not jobs:

@@ -10,12 +10,9 @@ the busiest stretch of it (matplotlib, an optional dependency).
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from typing import Any
 
 from .errors import InvalidArgumentError, UnsupportedError
@@ -32,6 +29,10 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    import glob
+    import subprocess
+    import tempfile
+
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]

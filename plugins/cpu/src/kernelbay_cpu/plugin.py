@@ -7,8 +7,8 @@ happen inside the hooks.
 from __future__ import annotations
 
 import os
-from time import perf_counter_ns
 from collections.abc import Sequence
+from time import perf_counter_ns
 from typing import Any
 
 from kernelbay import API_VERSION, hookimpl
