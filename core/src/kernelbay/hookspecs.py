@@ -311,12 +311,13 @@ def kernelbay_device_timer() -> Any:
 
     * ``mark(device, stream) -> Any``: called just before and just after the backend's launch
       or copy hook (and so on the hot path while tracing: keep it to a few hundred nanoseconds).
-      Returns an opaque mark, e.g. a CUDA event recorded on ``stream``.
+      Returns an opaque mark, e.g. a CUDA event recorded on ``stream``, or ``None`` where it
+      cannot mark; it must not raise (the launch it watches reports its own errors).
     * ``span(start, end) -> tuple[int, int] | None``: the device-side begin and end of the work
       between two marks, in :func:`time.perf_counter_ns` units of this process (map device
       clocks onto it). Called off the hot path, in batches and when the trace is written; may
-      block until that work has finished. ``None`` when it cannot tell. Each mark is passed to
-      ``span`` at most once, so it can be recycled there.
+      block until that work has finished. ``None`` when it cannot tell (either mark may be
+      ``None``). Each mark is passed to ``span`` at most once, so it can be recycled there.
     * optionally ``host_clock = True``: the marks already are the device span's ends in
       :func:`time.perf_counter_ns` units (a timer that waits for the work in ``mark``, as the
       tpu backend's does), so ``span`` is never called.

@@ -67,19 +67,28 @@ class Timer:
                     _driver.check(lib.cuEventSynchronize(ev), "cuEventSynchronize", index)
                     after = perf_counter_ns()
                     if best is None or after - before < best[2] - best[1]:
+                        if best is not None:
+                            self._pool.setdefault(index, []).append(best[0])
                         best = (ev, before, after)
+                    else:
+                        self._pool.setdefault(index, []).append(ev)
                 ref = self._ref[index] = (best[0], (best[1] + best[2]) // 2)
         return ref
 
     def mark(self, device: Any, stream: Any) -> int | None:
+        """An event recorded on ``stream``; ``None`` where that fails (tracing never fails the
+        launch it watches: the launch reports its own errors)."""
         index = device.index
-        _driver.ensure_current(index)
-        if index not in self._ref:
-            self._reference(index)
         try:
-            ev = self._pool[index].pop()
-        except (KeyError, IndexError):
-            ev = self._new_event(index)
+            _driver.ensure_current(index)
+            if index not in self._ref:
+                self._reference(index)
+            try:
+                ev = self._pool[index].pop()
+            except (KeyError, IndexError):
+                ev = self._new_event(index)
+        except Exception:
+            return None
         if stream is None:
             h = 0
         else:
@@ -87,7 +96,11 @@ class Timer:
             if not isinstance(h, int):
                 from .streams import as_stream
 
-                h = as_stream(stream, device).handle
+                try:
+                    h = as_stream(stream, device).handle
+                except Exception:  # not a stream: the launch will say so
+                    self._pool.setdefault(index, []).append(ev)
+                    return None
         if self._lib.cuEventRecord(ev, h):
             self._pool.setdefault(index, []).append(ev)
             return None  # the span is then unknown; the launch itself goes on
