@@ -1,4 +1,4 @@
-"""The ``kernelbay`` command: ``info``, ``demo`` and ``cache``.
+"""The ``kernelbay`` command: ``info``, ``demo``, ``cache``, ``profile`` and ``precompile``.
 
 User errors print one line (``kernelbay: error: ...``) and exit 1; ``--debug`` shows the
 traceback instead.
