@@ -107,3 +107,25 @@ def test_nvtx_without_the_package_is_a_clear_error(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "nvtx", None)
     with pytest.raises(kb.UnsupportedError, match="pip install nvtx"):
         _nvtx.enable()
+
+
+def test_a_backend_without_device_timer_gets_host_spans_only(tmp_path) -> None:
+    pytest.importorskip("kernelbay_pyref", reason="the pyref example backend is not installed")
+
+    def double(t, y, n):  # noqa: ANN001 -- a pyref kernel: called once per thread
+        i = t.threadIdx.x
+        if i < n:
+            y[i] = 2 * y[i]
+
+    dev = kb.device("pyref")
+    with kb.trace(tmp_path / "p.json"):
+        k = kb.compile(kb.Source(double, lang="python", name="double"), device=dev)
+        y = kb.asarray(np.ones(4, np.float32), device=dev)
+        k.launch(1, 4, (y, 4))
+        dev.synchronize()
+    doc = load(str(tmp_path / "p.json"))
+    assert Counter(e["cat"] for e in spans(doc)) == {"compile": 1, "allocate": 1, "copy": 1, "launch": 1, "synchronize": 1}
+    k = doc["kernelbay"]["kernels"]["double"]
+    assert k["count"] == 1 and k["host_ns"] > 0 and k["device_count"] == 0 and k["device_min_ns"] is None
+    assert spans(doc, "compile")[0]["args"]["cache"] == "uncached"  # pyref keeps no disk cache
+    assert list(y.numpy()) == [2.0] * 4
