@@ -169,9 +169,13 @@ class Tracer:
         if not self.device_timing:
             return None
         if b.name not in self._timers:
-            impl = getattr(b.plugin, "kernelbay_device_timer", None)
+            from ._plugins import runtime
+
+            # The backend's own implementation, called directly: the binding may not have
+            # resolved this hook yet (the core is binding the hot path right now).
+            impls = runtime._own_impls(b.plugin, "kernelbay_device_timer")
             try:
-                self._timers[b.name] = impl() if impl is not None else None
+                self._timers[b.name] = impls[0].function() if impls else None
             except Exception:
                 log.warning("kernelbay trace: backend %r has no working device timer", b.name, exc_info=True)
                 self._timers[b.name] = None
