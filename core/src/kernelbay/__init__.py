@@ -7,12 +7,12 @@
 
 from __future__ import annotations
 
+import os as _os
+
 from . import _log
-
-_log.configure_from_env()  # before anything else logs
-
 from ._api import asarray, backends, buffer, compile, copy, device, devices, empty, register, unregister, zeros
 from ._plugins import Backend
+from ._trace import trace
 from .errors import (
     ArgumentTypeError,
     BackendBrokenError,
@@ -35,6 +35,12 @@ from .streams import Event, Stream
 from .types import Array, BackendSpec, Buffer, Device, Kernel, LaunchConfig, MemoryStats, Source
 
 __version__ = "0.1.0"
+
+if _os.environ.get("KERNELBAY_TRACE") or _os.environ.get("KERNELBAY_NVTX", "0") not in ("", "0"):
+    from . import _trace as _t
+
+    _t.start_from_env()
+    del _t
 
 __all__ = [
     "API_VERSION",
@@ -75,6 +81,7 @@ __all__ = [
     "empty",
     "hookimpl",
     "register",
+    "trace",
     "unregister",
     "zeros",
 ]

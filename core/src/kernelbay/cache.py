@@ -34,7 +34,7 @@ import secrets
 import stat
 import struct
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -497,6 +497,11 @@ def _warn(exc: BaseException) -> None:
         log.warning("compiling without the disk cache: %s", msg)
 
 
+#: Called as ``observer(key, hit)`` after every :func:`lookup` while set (the tracer counts
+#: disk hits and misses of compiles this way); ``None`` costs nothing.
+observer: Callable[[str, bool], None] | None = None
+
+
 def lookup(key: str) -> tuple[DiskCache | None, CacheEntry | None]:
     """``(cache, entry)`` for ``key`` in the default cache, for callers that must work without one:
     ``(None, None)`` when the cache cannot be used at all (logged once as a warning on the
@@ -505,6 +510,13 @@ def lookup(key: str) -> tuple[DiskCache | None, CacheEntry | None]:
 
     :raises SettingError: for a malformed setting: a user's mistake is reported, not worked around.
     """
+    cache, entry = _lookup(key)
+    if observer is not None:
+        observer(key, entry is not None)
+    return cache, entry
+
+
+def _lookup(key: str) -> tuple[DiskCache | None, CacheEntry | None]:
     cache = default_cache()
     try:
         return cache, cache.get(key)

@@ -1,4 +1,4 @@
-"""The ``kernelbay`` command: ``info``, ``demo`` and ``cache``.
+"""The ``kernelbay`` command: ``info``, ``demo``, ``cache``, ``profile`` and ``precompile``.
 
 User errors print one line (``kernelbay: error: ...``) and exit 1; ``--debug`` shows the
 traceback instead.
@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     ci = csub.add_parser("info", help="where the cache is and what it holds")
     ci.add_argument("--json", action="store_true", help="machine-readable output")
     csub.add_parser("clear", help="delete every cached compile result")
+    from . import _precompile, _profile  # light: their heavy imports happen when they run
+
+    _profile.add_parser(sub)
+    _precompile.add_parser(sub)
     return p
 
 
@@ -186,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "cache" and args.cache_command is None:
         args.cache_command = "info"
-    handler = {"info": cmd_info, "demo": cmd_demo, "cache": cmd_cache}[args.command]
+    handler = getattr(args, "handler", None) or {"info": cmd_info, "demo": cmd_demo, "cache": cmd_cache}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:

@@ -44,7 +44,11 @@ through the ordinary hooks.
 
 Extensions (tracers, profilers) register plugins with :func:`kernelbay.register` holding
 ``wrapper=True`` implementations of any hook; while one is registered, the core routes calls
-through pluggy so the wrapper runs.
+through pluggy so the wrapper runs. A pluggy call costs about 5 us, so a wrapper may also offer
+a positional form for the hot path: an attribute ``kernelbay_positional`` on the implementing
+function, ``(plugin, inner, binding) -> callable``, returning a function that takes the spec's
+parameters positionally and calls ``inner`` with them. When every wrapper of a hook offers one,
+the core chains those direct calls instead of calling pluggy (:mod:`kernelbay.trace` does).
 """
 
 from __future__ import annotations
@@ -534,6 +538,49 @@ def kernelbay_graph_destroy(device: Device, graph: Any) -> None:
 
     :param device: the graph's device.
     :param graph: what ``kernelbay_graph_build`` returned.
+
+    .. versionadded:: 0.2
+    """
+
+
+# --- tracing ----------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def kernelbay_device_timer() -> Any:
+    """*Optional* (fallback: ``None``, the trace has host spans only). An object that times this
+    backend's launches and copies on the device, for :mod:`kernelbay.trace`.
+
+    Called once per backend when a trace starts (never on the hot path while tracing is off).
+    Backends without it get host spans only: the trace shows when each call was made and how
+    long it took on the host, and no device track.
+
+    The object has two methods; both run only while a trace is recording:
+
+    * ``mark(device, stream) -> Any``: called just before and just after the backend's launch
+      or copy hook (and so on the hot path while tracing: keep it to a few hundred nanoseconds).
+      Returns an opaque mark, e.g. a CUDA event recorded on ``stream``, or ``None`` where it
+      cannot mark; it must not raise (the launch it watches reports its own errors).
+    * ``span(start, end) -> tuple[int, int] | None``: the device-side begin and end of the work
+      between two marks, in :func:`time.perf_counter_ns` units of this process (map device
+      clocks onto it). Called off the hot path, in batches and when the trace is written; may
+      block until that work has finished. ``None`` when it cannot tell (either mark may be
+      ``None``). Each mark is passed to ``span`` at most once, so it can be recycled there.
+    * optionally ``host_clock = True``: the marks already are the device span's ends in
+      :func:`time.perf_counter_ns` units (a timer that waits for the work in ``mark``, as the
+      tpu backend's does), so ``span`` is never called.
+    * optionally ``synchronous = True``: the work has finished when the backend's call returns
+      (the cpu backend), so the device span is the call itself; neither method is called.
+
+    Marks should be numbers (event handles, clock values): the tracer keeps them until the
+    next batch, and objects there would keep garbage collection busy.
+
+    ``stream`` is what the user passed (``None`` for the default stream); ``device`` is the
+    buffer's or kernel's device.
+
+    :return: the timer object, or ``None`` when the backend cannot time device work here.
+    :raises: nothing; a timer that cannot work returns ``None``. A timer method that raises
+        drops device timing for the rest of the trace (logged on ``kernelbay.trace``).
 
     .. versionadded:: 0.2
     """

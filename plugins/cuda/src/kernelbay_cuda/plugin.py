@@ -10,7 +10,7 @@ from typing import Any
 from kernelbay.hookspecs import API_VERSION, hookimpl
 from kernelbay.types import BackendSpec
 
-from . import allocator, compiler, copies, devices, graphs, interop, launcher, streams
+from . import allocator, compiler, copies, devices, graphs, interop, launcher, streams, timing
 
 # Hot-path hooks are the implementing functions themselves (no wrapper call): their parameters
 # match the specs', in order, so the core binds them directly.
@@ -25,6 +25,7 @@ kernelbay_cuda_array_interface = hookimpl(interop.cuda_array_interface)
 kernelbay_from_external = hookimpl(interop.from_external)
 kernelbay_dlpack_device = hookimpl(interop.dlpack_device)
 kernelbay_to_dlpack = hookimpl(interop.to_dlpack)
+kernelbay_device_timer = hookimpl(timing.device_timer)
 
 # Streams and events (streams.py: kernelbay_cuda.Stream/Event are the handles) and graphs built
 # node by node with explicit dependencies (graphs.py).

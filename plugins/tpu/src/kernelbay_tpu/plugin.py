@@ -7,7 +7,7 @@ from typing import Any
 from kernelbay import API_VERSION, hookimpl
 from kernelbay.types import Array, BackendSpec, Buffer, Device, Source
 
-from . import allocator, compiler, launcher
+from . import allocator, compiler, launcher, timing
 
 
 @hookimpl
@@ -141,3 +141,6 @@ def kernelbay_kernel_access(kernel: Any) -> Any:
     from . import graphs
 
     return graphs.kernel_access(kernel)
+
+
+kernelbay_device_timer = hookimpl(timing.device_timer)

@@ -1,0 +1,219 @@
+"""``kernelbay precompile FILE_OR_DIR... [--device SEL]...``: fill the disk compile cache.
+
+For CI images and containers: compile every kernel source found into the cache in parallel
+(worker processes), with a progress bar (tqdm), then a summary of hits, misses and failures, each failure with
+its compiler log. Exit status 1 when any failed.
+
+Sources are found by suffix (``.cu``, ``.cpp``/``.cc``/``.cxx``, ``.ptx``, ``.cubin``,
+``.fatbin``; headers are not compiled on their own). Options come from ``--option`` flags
+and from a manifest, ``kernelbay.toml`` in a directory given (or ``--manifest FILE``)::
+
+    [defaults]
+    options = ["-O3"]          # every source
+
+    [sources."saxpy.cu"]       # a path relative to the manifest's directory
+    name = "saxpy"             # the entry point, as Source(name=...)
+    options = ["-DN=4"]        # added after the defaults
+    headers = ["common.cuh"]   # files passed as Source(headers=...), by their base names
+    skip = false               # true leaves the file out
+
+A kernel compiled here hits the cache at run time only when the program builds the same
+Source: same text, language, name, options and headers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from .errors import InvalidArgumentError, KernelbayError
+
+MANIFEST = "kernelbay.toml"
+_HEADERS = {".cuh", ".h", ".hpp", ".hh", ".inl"}
+
+
+@attrs.define
+class Job:
+    path: str
+    lang: str
+    name: str | None = None
+    options: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    device: Any = None
+    outcome: str = ""  # memory, disk, compiled, failed, skipped
+    detail: str = ""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("precompile", help="compile kernel sources into the disk cache, in parallel")
+    p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="kernel sources, or directories searched for them")
+    p.add_argument("--device", action="append", default=None, help="device selector to compile for (repeatable; default: $KERNELBAY_DEVICE or the best)")
+    p.add_argument("--option", action="append", default=[], metavar="OPT", help="compiler option for every source (repeatable; write --option=-DN=4 for options that start with -)")
+    p.add_argument("--manifest", default=None, help=f"options per source (default: {MANIFEST} in each directory given)")
+    p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: CPU count)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=cmd_precompile)
+
+
+def _manifest(path: str) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read the manifest {path!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgumentError(f"the manifest {path!r} is not valid TOML: {exc}") from None
+    data["_dir"] = os.path.dirname(os.path.abspath(path))
+    return data
+
+
+def _settings(path: str, manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"options": [], "headers": [], "name": None, "skip": False}
+    for m in manifests:
+        rel = os.path.relpath(os.path.abspath(path), m["_dir"])
+        if rel.startswith(".."):
+            continue
+        out["options"] += list(m.get("defaults", {}).get("options", []))
+        entry = m.get("sources", {}).get(rel.replace(os.sep, "/"), {})
+        out["options"] += list(entry.get("options", []))
+        out["headers"] += [os.path.join(os.path.dirname(path), h) for h in entry.get("headers", [])]
+        out["name"] = entry.get("name", out["name"])
+        out["skip"] = bool(entry.get("skip", out["skip"]))
+    return out
+
+
+def find_sources(paths: list[str]) -> Iterator[str]:
+    from .types import _SUFFIX_LANG
+
+    for p in paths:
+        if os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for f in sorted(files):
+                    suffix = os.path.splitext(f)[1].lower()
+                    if suffix in _SUFFIX_LANG and suffix not in _HEADERS:
+                        yield os.path.join(root, f)
+        elif os.path.isfile(p):
+            yield p
+        else:
+            raise InvalidArgumentError(f"{p!r} is neither a file nor a directory")
+
+
+def plan(args: argparse.Namespace) -> list[Job]:
+    from . import _api
+    from .types import _SUFFIX_LANG
+
+    manifests = [_manifest(args.manifest)] if args.manifest else [
+        _manifest(os.path.join(p, MANIFEST)) for p in args.paths if os.path.isfile(os.path.join(p, MANIFEST))
+    ]
+    devices = [_api.device(d) for d in (args.device or [None])]
+    jobs = []
+    for path in find_sources(args.paths):
+        lang = _SUFFIX_LANG.get(os.path.splitext(path)[1].lower())
+        if lang is None:
+            raise InvalidArgumentError(f"cannot tell the language of {path!r} from its suffix")
+        s = _settings(path, manifests)
+        if s["skip"]:
+            continue
+        for dev in devices:
+            jobs.append(Job(path, lang, s["name"], tuple(s["options"] + list(args.option)), tuple(s["headers"]), dev))
+    return jobs
+
+
+_found: list[bool] | None = None  # the disk cache's answers during this process's compile
+
+
+def _observe(key: str, hit: bool) -> None:
+    if _found is not None:
+        _found.append(hit)
+
+
+def compile_one(path: str, lang: str, name: str | None, options: tuple[str, ...], headers: tuple[str, ...],
+                device: str) -> tuple[str, str]:
+    """Compile one source for one device here: ``(outcome, detail)``, outcome one of memory,
+    disk, compiled, failed, skipped. Runs in a worker process (one compile at a time there)."""
+    global _found
+    from . import _api, cache
+    from .types import Source
+
+    dev, b = _api._resolve(device)
+    langs = b.spec.languages if b.spec is not None else ()
+    if lang not in langs:
+        return "skipped", f"{dev.backend} does not take {lang} (it takes {', '.join(langs)})"
+    texts = {}
+    for h in headers:
+        with open(h, encoding="utf-8") as f:
+            texts[os.path.basename(h)] = f.read()
+    cache.observer, _found = _observe, []
+    try:
+        src = Source.from_file(path, lang, name=name, options=options, headers=texts)
+        _api.compile(src, device=dev)
+    except KernelbayError as exc:
+        return "failed", str(exc)
+    finally:
+        found, _found, cache.observer = _found, None, None
+    return ("disk" if all(found) else "compiled") if found else "memory", ""
+
+
+def cmd_precompile(args: argparse.Namespace) -> int:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    jobs = plan(args)
+    if not jobs:
+        print("kernelbay precompile: no kernel sources found (.cu, .cpp, .cc, .cxx, .ptx, .cubin, .fatbin)")
+        return 0
+    workers = max(1, min(args.jobs or os.cpu_count() or 1, len(jobs)))
+    bar = None
+    if not args.no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), unit="kernel", desc="precompile", file=sys.stderr, dynamic_ncols=True)
+    # Worker processes, not threads: a backend may compile one kernel at a time per process
+    # (the cuda backend does), and a compiler crash takes down a worker, not this command.
+    # Spawned, so no driver state is inherited; without KERNELBAY_TRACE, so they write no trace.
+    trace_env = os.environ.pop("KERNELBAY_TRACE", None)
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {
+                pool.submit(compile_one, j.path, j.lang, j.name, j.options, j.headers, str(j.device)): j for j in jobs
+            }
+            for fut in as_completed(futures):
+                job = futures[fut]
+                try:
+                    job.outcome, job.detail = fut.result()
+                except Exception as exc:  # the worker died (a compiler that crashed the process...)
+                    job.outcome, job.detail = "failed", f"the compile worker failed: {type(exc).__name__}: {exc}"
+                if bar is not None:
+                    bar.set_postfix_str(os.path.basename(job.path), refresh=False)
+                    bar.update(1)
+    finally:
+        if trace_env is not None:
+            os.environ["KERNELBAY_TRACE"] = trace_env
+        if bar is not None:
+            bar.close()
+    return report(jobs)
+
+
+def report(jobs: list[Job]) -> int:
+    count = {k: sum(j.outcome == k for j in jobs) for k in ("memory", "disk", "compiled", "failed", "skipped")}
+    print(
+        f"precompiled {len(jobs)} kernel source(s): {count['disk'] + count['memory']} already cached, "
+        f"{count['compiled']} compiled, {count['failed']} failed, {count['skipped']} skipped"
+    )
+    for j in jobs:
+        if j.outcome == "skipped":
+            print(f"  skipped {j.path} for {j.device}: {j.detail}")
+    for j in jobs:
+        if j.outcome == "failed":
+            print(f"\nFAILED {j.path} for {j.device}:")
+            for line in j.detail.splitlines():
+                print(f"  {line}")
+    return 1 if count["failed"] else 0

@@ -1,0 +1,350 @@
+"""Timeline traces of kernelbay's work: ``KERNELBAY_TRACE=path.json`` or ``with kb.trace(path):``.
+
+The tracer is an extension plugin (:func:`kernelbay.register`) made of ``wrapper=True`` hook
+implementations, the mechanism hookspecs.py offers every extension. Its hot-path wrappers
+(allocate, free, copy, launch) also carry a positional form (``kernelbay_positional``), so
+the core chains them as direct calls instead of going through pluggy; with no trace running
+nothing is registered and the hot path is exactly what it is without this module.
+
+Each call appends one tuple to a list (two clock reads, no formatting); every
+``CHUNK`` records the list is folded (:mod:`kernelbay._tracefile`): device spans resolved,
+whole-run aggregates updated, and the records kept in a ring of the newest ``max_events``.
+The file is written at the end (context exit, :meth:`Tracer.stop`, or interpreter exit), to a
+temporary file renamed into place.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from time import perf_counter_ns
+from typing import Any
+
+from .errors import InvalidArgumentError
+from .hookspecs import hookimpl
+from .types import Buffer
+
+__all__ = ["ENV_DEVICE", "ENV_MAX_EVENTS", "ENV_TRACE", "Tracer", "current", "trace"]
+
+ENV_TRACE = "KERNELBAY_TRACE"
+ENV_MAX_EVENTS = "KERNELBAY_TRACE_MAX_EVENTS"
+ENV_DEVICE = "KERNELBAY_TRACE_DEVICE"
+DEFAULT_MAX_EVENTS = 100_000
+#: Records folded at a time (bounds the raw list, and how long CUDA events stay in flight).
+CHUNK = 8192
+
+log = logging.getLogger("kernelbay.trace")
+
+_active: Tracer | None = None
+_active_lock = threading.Lock()
+
+# Record kinds (the first item of every record tuple).
+LAUNCH, COPY, ALLOC, FREE, COMPILE, SYNC, MEMSET = "launch", "copy", "allocate", "free", "compile", "synchronize", "memset"
+
+
+def _flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    return raw not in ("0", "false", "no", "off")
+
+
+class Tracer:
+    """Records kernelbay's operations while registered; :meth:`stop` writes the trace.
+
+    :param path: the JSON file to write; ``{pid}`` in it becomes the process id.
+    :param max_events: how many records the timeline keeps (the newest); the summary in the
+        file counts every call regardless. Default ``KERNELBAY_TRACE_MAX_EVENTS`` or 100,000.
+    :param device_timing: ask backends for device spans (default ``KERNELBAY_TRACE_DEVICE``,
+        on).
+    :raises InvalidArgumentError: when ``path`` cannot be written (checked now, not at exit).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], max_events: int | None = None, device_timing: bool | None = None) -> None:
+        from . import _tracefile  # json, tempfile: only once a trace is asked for
+
+        self.path = _tracefile.check_path(os.fspath(path))
+        if max_events is None:
+            raw = os.environ.get(ENV_MAX_EVENTS, "")
+            try:
+                max_events = int(raw) if raw.strip() else DEFAULT_MAX_EVENTS
+            except ValueError:
+                raise InvalidArgumentError(f"{ENV_MAX_EVENTS}={raw!r} is not a whole number of events") from None
+        if max_events < 1:
+            raise InvalidArgumentError(f"max_events must be >= 1, got {max_events}")
+        self.device_timing = _flag(ENV_DEVICE, True) if device_timing is None else device_timing
+        self.buf: list[tuple] = []
+        self.reg: dict[int, Any] = {}  # id -> the kernel, device, stream or source records name
+        self.refs: list[Any] = []  # objects the hot path's records name, until the next fold
+        self.log = _tracefile.Log(max_events, os.getpid(), CHUNK, self.reg)
+        self.running = False
+        self._timers: dict[str, Any] = {}
+        self._fold_lock = threading.Lock()
+        self._tls = threading.local()
+        self._seen: set[Any] = set()
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> Tracer:
+        global _active
+        from . import _api, cache
+
+        with _active_lock:
+            if _active is not None:
+                raise InvalidArgumentError(
+                    f"a kernelbay trace is already recording to {_active.path!r}; stop it first "
+                    f"(or unset {ENV_TRACE})"
+                )
+            _active = self
+        self.log.start_ns = perf_counter_ns()
+        try:
+            _api.register(self, name=f"kernelbay-trace-{id(self)}")
+        except BaseException:
+            with _active_lock:
+                _active = None
+            raise
+        self.running = True
+        cache.observer = self._on_lookup
+        return self
+
+    def stop(self) -> str:
+        """Stop recording and write the file; returns its path. Stopping twice is harmless."""
+        global _active
+        from . import _api, cache
+
+        if not self.running:
+            return self.path
+        self.running = False
+        try:
+            _api.unregister(self)
+        finally:
+            if cache.observer == self._on_lookup:
+                cache.observer = None
+            with _active_lock:
+                if _active is self:
+                    _active = None
+        self.fold()
+        self.log.finish()
+        self.log.memory_stats = _memory_stats()
+        from . import _tracefile
+
+        _tracefile.write(self.path, self.log)
+        log.info("kernelbay trace written to %s (%d calls)", self.path, self.log.total)
+        return self.path
+
+    def __enter__(self) -> Tracer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def fold(self) -> None:
+        """Fold the raw records into the log (device spans resolved, aggregates updated)."""
+        with self._fold_lock:
+            buf, refs = self.buf, self.refs
+            n = len(buf)
+            chunk = buf[:n]
+            del buf[:n]  # appends from other threads meanwhile land after n and stay
+            # After the records: a record's objects were kept before it was appended.
+            m = len(refs)
+            objs = refs[:m]
+            del refs[:m]
+            self.reg.update(zip(map(id, objs), objs))
+            self.log.fold(chunk, self._timers)
+
+    def _ref(self, obj: Any) -> int | None:
+        """``obj``'s id, keeping ``obj`` in ``self.reg`` (``None`` stays ``None``)."""
+        if obj is None:
+            return None
+        self.reg[id(obj)] = obj
+        return id(obj)
+
+    def _copy_ends(self, dst: Any, src: Any) -> tuple[int | None, str]:
+        dev, direction = copy_ends(dst, src)
+        return self._ref(dev), direction
+
+    def _timer(self, b: Any) -> Any:
+        if not self.device_timing:
+            return None
+        if b.name not in self._timers:
+            from ._plugins import runtime
+
+            # The backend's own implementation, called directly: the binding may not have
+            # resolved this hook yet (the core is binding the hot path right now).
+            impls = runtime._own_impls(b.plugin, "kernelbay_device_timer")
+            try:
+                self._timers[b.name] = impls[0].function() if impls else None
+            except Exception:
+                log.warning("kernelbay trace: backend %r has no working device timer", b.name, exc_info=True)
+                self._timers[b.name] = None
+        return self._timers[b.name]
+
+    # --- compile: a pluggy wrapper (not hot); the cache reports disk hits and misses ------
+
+    def _on_lookup(self, key: str, hit: bool) -> None:
+        found = getattr(self._tls, "lookups", None)
+        if found is not None:
+            found.append(hit)
+
+    @hookimpl(wrapper=True)
+    def kernelbay_compile(self, device: Any, source: Any) -> Any:
+        outer = getattr(self._tls, "lookups", None)
+        self._tls.lookups = found = []
+        t0 = perf_counter_ns()
+        try:
+            handle = yield
+        except BaseException as exc:
+            self.buf.append((COMPILE, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), self._ref(source), "failed", None, None, None, None, _err(exc)))
+            raise
+        finally:
+            self._tls.lookups = outer
+        t1 = perf_counter_ns()
+        key = (device, source)
+        if found:
+            how = "disk" if all(found) else "miss"
+        elif key in self._seen or id(handle) in self._seen:
+            how = "memory"
+        else:
+            how = "uncached"  # no disk lookup: kept from before the trace, or a backend without a disk cache
+        self._seen.add(key)
+        self._seen.add(id(handle))
+        self.buf.append((COMPILE, t0, t1, threading.get_ident(), self._ref(device), self._ref(source), how, None, None, None, None, None))
+        return handle
+
+    @hookimpl(wrapper=True)
+    def kernelbay_synchronize(self, device: Any, stream: Any) -> Any:
+        t0 = perf_counter_ns()
+        try:
+            r = yield
+        except BaseException as exc:
+            self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), self._ref(stream), None, None, None, None, None, _err(exc)))
+            raise
+        self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), self._ref(stream), None, None, None, None, None, None))
+        return r
+
+    @hookimpl(wrapper=True)
+    def kernelbay_memset(self, dst: Any, value: int, nbytes: int, stream: Any) -> Any:
+        t0 = perf_counter_ns()
+        r = yield
+        self.buf.append((MEMSET, t0, perf_counter_ns(), threading.get_ident(), self._ref(dst.device), nbytes, self._ref(stream), None, None, None, None, None))
+        return r
+
+    # --- the hot path: pluggy wrappers (used when another extension without a positional
+    # form wraps the same hook), each with the positional form the core chains (_tracehot) --
+
+    @hookimpl(wrapper=True)
+    def kernelbay_launch(self, kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
+        t0 = perf_counter_ns()
+        r = yield
+        self.buf.append((LAUNCH, t0, perf_counter_ns(), threading.get_ident(), self._ref(kernel), grid, block, shared_mem, self._ref(stream), None, None, None))
+        return r
+
+    @hookimpl(wrapper=True)
+    def kernelbay_copy(self, dst: Any, src: Any, nbytes: int, stream: Any) -> Any:
+        t0 = perf_counter_ns()
+        r = yield
+        self.buf.append((COPY, t0, perf_counter_ns(), threading.get_ident(), *self._copy_ends(dst, src), nbytes, self._ref(stream), None, None, None, None))
+        return r
+
+    @hookimpl(wrapper=True)
+    def kernelbay_allocate(self, device: Any, nbytes: int) -> Any:
+        t0 = perf_counter_ns()
+        r = yield
+        self.buf.append((ALLOC, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), nbytes, id(r), None, None, None, None, None))
+        return r
+
+    @hookimpl(wrapper=True)
+    def kernelbay_free(self, device: Any, handle: Any) -> Any:
+        t0 = perf_counter_ns()
+        r = yield
+        self.buf.append((FREE, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), id(handle), None, None, None, None, None, None))
+        return r
+
+
+def _err(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def copy_ends(dst: Any, src: Any) -> tuple[Any, str]:
+    """``(device, direction)`` of a copy: the buffer's device and HtoD, DtoH or DtoD."""
+    if isinstance(dst, Buffer):
+        return dst.device, ("DtoD" if isinstance(src, Buffer) else "HtoD")
+    return src.device, "DtoH"
+
+
+def _memory_stats() -> dict[str, Any]:
+    from ._plugins import runtime
+
+    out: dict[str, Any] = {}
+    for b in list(runtime.bindings.values()):
+        try:
+            devs = b.devices()
+        except Exception:
+            continue
+        for d in devs:
+            try:
+                s = b.memory_stats(d)
+            except Exception:  # optional hook, or a device that cannot say
+                continue
+            out[str(d)] = {"active": s.active, "peak": s.peak, "cached": s.cached, "limit": s.limit}
+    return out
+
+
+# The positional forms live in _tracehot (kept apart: they are the code that runs per call).
+from ._tracehot import install as _install
+
+_install(Tracer)
+
+
+def trace(path: str | os.PathLike[str], *, max_events: int | None = None, device_timing: bool | None = None) -> Tracer:
+    """Record a timeline of kernelbay's work into ``path`` (Chrome trace-event JSON, which
+    https://ui.perfetto.dev and chrome://tracing open)::
+
+        with kb.trace("run.json"):
+            ...
+
+    The file is written when the block ends, also when it ends with an exception.
+
+    :param path: the file; ``{pid}`` in it becomes the process id. Written to a temporary file
+        in the same directory and renamed into place, so two processes writing the same path
+        leave one whole trace (the last to finish), never a mix.
+    :param max_events: records kept in the timeline (the newest); default
+        ``KERNELBAY_TRACE_MAX_EVENTS`` or 100,000. The summary counts every call.
+    :param device_timing: device spans where the backend can time them (default on;
+        ``KERNELBAY_TRACE_DEVICE=0`` turns them off).
+    :raises InvalidArgumentError: when ``path`` cannot be written, or a trace is already
+        recording in this process.
+    """
+    return Tracer(path, max_events=max_events, device_timing=device_timing)
+
+
+def current() -> Tracer | None:
+    """The trace recording now in this process, if any."""
+    return _active
+
+
+def start_from_env() -> Tracer | None:
+    """Start the trace ``KERNELBAY_TRACE`` asks for (at ``import kernelbay``), written at exit,
+    and the NVTX ranges ``KERNELBAY_NVTX=1`` asks for."""
+    from . import _nvtx
+
+    if _flag(_nvtx.ENV_NVTX, False):
+        _nvtx.enable()
+    path = os.environ.get(ENV_TRACE, "").strip()
+    if not path or _active is not None:
+        return None
+    try:
+        t = Tracer(path).start()
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{ENV_TRACE}={path!r}: {exc}") from None
+    atexit.register(_stop_at_exit, t)
+    return t
+
+
+def _stop_at_exit(t: Tracer) -> None:
+    try:
+        t.stop()
+    except Exception:
+        log.exception("kernelbay: could not write the trace %s", t.path)

@@ -1,0 +1,369 @@
+"""Folding trace records into a bounded timeline plus whole-run aggregates, and writing the
+Chrome trace-event JSON (the format https://ui.perfetto.dev and chrome://tracing open).
+
+Size: the timeline keeps the newest ``max_events`` records (a ring of chunks); a launch with a device
+span is about 450 bytes of JSON (host span, device span, flow arrow), so the default 100,000
+records stay near 50 MB however long the run. The ``kernelbay`` key of the file holds the
+aggregates of *every* call (counts, times, bytes, cache kinds, allocator peaks), which is what
+``kernelbay profile`` summarises, and says how many records the ring dropped.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import operator
+import os
+import tempfile
+import threading
+from typing import Any
+
+from .errors import InvalidArgumentError
+
+SCHEMA = 1
+log = logging.getLogger("kernelbay.trace")
+_T0, _T1, _KEY, _S0, _S1, _ERR = (operator.itemgetter(i) for i in (1, 2, 4, 9, 10, 11))
+#: Device tracks get thread ids from here up, so they sort after the host threads.
+DEVICE_TID0 = 1_000_000
+
+
+def check_path(path: str) -> str:
+    """The absolute trace path (``{pid}`` filled in) after proving its directory takes a file."""
+    if not path:
+        raise InvalidArgumentError("the trace path is empty; give a file name such as trace.json")
+    path = os.path.abspath(os.path.expanduser(path.replace("{pid}", str(os.getpid()))))
+    if os.path.isdir(path):
+        raise InvalidArgumentError(f"cannot write the trace to {path!r}: it is a directory; give a file name")
+    d = os.path.dirname(path)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".kbtrace-", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"cannot write the trace to {path!r}: {exc.strerror or exc} in {d!r}; choose a writable path"
+        ) from None
+    return path
+
+
+def stream_label(stream: Any) -> str:
+    if stream is None:
+        return "default stream"
+    h = getattr(stream, "handle", None)
+    if isinstance(h, int):
+        return f"stream 0x{h:x}"
+    return f"stream {type(stream).__name__}@{id(stream):x}"
+
+
+class Log:
+    """The folded trace: a ring of record chunks and the aggregates of every call.
+
+    A record is the tuple the tracer appended: ``(kind, t0, t1, thread, key, a, b, c, d, m0,
+    m1, error)``, ``key`` the id of the kernel (launch) or device (objects in ``reg``), ``m0``/``m1`` the device timer's marks
+    (replaced by the device span's ends when folded). Records are aggregated only when their
+    chunk leaves the ring or the trace is written, so a run that fits in the ring pays for
+    aggregation once, at the end, and not per launch.
+    """
+
+    def __init__(self, max_events: int, pid: int, chunk: int, reg: dict[int, Any]) -> None:
+        self.reg = reg
+        # Whole chunks, one more than max_events needs; events() writes the newest max_events.
+        self.ring: collections.deque[list[tuple]] = collections.deque(maxlen=max_events // chunk + 1)
+        self.max_events = max_events
+        self.pid = pid
+        self.start_ns = 0
+        self.total = 0
+        self.dropped = 0
+        self.thread_names: dict[int, str] = {}
+        self.kernels: dict[Any, list[float]] = {}  # id(Kernel) -> [count, host ns, dev count, dev ns, dev min, dev max]
+        self.copies: dict[str, list[float]] = {}  # direction -> [count, bytes, host ns, dev count, dev ns, dev bytes]
+        self.compiles: dict[str, list[float]] = {}  # cache kind -> [count, ns]
+        self.syncs = [0, 0]
+        self.memsets = [0, 0]
+        self.alloc: dict[str, dict[str, int]] = {}
+        self.failures: dict[str, int] = {}
+        self._live: dict[int, int] = {}  # id(handle) -> bytes, for the allocations still live
+        self.memory_stats: dict[str, Any] = {}
+        self.timing_failed = False
+        self._freed: dict[int, int] | None = None  # id(free record) -> bytes, for the written spans
+
+    def fold(self, chunk: list[tuple], timers: dict[str, Any]) -> None:
+        """Resolve the device spans of ``chunk`` (freeing the timer's marks) and ring it."""
+        for t in threading.enumerate():
+            if t.ident is not None:
+                self.thread_names.setdefault(t.ident, t.name)
+        resolve = [n for n, t in timers.items() if t is not None and not (getattr(t, "host_clock", False) or getattr(t, "synchronous", False))]
+        if resolve:
+            for i, r in enumerate(chunk):
+                if r[9] is not None:
+                    chunk[i] = self._resolved(r, timers)
+        if not chunk:
+            return
+        ring = self.ring
+        if len(ring) == ring.maxlen:
+            old = ring.popleft()
+            self.aggregate(old)
+            self.dropped += len(old)
+        ring.append(chunk)
+        self.total += len(chunk)
+
+    def _resolved(self, r: tuple, timers: dict[str, Any]) -> tuple:
+        key = self.reg[r[4]]
+        backend = key._b.name if r[0] == "launch" else key.backend
+        timer = timers.get(backend)
+        span = None
+        if getattr(timer, "host_clock", False) or getattr(timer, "synchronous", False):
+            return r
+        if timer is not None and not self.timing_failed:
+            try:
+                span = timer.span(r[9], r[10])
+            except Exception:  # a timer that fails: host spans only from here
+                log.warning("kernelbay trace: device timing failed; host spans only from here", exc_info=True)
+                self.timing_failed = True
+        if span is None:
+            return r[:9] + (None, None, r[11])
+        # A mapped device clock can be off by a few microseconds; the work cannot have begun
+        # before the host call that queued it.
+        s0 = max(span[0], r[1])
+        return r[:9] + (s0, max(span[1], s0), r[11])
+
+    def finish(self) -> None:
+        """Aggregate what is still in the ring (before :meth:`summary`), noting the bytes each
+        free gave back for its span."""
+        self._freed = {}
+        for chunk in self.ring:
+            self.aggregate(chunk)
+
+    def aggregate(self, chunk: list[tuple]) -> None:
+        # Launches, the bulk, are summed with map() over item getters (C loops); the rest one
+        # by one.
+        launches = [r for r in chunk if r[0] == "launch"]
+        rest = chunk if len(launches) != len(chunk) else ()
+        if any(map(_ERR, launches)):
+            self.failures["launch"] = self.failures.get("launch", 0) + sum(1 for r in launches if r[11] is not None)
+            launches = [r for r in launches if r[11] is None]
+        if launches:
+            keys = set(map(_KEY, launches))
+            if len(keys) == 1:
+                self._launches(keys.pop(), launches)
+            else:
+                for key in keys:
+                    self._launches(key, [r for r in launches if r[4] == key])
+        for r in rest:
+            kind, t0, t1, _tid, key, a, b, _c, _d, s0, s1, err = r
+            if kind == "launch":
+                continue
+            if err is not None:
+                self.failures[kind] = self.failures.get(kind, 0) + 1
+                if kind != "compile":
+                    continue
+            elif kind == "copy":
+                cp = self.copies.get(a)
+                if cp is None:
+                    cp = self.copies[a] = [0, 0, 0, 0, 0, 0]
+                cp[0] += 1
+                cp[1] += b
+                cp[2] += t1 - t0
+                if s0 is not None and s1 > s0:
+                    cp[3] += 1
+                    cp[4] += s1 - s0
+                    cp[5] += b
+            elif kind == "compile":
+                how = "failed" if err is not None else b
+                cs = self.compiles.setdefault(how, [0, 0])
+                cs[0] += 1
+                cs[1] += t1 - t0
+            elif kind == "allocate" or kind == "free":
+                freed = self._memory(kind, str(self.reg[key]), a, b)
+                if freed is not None and self._freed is not None:
+                    self._freed[id(r)] = freed
+            elif kind == "synchronize":
+                self.syncs[0] += 1
+                self.syncs[1] += t1 - t0
+            elif kind == "memset":
+                self.memsets[0] += 1
+                self.memsets[1] += a
+
+    def _launches(self, kernel: Any, rs: list[tuple]) -> None:
+        k = self.kernels.get(kernel)
+        if k is None:
+            k = self.kernels[kernel] = [0, 0, 0, 0, float("inf"), 0]
+        k[0] += len(rs)
+        k[1] += sum(map(operator.sub, map(_T1, rs), map(_T0, rs)))
+        try:
+            ds = list(map(operator.sub, map(_S1, rs), map(_S0, rs)))
+        except TypeError:  # some without a device span
+            timed = [r for r in rs if r[9] is not None]
+            ds = list(map(operator.sub, map(_S1, timed), map(_S0, timed)))
+        if ds:
+            k[2] += len(ds)
+            k[3] += sum(ds)
+            k[4] = min(k[4], min(ds))
+            k[5] = max(k[5], max(ds))
+
+    def _memory(self, kind: str, dev: str, a: Any, b: Any) -> int | None:
+        st = self.alloc.get(dev)
+        if st is None:
+            st = self.alloc[dev] = {"allocations": 0, "frees": 0, "bytes": 0, "live": 0, "peak_live": 0}
+        if kind == "allocate":
+            st["allocations"] += 1
+            st["bytes"] += a
+            st["live"] += a
+            st["peak_live"] = max(st["peak_live"], st["live"])
+            self._live[b] = a
+        else:
+            st["frees"] += 1
+            freed = self._live.pop(a, None)
+            if freed is not None:
+                st["live"] -= freed
+            return freed
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        by_name: dict[str, list[float]] = {}
+        for kid, k in self.kernels.items():
+            m = by_name.setdefault(self.reg[kid].name, [0, 0, 0, 0, float("inf"), 0])
+            m[0] += k[0]
+            m[1] += k[1]
+            m[2] += k[2]
+            m[3] += k[3]
+            m[4] = min(m[4], k[4])
+            m[5] = max(m[5], k[5])
+        kernels = {
+            n: {
+                "count": k[0],
+                "host_ns": k[1],
+                "device_count": k[2],
+                "device_ns": k[3],
+                "device_min_ns": k[4] if k[2] else None,
+                "device_max_ns": k[5] if k[2] else None,
+            }
+            for n, k in by_name.items()
+        }
+        copies = {
+            d: {"count": c[0], "bytes": c[1], "host_ns": c[2], "device_count": c[3], "device_ns": c[4], "device_bytes": c[5]}
+            for d, c in self.copies.items()
+        }
+        return {
+            "schema": SCHEMA,
+            "pid": self.pid,
+            "calls": self.total,
+            "timeline_records": len(self.kept()),
+            "dropped_records": self.total - len(self.kept()),
+            "kernels": kernels,
+            "copies": copies,
+            "compiles": {k: {"count": v[0], "ns": v[1]} for k, v in self.compiles.items()},
+            "synchronize": {"count": self.syncs[0], "ns": self.syncs[1]},
+            "memset": {"count": self.memsets[0], "bytes": self.memsets[1]},
+            "allocator": {"traced": self.alloc, "backend": self.memory_stats},
+            "failures": self.failures,
+        }
+
+    def kept(self) -> list[tuple]:
+        """The newest ``max_events`` records, oldest first: what the timeline shows."""
+        flat = [r for chunk in self.ring for r in chunk]
+        return flat[-self.max_events :] if len(flat) > self.max_events else flat
+
+    def events(self) -> list[dict[str, Any]]:
+        pid, t00 = self.pid, self.start_ns
+        out: list[dict[str, Any]] = [
+            {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": f"kernelbay (pid {pid})"}}
+        ]
+        tids: dict[int, int] = {}
+        tracks: dict[tuple[str, str], int] = {}
+        flow = 0
+        for r in self.kept():
+            kind, t0, t1, ident = r[0], r[1], r[2], r[3]
+            span = None if r[9] is None else (r[9], r[10])
+            t = tids.get(ident)
+            if t is None:
+                t = tids[ident] = len(tids) + 1
+                name = self.thread_names.get(ident, f"thread {t}")
+                out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": f"host: {name}"}})
+                out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": t, "args": {"sort_index": t}})
+            title, args, track = _describe(r, self.reg)
+            if kind == "free" and self._freed and id(r) in self._freed:
+                args["bytes"] = self._freed[id(r)]
+            ts = round((t0 - t00) / 1000, 3)
+            out.append({"name": title, "cat": kind, "ph": "X", "ts": ts, "dur": round((t1 - t0) / 1000, 3), "pid": pid, "tid": t, "args": args})
+            if span is None or track is None:
+                continue
+            if span[1] > span[0] and kind == "copy":
+                args["device_GBps"] = round(r[6] / (span[1] - span[0]), 3)
+            dt = tracks.get(track)
+            if dt is None:
+                dt = tracks[track] = DEVICE_TID0 + len(tracks)
+                out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": dt, "args": {"name": f"{track[0]} {track[1]}"}})
+                out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": dt, "args": {"sort_index": dt}})
+            flow += 1
+            args["flow"] = flow
+            ds = round((span[0] - t00) / 1000, 3)
+            out.append({"name": args.get("kernel", title), "cat": "device", "ph": "X", "ts": ds, "dur": round((span[1] - span[0]) / 1000, 3), "pid": pid, "tid": dt, "args": {"flow": flow}})
+            out.append({"name": kind, "cat": "flow", "ph": "s", "id": flow, "ts": ts, "pid": pid, "tid": t})
+            out.append({"name": kind, "cat": "flow", "ph": "f", "bp": "e", "id": flow, "ts": ds, "pid": pid, "tid": dt})
+        return out
+
+
+def _describe(r: tuple, reg: dict[int, Any]) -> tuple[str, dict[str, Any], tuple[str, str] | None]:
+    """A ring record's span title, arguments and device track (``reg`` maps the ids in it)."""
+    kind, t0, t1, _tid, key, a, b, c, d, _s0, _s1, err = r
+    dev = reg[key]
+    track = None
+    if kind == "launch":
+        name = dev.name
+        args: dict[str, Any] = {"kernel": name, "device": str(dev.device), "grid": _dims(a), "block": _dims(b), "shared_mem": c, "stream": stream_label(reg.get(d))}
+        title, track = f"launch {name}", (str(dev.device), args["stream"])
+    elif kind == "copy":
+        args = {"direction": a, "bytes": b, "device": str(dev), "stream": stream_label(reg.get(c))}
+        if t1 > t0:
+            args["host_GBps"] = round(b / (t1 - t0), 3)
+        title, track = f"copy {a}", (str(dev), args["stream"])
+    elif kind == "compile":
+        src = reg[a]
+        name = getattr(src, "name", None) or "<kernel>"
+        args = {"kernel": name, "lang": src.lang, "device": str(dev), "cache": b}
+        title = f"compile {name}"
+    elif kind == "allocate":
+        title, args = kind, {"device": str(dev), "bytes": a}
+    elif kind == "free":
+        title, args = kind, {"device": str(dev)}
+    elif kind == "synchronize":
+        title, args = kind, {"device": str(dev), "stream": stream_label(reg.get(a))}
+    else:
+        title, args = kind, {"device": str(dev), "bytes": a}
+    if err is not None:
+        args["error"] = err
+    return title, args, track
+
+
+def _dims(v: Any) -> Any:
+    if v is None or isinstance(v, int):
+        return v
+    try:
+        return [int(x) for x in v]
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def write(path: str, log: Log) -> None:
+    """Write the trace of ``log`` to ``path`` (see :func:`write_doc`)."""
+    write_doc(path, {"traceEvents": log.events(), "displayTimeUnit": "ms", "kernelbay": log.summary()})
+
+
+def write_doc(path: str, doc: dict[str, Any]) -> None:
+    """Write a trace atomically: a temporary file in the same directory, renamed into place,
+    so a reader (or a second process writing the same path) never sees half a file."""
+    d = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=".kbtrace-", suffix=".json", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, separators=(",", ":"), default=str)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the trace from the viewer's user
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
