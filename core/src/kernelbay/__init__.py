@@ -36,6 +36,8 @@ from .types import Array, BackendSpec, Buffer, Device, Kernel, LaunchConfig, Mem
 
 __version__ = "0.1.0"
 
+_log.configure_from_env()  # KERNELBAY_LOG, before a trace or anything else logs
+
 if _os.environ.get("KERNELBAY_TRACE") or _os.environ.get("KERNELBAY_NVTX", "0") not in ("", "0"):
     from . import _trace as _t
 
