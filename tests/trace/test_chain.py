@@ -31,7 +31,7 @@ def kernel():
 
 def _backend_launch():
     b = runtime.load("cpu")
-    return b, runtime._own_impls(b.plugin, "kernelbay_launch")[0].function
+    return b, runtime.own_impls(b.plugin, "kernelbay_launch")[0].function
 
 
 def test_tracing_chains_direct_calls_and_unchains_after(tmp_path, kernel) -> None:
@@ -63,7 +63,7 @@ def test_a_wrapper_without_positional_form_routes_through_pluggy(tmp_path, kerne
     kb.register(other)
     try:
         with kb.trace(tmp_path / "t.json"):
-            assert runtime.load("cpu").launch.__module__ == "kernelbay._plugins"
+            assert runtime.load("cpu").launch.__module__ == "kernelbay._binding"
             for _ in range(3):
                 k.launch(1, 8, (y,))
     finally:

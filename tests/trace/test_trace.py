@@ -96,7 +96,7 @@ def test_context_manager_writes_when_the_block_raises(tmp_path) -> None:
     assert Counter(e["cat"] for e in spans(load(str(path)))) == {"allocate": 1, "copy": 1, "device": 1}
     a.close()
     # Tracing is off again: the core calls the backend's functions directly.
-    assert runtime.load("cpu").launch is runtime._own_impls(runtime.load("cpu").plugin, "kernelbay_launch")[0].function
+    assert runtime.load("cpu").launch is runtime.own_impls(runtime.load("cpu").plugin, "kernelbay_launch")[0].function
     assert kb._trace.current() is None
 
 

@@ -9,6 +9,7 @@ forgets all of it at once.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pluggy
 
@@ -129,6 +130,10 @@ class Runtime:
     def rebind_all(self) -> None:
         for b in self.bindings.values():
             self.bind(b)
+
+    def own_impls(self, plugin: object, hook: str) -> list[Any]:
+        """``plugin``'s own implementations of ``hook`` (no wrapper of another plugin)."""
+        return [i for i in getattr(self.pm.hook, hook).get_hookimpls() if i.plugin is plugin]
 
     def register(self, plugin: object, name: str | None = None) -> None:
         """Register an extension plugin (wrappers, tracers) for every backend."""

@@ -173,7 +173,7 @@ class Tracer:
 
             # The backend's own implementation, called directly: the binding may not have
             # resolved this hook yet (the core is binding the hot path right now).
-            impls = runtime._own_impls(b.plugin, "kernelbay_device_timer")
+            impls = runtime.own_impls(b.plugin, "kernelbay_device_timer")
             try:
                 self._timers[b.name] = impls[0].function() if impls else None
             except Exception:
