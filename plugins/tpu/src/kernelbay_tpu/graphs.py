@@ -61,6 +61,8 @@ class TpuGraph:
             env, cs = list(operands[:nb]), operands[nb:]
             for call, ins, outs in plan:
                 res = call(*[env[i] if is_buf else cs[i] for is_buf, i in ins])
+                if len(outs) == 1:  # one output comes back bare, as from pallas_call
+                    res = (res,)
                 for o, r in zip(outs, res):
                     env[o] = r
             return tuple(env[o] for o in written)
