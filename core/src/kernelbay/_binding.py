@@ -150,6 +150,8 @@ _OPTIONAL_DEFAULTS: dict[str, Callable[..., Any]] = {
     "kernelbay_host_view": lambda array: None,
     # No external adoption: asarray falls back to numpy.
     "kernelbay_from_external": lambda obj, device: None,
+    # Nothing kept per kernel: dropping the reference is the whole release.
+    "kernelbay_close_kernel": lambda kernel: None,
 }
 
 

@@ -264,6 +264,40 @@ _SUFFIX_LANG = {
 _BINARY_LANGS = {"cubin", "fatbin"}
 
 
+def _lang(value: object) -> str:
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"Source lang must be a language name such as 'cuda' or 'c++', not {value!r}")
+    return value.lower()
+
+
+def _check_text(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        raise InvalidArgumentError(
+            f"{what} holds a character UTF-8 cannot encode ({text[exc.start]!r}, a lone surrogate, at line "
+            f"{line}); sources are UTF-8 text: remove it, or decode the file with errors='replace'"
+        ) from None
+
+
+def _check_headers(_inst: object, _attr: attrs.Attribute, value: Mapping[str, Any]) -> None:
+    """Header names are relative paths inside the build directory: no absolute or ``..`` names."""
+    for name, text in value.items():
+        if not isinstance(name, str) or not isinstance(text, str):
+            raise ArgumentTypeError(f"Source headers map names (str) to text (str), got {name!r}: {type(text).__name__}")
+        parts = name.replace("\\", "/").split("/")
+        if not name or "\0" in name or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or any(
+            p in ("", ".", "..") for p in parts
+        ):
+            raise InvalidArgumentError(
+                f"Source header name {name!r} is not a plain relative path: header names are what "
+                '#include "name" says, such as "util.h" or "sub/util.h", with no absolute path, empty, "." '
+                'or ".." parts; pass other directories with -I options instead'
+            )
+        _check_text(text, f"Source header {name!r}")
+
+
 @attrs.frozen
 class Source:
     """Kernel source in one language.
@@ -282,10 +316,10 @@ class Source:
     """
 
     code: str | bytes | Callable[..., Any] = attrs.field()
-    lang: str = attrs.field(converter=str.lower)
+    lang: str = attrs.field(converter=_lang)
     name: str | None = None
     options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    headers: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False)
+    headers: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False, validator=_check_headers)
     name_expressions: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     meta: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False)
 
@@ -295,6 +329,8 @@ class Source:
             raise ArgumentTypeError(
                 f"Source code must be str, bytes or a function, not {type(value).__name__}"
             )
+        if isinstance(value, str):
+            _check_text(value, "Source code")
 
     @lang.validator
     def _check_lang(self, _attr: attrs.Attribute, value: str) -> None:
@@ -444,6 +480,27 @@ class Kernel:
             grid, block, shared_mem = config.grid, config.block, config.shared_mem
         elif grid is None:
             raise InvalidArgumentError(f"launch of {self.name!r} needs grid= (or config=)")
+        if self.handle is None:
+            raise UseAfterFreeError(f"kernel {self.name!r} on {self.device} was launched after close()")
         return self._b.launch(self, grid, block, args, shared_mem, stream)
 
     __call__ = launch
+
+    @property
+    def closed(self) -> bool:
+        return self.handle is None
+
+    def close(self) -> None:
+        """Release the compiled module (once no other kernel of it is left); launching after
+        this raises :class:`UseAfterFreeError`. Closing twice is harmless."""
+        if self.handle is not None:
+            try:
+                self._b.close_kernel(self)
+            finally:
+                self.handle = None
+
+    def __enter__(self) -> Kernel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
