@@ -16,8 +16,8 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs
-from .errors import BackendBrokenError, BackendUnavailableError, UnsupportedError
+from . import _isolate, hookspecs
+from .errors import BackendBrokenError, BackendUnavailableError, InvalidArgumentError, UnsupportedError
 from .types import BackendSpec, Device
 
 ENV_BACKENDS = "KERNELBAY_BACKENDS"
@@ -83,8 +83,19 @@ class Binding:
     def _probe(self) -> None:
         label = self.distribution or self.name
         try:
-            found = self.devices_hook()
+            found = _isolate.call(self.devices_hook)
+        except _isolate.TimedOut as exc:
+            self._devices_error = BackendUnavailableError(
+                f"{label}: its probe did not answer within {exc.seconds:g} s; it is left out. Raise "
+                f"{_isolate.ENV_TIMEOUT} if it is only slow, or leave it out with {ENV_BACKENDS}"
+            )
+            return
         except BackendUnavailableError as exc:
+            err = BackendUnavailableError(f"{label}: {exc}")
+            err.__cause__ = exc
+            self._devices_error = err
+            return
+        except InvalidArgumentError as exc:  # a setting of the user's (KERNELBAY_CPU_THREADS=abc): not a broken install
             err = BackendUnavailableError(f"{label}: {exc}")
             err.__cause__ = exc
             self._devices_error = err
