@@ -80,6 +80,10 @@ class Device:
     def __str__(self) -> str:
         return f"{self.backend}:{self.index}"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a value: pickles (to a spawn worker...) with its properties as a plain dict
+        return (Device, (self.backend, self.index, self.name, dict(self.properties)))
+
     def synchronize(self, stream: Any = None) -> None:
         """Block until all work queued on this device (or on ``stream``) has finished."""
         from . import _plugins
@@ -154,6 +158,27 @@ class Buffer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _clone(self) -> Buffer:
+        """A new buffer on the same device with the same contents (through the backend binding)."""
+        b = self._b
+        self.checked_handle()
+        out = Buffer(self.device, self.nbytes, b.allocate(self.device, self.nbytes), b)
+        b.copy(out, self, self.nbytes, None)
+        return out
+
+    def __copy__(self) -> Buffer:
+        # Two objects owning one allocation would free it twice: a copy copies the memory.
+        return self._clone()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Buffer:
+        return self._clone()
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"a kernelbay {type(self).__name__} cannot be pickled: it is device memory of this process. "
+            "Pickle a kb.Array (it travels by value), or the numpy data (buf contents via kb.copy)"
+        )
+
     def __del__(self) -> None:
         h = self.handle
         if h is not None:
@@ -198,6 +223,11 @@ class Array(Buffer):
         self._b.copy(out, self, self.nbytes, None)
         return out
 
+    def __reduce__(self) -> Any:
+        # By value: the contents travel as a host copy and land on the same device (backend and
+        # index) in the receiving process.
+        return (_array_from_host, (self.numpy().copy(), self.device))
+
     def _clone(self) -> Array:
         """A new array on the same device with the same contents (through the backend binding)."""
         b = self._b
@@ -206,9 +236,30 @@ class Array(Buffer):
         b.copy(out, self, self.nbytes, None)
         return out
 
-    def __array__(self, dtype=None, copy=None):
-        out = self.numpy()
-        return out if dtype is None else out.astype(dtype, copy=False)
+    def __array__(self, dtype: Any = None, copy: bool | None = None):
+        """NumPy's protocol (NumPy 2 semantics, as ``np.asarray``/``np.array`` call it).
+
+        ``copy=None``: a view where the host can address the memory (cpu), else a copy;
+        ``copy=True``: always a new array that does not share memory (``np.array(a)``,
+        ``np.copy(a)``); ``copy=False``: a view or ``ValueError``. ``dtype`` converts (a copy
+        unless it is the array's own dtype).
+        """
+        import numpy as np
+
+        self.checked_handle()
+        same = dtype is None or np.dtype(dtype) == self.dtype
+        view = self._b.host_view(self)  # None where the host cannot address the memory
+        if view is None:
+            if copy is False:
+                raise ValueError(f"a NumPy array of an Array on {self.device} needs a copy, and copy=False was given")
+            out = np.empty(self.shape, self.dtype)
+            self._b.copy(out, self, self.nbytes, None)
+            return out if same else out.astype(dtype)
+        if not same:
+            if copy is False:
+                raise ValueError(f"converting {self.dtype} to {np.dtype(dtype)} needs a copy, and copy=False was given")
+            return view.astype(dtype)
+        return view.copy() if copy else view
 
     def __len__(self) -> int:
         if not self.shape:
@@ -247,6 +298,17 @@ class Array(Buffer):
     def __repr__(self) -> str:
         state = "closed" if self.handle is None else f"{self.nbytes} bytes"
         return f"kernelbay.Array(shape={self.shape}, dtype={self.dtype}, device={self.device}, {state})"
+
+
+def _array_from_host(host: Any, device: Device) -> Array:
+    from ._select import device as pick  # the receiving process's own device of that name
+    from ._plugins import binding
+
+    dev = pick(str(device))
+    b = binding(dev.backend)
+    out = Array(dev, host.nbytes, b.allocate(dev, host.nbytes), b, tuple(host.shape), host.dtype)
+    b.copy(out, host, host.nbytes, None)
+    return out
 
 
 # --- code -------------------------------------------------------------------------------
@@ -360,6 +422,11 @@ class Source:
             raise InvalidArgumentError(f"cannot read kernel source {path!r}: {exc.strerror}") from exc
         return cls(code, lang=lang, **kwargs)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a value: pickles with its mappings as plain dicts (a Pallas function by reference)
+        return (_make_source, (self.code, self.lang, self.name, self.options, dict(self.headers),
+                               self.name_expressions, dict(self.meta)))
+
     @property
     def text(self) -> str:
         """The code as text (binary images and functions give an empty string)."""
@@ -390,6 +457,16 @@ class Source:
         return h.hexdigest()
 
 
+def _index(v: Any) -> int:
+    import operator
+
+    return operator.index(v)
+
+
+def _make_source(code: Any, lang: str, name: Any, options: Any, headers: Any, name_expressions: Any, meta: Any) -> Source:
+    return Source(code, lang, name, options, headers, name_expressions, meta)
+
+
 def dim3(value: Any, what: str = "grid") -> tuple[int, int, int]:
     """Normalise a grid or block size (int, or a tuple of 1 to 3 ints) to a 3-tuple.
 
@@ -398,15 +475,18 @@ def dim3(value: Any, what: str = "grid") -> tuple[int, int, int]:
     :raises InvalidArgumentError: for a size of zero or less, or more than three dimensions.
     """
     t = type(value)
-    if t is tuple and len(value) == 3:
+    if t is tuple and len(value) == 3 and type(value[0]) is int and type(value[1]) is int and type(value[2]) is int:
         x, y, z = value
     elif t is int:
         x, y, z = value, 1, 1
     else:
-        try:
-            dims = [int(v) for v in (value if isinstance(value, (tuple, list)) else (value,))]
-        except (TypeError, ValueError):
-            raise ArgumentTypeError(f"{what} must be an int or a tuple of 1 to 3 ints, not {value!r}") from None
+        try:  # operator.index: 2.7, 255.9, '4' and inf are refused, never truncated
+            dims = [_index(v) for v in (value if isinstance(value, (tuple, list)) else (value,))]
+        except TypeError:
+            raise ArgumentTypeError(
+                f"{what} must be an int or a tuple of 1 to 3 ints, not {value!r} (floats and strings are not "
+                "accepted: round explicitly, e.g. math.ceil(n / 256))"
+            ) from None
         if not 1 <= len(dims) <= 3:
             raise InvalidArgumentError(f"{what} must have 1 to 3 dimensions, got {len(dims)}: {value!r}")
         x, y, z = (dims + [1, 1])[:3]
@@ -482,9 +562,23 @@ class Kernel:
             raise InvalidArgumentError(f"launch of {self.name!r} needs grid= (or config=)")
         if self.handle is None:
             raise UseAfterFreeError(f"kernel {self.name!r} on {self.device} was launched after close()")
+        if args is None:
+            raise ArgumentTypeError(f"launch of {self.name!r}: args must be a sequence of arguments (use () for none), not None")
         return self._b.launch(self, grid, block, args, shared_mem, stream)
 
     __call__ = launch
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"a compiled kernel ({self.name!r}) cannot be pickled: it is loaded code of this process. Pickle its "
+            "kb.Source (kernel.source) and kb.compile it in the other process (the disk cache makes that quick)"
+        )
+
+    def __copy__(self) -> Kernel:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Kernel:
+        return self
 
     @property
     def closed(self) -> bool:
