@@ -138,7 +138,8 @@ def device(selector: str | Device | None = None) -> Device:
     if dev is not None and dev.backend in runtime.bindings:
         return dev
     dev = select(parse(text), source="kb.device()" if selector is not None else ENV_DEVICE)
-    cache[text] = dev
+    if len(cache) < 64:  # a process uses a few selectors; a generated stream of them is not kept
+        cache[text] = dev
     return dev
 
 
