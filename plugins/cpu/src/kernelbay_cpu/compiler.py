@@ -259,7 +259,9 @@ class Module:
         lib.kb_error_message.restype = ctypes.c_char_p
         lib.kb_set_threads(_driver.threads())
         self.kernels = {n: KernelHandle(lib, i, n, source.lang) for i, n in enumerate(names)}
-        weakref.finalize(lib, _dlclose, lib._handle)
+        # Not at interpreter exit: OpenMP's threads and C++ thread-exit handlers may still reach
+        # the module's code then, and the process is ending anyway.
+        weakref.finalize(lib, _dlclose, lib._handle).atexit = False
 
 
 #: Modules kept loaded for ``kb.compile`` calls that repeat a source. Past this many, the least
