@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -10,10 +9,7 @@ from ._plugins import Backend, Binding, binding, runtime
 from ._select import _by_priority, device, devices, select  # noqa: F401  (device selection lives there)
 from .errors import (
     ArgumentTypeError,
-    BackendBrokenError,
-    BackendError,
     InvalidArgumentError,
-    NoDeviceError,
 )
 from .types import Array, Buffer, Device, Kernel, Source
 

@@ -158,7 +158,7 @@ def select(sel: Selector, source: str = ENV_DEVICE) -> Device:
                     devs = b.devices()
                 except BackendError as exc:
                     if isinstance(exc.__cause__, SettingError):
-                        raise exc.__cause__  # a setting of the user's is wrong: say so, do not fall back
+                        raise exc.__cause__ from None  # a setting of the user's is wrong: say so, do not fall back
                     continue
                 for d in devs:
                     if not sel.excluded(d.backend, d.index):
