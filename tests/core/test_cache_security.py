@@ -8,6 +8,7 @@ import stat
 import pytest
 
 import kernelbay.cache as kcache
+from kernelbay import _privatedir
 from kernelbay.cache import DiskCache, make_key
 from kernelbay.errors import CacheError
 
@@ -77,7 +78,7 @@ def test_a_directory_recreated_by_another_user_is_seen_at_the_next_use(tmp_path,
     else:
         _vanish_and_recreate(d, None)
         os.chmod(d, 0o700)
-        monkeypatch.setattr(kcache, "_uid", lambda: os.getuid() + 1)
+        monkeypatch.setattr(_privatedir, "_uid", lambda: os.getuid() + 1)
     with pytest.raises(CacheError, match="belongs to uid"):
         c.get(key())
     with pytest.raises(CacheError, match="belongs to uid"):

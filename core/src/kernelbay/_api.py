@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -11,8 +10,6 @@ from ._plugins import Backend, Binding, binding, runtime
 from ._select import _by_priority, device, devices, select  # noqa: F401  (device selection lives there)
 from .errors import (
     ArgumentTypeError,
-    BackendBrokenError,
-    BackendError,
     InvalidArgumentError,
     NoDeviceError,
     UnsupportedError,
@@ -45,33 +42,65 @@ _dtypes: dict[Any, Any] = {}
 
 
 def _dtype(spec: Any) -> Any:
-    """``np.dtype(spec)``, memoised for the hashable specs users repeat ("float32", np.int32)."""
+    """``np.dtype(spec)`` for a numeric dtype, memoised for the hashable specs users repeat
+    ("float32", np.int32).
+
+    :raises ArgumentTypeError: for a spec numpy does not know, or a dtype that is not a number
+        (object, str, bytes, void/structured, datetime): device memory holds numbers only.
+    """
     try:
         return _dtypes[spec]
-    except KeyError:
-        import numpy as np
-
-        dt = np.dtype(spec)
+    except (KeyError, TypeError):  # TypeError: an unhashable spec (a list of fields...)
+        pass
+    dt = _numeric(_np_dtype(spec), "dtype")
+    try:
         if len(_dtypes) < 256:
             _dtypes[spec] = dt
-        return dt
-    except TypeError:  # unhashable spec (a list of fields...)
-        import numpy as np
+    except TypeError:
+        pass
+    return dt
 
+
+def _np_dtype(spec: Any) -> Any:
+    import numpy as np
+
+    try:
         return np.dtype(spec)
+    except (TypeError, ValueError, SyntaxError) as exc:
+        raise ArgumentTypeError(
+            f"dtype {spec!r} is not a numpy dtype ({exc}); use a numeric one such as 'float32', 'int64' or np.uint8"
+        ) from None
+
+
+def _numeric(dt: Any, what: str) -> Any:
+    """``dt`` if its kind is bool, integer, float or complex; else a clear refusal."""
+    if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
+        raise ArgumentTypeError(
+            f"{what} {dt} is not numeric: kernelbay arrays hold numbers only (bool, integers, floats, "
+            "complex), not objects, strings, records or dates; convert the data first (e.g. astype('float32'))"
+        )
+    return dt
+
+
+#: More bytes than any device's address space: a size past it is a mistake, said as such.
+MAX_NBYTES = 1 << 48
 
 
 # --- arrays -----------------------------------------------------------------------------
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
+    import operator
+
     if type(shape) is int:
         shp: tuple[int, ...] = (shape,)
     else:
         try:
-            shp = tuple(int(s) for s in shape)
+            shp = (operator.index(shape),) if hasattr(shape, "__index__") else tuple(operator.index(s) for s in shape)
         except TypeError:
-            raise ArgumentTypeError(f"shape must be an int or a sequence of ints, not {shape!r}") from None
+            raise ArgumentTypeError(
+                f"shape must be an int or a sequence of ints, not {shape!r} (2.5 or '4' are not sizes)"
+            ) from None
     for s in shp:
         if s < 0:
             raise InvalidArgumentError(f"shape must not have negative sizes, got {shp}")
@@ -86,6 +115,8 @@ def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Arra
     n = dt.itemsize
     for s in shp:
         n *= s
+    if n > MAX_NBYTES:
+        raise InvalidArgumentError(f"an array of shape {shp} and dtype {dt} would take {n} bytes, more than any device holds")
     h = b.allocate(dev, n)
     a = _new(Array)  # Array(dev, n, h, b, shp, dt) without the __init__ call (see buffer())
     a.device = dev
@@ -118,8 +149,8 @@ def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Arra
 
 def buffer(nbytes: int, device: DeviceLike = None) -> Buffer:
     """A new untyped buffer of ``nbytes`` bytes."""
-    if type(nbytes) is not int and not isinstance(nbytes, int) or nbytes < 0:
-        raise InvalidArgumentError(f"nbytes must be an int >= 0, got {nbytes!r}")
+    if type(nbytes) is not int and not isinstance(nbytes, int) or nbytes < 0 or nbytes > MAX_NBYTES:
+        raise InvalidArgumentError(f"nbytes must be an int from 0 to {MAX_NBYTES}, got {nbytes!r}")
     # The allocation hot path: _resolve inlined, and Buffer(dev, nbytes, h, b) built without its
     # __init__ call (a Python frame, a third of the core's cost here); the slots are the same.
     if type(device) is Device:
@@ -152,7 +183,7 @@ def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None) -> Array:
         src = obj
         src.checked_handle()
         dev, _ = _resolve(device if device is not None else src.device)
-        same_dtype = dtype is None or np.dtype(dtype) == src.dtype
+        same_dtype = dtype is None or _dtype(dtype) == src.dtype
         if dev == src.device and same_dtype:
             return src
         if same_dtype and dev.backend == src.device.backend:  # device to device, no host trip
@@ -162,9 +193,18 @@ def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None) -> Array:
     if not isinstance(obj, np.ndarray) and (hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")):
         adopted = _adopt(obj, device)
         if adopted is not None:
-            return adopted if dtype is None or np.dtype(dtype) == adopted.dtype else asarray(adopted, dtype, adopted.device)
+            return adopted if dtype is None or _dtype(dtype) == adopted.dtype else asarray(adopted, dtype, adopted.device)
         obj = _foreign_to_host(obj)
-    host = np.ascontiguousarray(obj, dtype=dtype)
+    if dtype is not None:
+        dtype = _dtype(dtype)
+    try:
+        host = np.asarray(obj, dtype=dtype, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidArgumentError(
+            f"kb.asarray cannot make a numeric array of this {type(obj).__name__}: {exc}. Nested lists must be "
+            "rectangular (not ragged) and hold numbers"
+        ) from None
+    _numeric(host.dtype, "the data's dtype")
     out = empty(host.shape, host.dtype, device)
     out._b.copy(out, host, host.nbytes, None)
     return out
@@ -228,7 +268,7 @@ def _nbytes_dtype(x: Any, side: str) -> tuple[int, Any]:
         x.checked_handle()
         return x.nbytes, getattr(x, "dtype", None)
     if isinstance(x, np.ndarray):
-        return x.nbytes, x.dtype
+        return x.nbytes, _numeric(x.dtype, f"copy {side} dtype")
     raise ArgumentTypeError(
         f"copy {side} must be a kernelbay Array/Buffer or a numpy array, not {type(x).__name__}; "
         "convert it with kb.asarray() or np.asarray() first"
@@ -276,7 +316,7 @@ def copy(dst: Any, src: Any, stream: Any = None) -> Any:
             dst._b.copy(dst, tmp, dn, stream)
         return dst
     if dbuf:
-        host = np.ascontiguousarray(src)
+        host = np.asarray(src, order="C")
         dst._b.copy(dst, host, dn, stream)
         return dst
     if dst.flags.c_contiguous and dst.flags.writeable:

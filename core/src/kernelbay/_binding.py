@@ -16,10 +16,10 @@ from typing import Any
 
 import pluggy
 
+from . import _isolate, hookspecs
 from . import graphs as _graphs
-from . import hookspecs
 from . import streams as _streams
-from .errors import BackendBrokenError, BackendUnavailableError, UnsupportedError
+from .errors import BackendBrokenError, BackendUnavailableError, InvalidArgumentError, UnsupportedError
 from .types import BackendSpec, Device
 
 ENV_BACKENDS = "KERNELBAY_BACKENDS"
@@ -76,8 +76,19 @@ class Binding:
     def _probe(self) -> None:
         label = self.distribution or self.name
         try:
-            found = self.devices_hook()
+            found = _isolate.call(self.devices_hook)
+        except _isolate.TimedOut as exc:
+            self._devices_error = BackendUnavailableError(
+                f"{label}: its probe did not answer within {exc.seconds:g} s; it is left out. Raise "
+                f"{_isolate.ENV_TIMEOUT} if it is only slow, or leave it out with {ENV_BACKENDS}"
+            )
+            return
         except BackendUnavailableError as exc:
+            err = BackendUnavailableError(f"{label}: {exc}")
+            err.__cause__ = exc
+            self._devices_error = err
+            return
+        except InvalidArgumentError as exc:  # a setting of the user's (KERNELBAY_CPU_THREADS=abc): not a broken install
             err = BackendUnavailableError(f"{label}: {exc}")
             err.__cause__ = exc
             self._devices_error = err
@@ -162,6 +173,8 @@ _OPTIONAL_DEFAULTS: dict[str, Callable[..., Any]] = {
     "kernelbay_host_view": lambda array: None,
     # No external adoption: asarray falls back to numpy.
     "kernelbay_from_external": lambda obj, device: None,
+    # Nothing kept per kernel: dropping the reference is the whole release.
+    "kernelbay_close_kernel": lambda kernel: None,
     # No device timer: a trace has host spans only.
     "kernelbay_device_timer": lambda: None,
     # Streams, events and graphs: one in-order stream, list replay (kernelbay.streams/.graphs).

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from . import hookspecs
+from . import _isolate, hookspecs
 from ._binding import ALL_HOOKS, ENV_BACKENDS, REQUIRED_HOOKS, Binding, broken
 from .errors import BackendBrokenError, BackendNotInstalledError, BackendUnavailableError
 from .types import BackendSpec, Device
@@ -124,25 +124,51 @@ def installed_names(extra: dict[str, Backend]) -> list[str]:
 
 
 def discover() -> dict[str, Backend]:
-    """Installed backends allowed by KERNELBAY_BACKENDS, by name. Imports nothing."""
+    """Installed backends allowed by KERNELBAY_BACKENDS, by name. Imports nothing.
+
+    Two distributions claiming one name are both reported: the name's record is broken, its
+    reason naming both, and neither is imported (which one won would depend on ``sys.path``).
+    """
     from importlib.metadata import entry_points
 
     allowed = allowlist()
     found: dict[str, Backend] = {}
+    claims: dict[str, list[tuple[str | None, str | None, str]]] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if allowed is not None and ep.name not in allowed:
             continue
-        if ep.name in found:  # two distributions claim one name: the first wins, visibly
-            continue
         dist = getattr(ep, "dist", None)
-        found[ep.name] = Backend(
-            name=ep.name,
-            distribution=dist.metadata["Name"] if dist is not None else None,
-            version=dist.version if dist is not None else None,
-            target=ep.value,
-            load=ep.load,
-        )
+        dname = dist.metadata["Name"] if dist is not None else None
+        version = dist.version if dist is not None else None
+        seen = claims.setdefault(ep.name, [])
+        if any(c[0] == dname and c[2] == ep.value for c in seen):
+            continue  # the same distribution seen twice on sys.path
+        seen.append((dname, version, ep.value))
+        if ep.name in found:
+            continue
+        found[ep.name] = Backend(name=ep.name, distribution=dname, version=version, target=ep.value, load=ep.load)
+    for name, seen in claims.items():
+        if len(seen) > 1:
+            found[name] = _conflict(name, seen)
     return found
+
+
+def _conflict(name: str, seen: list[tuple[str | None, str | None, str]]) -> Backend:
+    who = ", ".join(f"{d or '?'} {v or ''} ({t})".replace("  ", " ") for d, v, t in seen)
+    msg = (
+        f"backend {name!r} is broken: {len(seen)} installed distributions claim that name: {who}. "
+        f"Uninstall all but one (`pip uninstall <name>`), or leave it out with {ENV_BACKENDS}"
+    )
+
+    def refuse() -> object:
+        raise _Conflict(msg)
+
+    return Backend(name=name, distribution=" + ".join(d or "?" for d, _, _ in seen), version=None,
+                   target=" | ".join(t for _, _, t in seen), load=refuse)
+
+
+class _Conflict(Exception):
+    pass
 
 
 def not_installed(name: str, installed: list[str]) -> BackendNotInstalledError:
@@ -167,10 +193,16 @@ def load(rt: Runtime, rec: Backend) -> Binding:
     """
     label = rec.label
     try:
-        plugin = rec._load()
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+        plugin = _isolate.call(rec._load)
+    except _isolate.TimedOut as exc:
+        raise BackendBrokenError(
+            f"backend {rec.name!r} ({label}) is broken: importing {rec.target} did not answer within "
+            f"{exc.seconds:g} s; fix or uninstall {label}, leave it out with {ENV_BACKENDS}, or raise "
+            f"{_isolate.ENV_TIMEOUT}"
+        ) from None
+    except _Conflict as exc:
+        raise BackendBrokenError(str(exc)) from None
+    except Exception as exc:
         raise broken(rec.name, label, f"importing {rec.target} failed", exc) from exc
     pm = rt.pm
     try:
@@ -192,7 +224,12 @@ def load(rt: Runtime, rec: Backend) -> Binding:
         b = Binding(rec.name, plugin, rec.distribution)
         rt.bind(b)
         try:
-            spec = b.backend()
+            spec = _isolate.call(b.backend)
+        except _isolate.TimedOut as exc:
+            raise BackendBrokenError(
+                f"backend {rec.name!r} ({label}) is broken: kernelbay_backend() did not answer within "
+                f"{exc.seconds:g} s; raise {_isolate.ENV_TIMEOUT} or leave it out with {ENV_BACKENDS}"
+            ) from None
         except Exception as exc:
             raise broken(rec.name, label, "kernelbay_backend() raised", exc) from exc
         check_spec(rec, spec)

@@ -20,12 +20,12 @@ from typing import Any
 import attrs
 
 from ._plugins import Binding, runtime
-from .errors import BackendBrokenError, BackendError, InvalidArgumentError, NoDeviceError
+from .errors import ArgumentTypeError, BackendBrokenError, BackendError, InvalidArgumentError, NoDeviceError, SettingError
 from .types import Device
 
 ENV_DEVICE = "KERNELBAY_DEVICE"
 
-_TERM = re.compile(r"^(?P<neg>!)?\s*(?:(?P<star>\*)|(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?::(?P<index>\d+))?)$")
+_TERM = re.compile(r"^(?P<neg>!)?\s*(?:(?P<star>\*)|(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?::(?P<index>[0-9]{1,9}))?)$")
 
 
 @attrs.frozen
@@ -60,6 +60,10 @@ class Selector:
         return False
 
 
+def _short(s: str) -> str:
+    return repr(s if len(s) <= 60 else s[:40] + "..." + s[-10:])
+
+
 def parse(text: str | None) -> Selector:
     """Parse a selector; ``None`` or blank means ``*``.
 
@@ -73,8 +77,9 @@ def parse(text: str | None) -> Selector:
         m = _TERM.match(part)
         if not m:
             raise InvalidArgumentError(
-                f"bad device selector term {part!r} in {raw!r}: use a backend name (cuda), a device "
-                "(cuda:1), * for any, or !name to exclude, separated by commas (e.g. 'cuda:1,cpu')"
+                f"bad device selector term {_short(part)} in {_short(raw)}: use a backend name (cuda), a device "
+                "(cuda:1, an index of at most 9 digits), * for any, or !name to exclude, separated by commas "
+                "(e.g. 'cuda:1,cpu')"
             )
         term = Term(
             backend=None if m["star"] else m["name"].lower(),
@@ -123,13 +128,18 @@ def device(selector: str | Device | None = None) -> Device:
     """
     if isinstance(selector, Device):
         return selector
+    if selector is not None and not isinstance(selector, str):
+        raise ArgumentTypeError(
+            f"device must be a kb.Device, a selector string such as 'cuda:1' or 'cpu', or None, not {selector!r}"
+        )
     text = os.environ.get(ENV_DEVICE) if selector is None else selector
     cache = runtime.default_devices
     dev = cache.get(text)
     if dev is not None and dev.backend in runtime.bindings:
         return dev
     dev = select(parse(text), source="kb.device()" if selector is not None else ENV_DEVICE)
-    cache[text] = dev
+    if len(cache) < 64:  # a process uses a few selectors; a generated stream of them is not kept
+        cache[text] = dev
     return dev
 
 
@@ -146,7 +156,9 @@ def select(sel: Selector, source: str = ENV_DEVICE) -> Device:
                     continue
                 try:
                     devs = b.devices()
-                except BackendError:
+                except BackendError as exc:
+                    if isinstance(exc.__cause__, SettingError):
+                        raise exc.__cause__ from None  # a setting of the user's is wrong: say so, do not fall back
                     continue
                 for d in devs:
                     if not sel.excluded(d.backend, d.index):

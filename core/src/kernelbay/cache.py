@@ -39,6 +39,9 @@ from typing import Any
 
 import attrs
 
+from . import _privatedir
+from ._privatedir import _CLOEXEC, _NOFOLLOW, _O_NEW, _O_READ, ENV_DIR, PrivateDir, _is_sub
+from ._privatedir import unlink_at as _unlink
 from .errors import CacheError, SettingError
 from .settings import env_bytes
 
@@ -51,7 +54,6 @@ SCHEMA = 1
 _MAGIC = b"KBC\x01"
 _HEADER = struct.Struct("<4sIQ")  # magic, metadata length, payload length
 _DIGEST = 32
-ENV_DIR = "KERNELBAY_CACHE_DIR"
 ENV_MAX = "KERNELBAY_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 30
 _SUFFIX = ".kbc"
@@ -112,23 +114,10 @@ class CacheEntry:
     path: str
 
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
-_O_READ = os.O_RDONLY | _NOFOLLOW | _CLOEXEC
-_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
 _LOCK = ".lock"
 
 
-def _uid() -> int | None:
-    return os.getuid() if hasattr(os, "getuid") else None
-
-
-def _is_sub(name: str) -> bool:
-    return len(name) == 2 and all(c in "0123456789abcdef" for c in name)
-
-
-class DiskCache:
+class DiskCache(PrivateDir):
     """A directory of verified, atomically written compile results."""
 
     def __init__(self, directory: str | None = None, max_bytes: int | None = None) -> None:
@@ -138,94 +127,6 @@ class DiskCache:
             max_bytes = env_bytes(ENV_MAX, default=DEFAULT_MAX_BYTES)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-
-    # --- directories: opened without following links, checked on the descriptor -----------
-
-    def _refuse(self, what: str) -> CacheError:
-        return CacheError(f"kernelbay cache directory {self.directory!r}: {what}")
-
-    def _check_dir(self, fd: int, path: str) -> None:
-        st = os.fstat(fd)
-        if not stat.S_ISDIR(st.st_mode):
-            raise self._refuse(f"{path!r} is not a directory; set {ENV_DIR} elsewhere")
-        uid = _uid()
-        if uid is not None and st.st_uid != uid:
-            raise self._refuse(
-                f"{path!r} belongs to uid {st.st_uid}, not to you (uid {uid}); refusing to load code from it. "
-                f"Set {ENV_DIR} to a directory of your own"
-            )
-        if uid is not None and st.st_mode & 0o022:
-            who = "group and others" if st.st_mode & 0o022 == 0o022 else ("group" if st.st_mode & 0o020 else "others")
-            raise self._refuse(
-                f"{path!r} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o}); kernelbay does not load code "
-                f"from a directory others can change, and does not change the mode of a directory you chose. "
-                f"Run `chmod go-w {path}` or set {ENV_DIR} to a private directory (kernelbay creates its own 0700)"
-            )
-
-    def _open_root(self, create: bool) -> int | None:
-        d = self.directory
-        for attempt in (0, 1):
-            try:
-                fd = os.open(d, _O_DIR)
-            except FileNotFoundError:
-                if not create or attempt:
-                    return None
-                try:
-                    os.makedirs(os.path.dirname(d), exist_ok=True)
-                    os.mkdir(d, 0o700)  # 0700 from the start; the umask can only take bits away
-                except FileExistsError:
-                    pass
-                except OSError as exc:
-                    raise self._refuse(f"cannot create it: {exc.strerror}; set {ENV_DIR} to a writable directory") from exc
-                continue
-            except OSError as exc:
-                if os.path.islink(d):
-                    raise self._refuse(
-                        f"it was replaced by a symbolic link (to {os.readlink(d)!r}) after this process resolved "
-                        f"it; kernelbay does not follow it. Remove the link or set {ENV_DIR}"
-                    ) from exc
-                if isinstance(exc, NotADirectoryError):
-                    raise self._refuse(f"it is not a directory; set {ENV_DIR} elsewhere") from exc
-                raise self._refuse(f"cannot open it: {exc.strerror}; set {ENV_DIR} to a directory of your own") from exc
-            try:
-                self._check_dir(fd, d)
-            except BaseException:
-                os.close(fd)
-                raise
-            return fd
-        return None
-
-    @contextlib.contextmanager
-    def _root(self, create: bool = True) -> Iterator[int | None]:
-        fd = self._open_root(create)
-        try:
-            yield fd
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-    def _open_sub(self, root: int, name: str, create: bool) -> int | None:
-        try:
-            fd = os.open(name, _O_DIR, dir_fd=root)
-        except FileNotFoundError:
-            if not create:
-                return None
-            try:
-                os.mkdir(name, 0o700, dir_fd=root)
-            except FileExistsError:
-                pass
-            fd = os.open(name, _O_DIR, dir_fd=root)
-        except OSError as exc:
-            raise self._refuse(
-                f"its subdirectory {name!r} is a symbolic link or not a directory; kernelbay does not write "
-                "through links. Run `kernelbay cache clear` to remove it"
-            ) from exc
-        try:
-            self._check_dir(fd, os.path.join(self.directory, name))
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
 
     def path_for(self, key: str) -> str:
         if not key or any(c not in "0123456789abcdef" for c in key):
@@ -253,7 +154,7 @@ class DiskCache:
                     return None
                 with os.fdopen(fd, "rb") as f:
                     st = os.fstat(f.fileno())
-                    uid = _uid()
+                    uid = _privatedir._uid()
                     if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid) or st.st_mode & 0o022:
                         entry = None
                     else:
@@ -465,13 +366,6 @@ class DiskCache:
                 "Check the directory's permissions"
             )
         return removed
-
-
-def _unlink(name: str, dir_fd: int) -> None:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        pass
 
 
 _default: dict[tuple[str, str | None], DiskCache] = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -101,10 +102,21 @@ def _info_data() -> dict[str, Any]:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    data = _info_data()
     if args.json:
+        # Whatever backends write while they load and probe (a C library's printf included) goes
+        # to stderr: stdout carries the JSON document and nothing else.
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(2, 1)
+        try:
+            data = _info_data()
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
         print(json.dumps(data, indent=2))
         return 0
+    data = _info_data()
     print(f"kernelbay {data['kernelbay']} (Python {data['python']})")
     if not data["backends"]:
         print("no backend installed: install one, e.g. pip install 'kernelbay[cpu]'")
@@ -197,8 +209,6 @@ def main(argv: list[str] | None = None) -> int:
         print("kernelbay: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `kernelbay info | head`: the reader left; nothing to report
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # one clear line; the traceback only on request

@@ -255,6 +255,22 @@ def kernelbay_host_view(array: Array) -> np.ndarray | None:
 
 
 @hookspec(firstresult=True)
+def kernelbay_close_kernel(kernel: Kernel) -> None:
+    """*Optional.* Release what the backend keeps for ``kernel`` (its loaded module).
+
+    Called by :meth:`kernelbay.types.Kernel.close`, once per kernel; the kernel is not launched
+    again. A module shared with other live kernels must stay loaded until the last of them is
+    closed or collected. Without it, ``close()`` only drops the core's reference. Not on the
+    hot path.
+
+    :param kernel: a kernel this backend compiled.
+    :return: ``None``.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
 def kernelbay_memory_stats(device: Device) -> MemoryStats:
     """*Optional* (fallback: ``UnsupportedError``). The allocator's figures for ``device``.
 

@@ -81,6 +81,10 @@ class Device:
     def __str__(self) -> str:
         return f"{self.backend}:{self.index}"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a value: pickles (to a spawn worker...) with its properties as a plain dict
+        return (Device, (self.backend, self.index, self.name, dict(self.properties)))
+
     def synchronize(self, stream: Any = None) -> None:
         """Block until all work queued on every stream of this device (or on ``stream``) has finished."""
         # A sys.modules lookup, not an import statement: `from . import _plugins` costs about
@@ -180,6 +184,27 @@ class Buffer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _clone(self) -> Buffer:
+        """A new buffer on the same device with the same contents (through the backend binding)."""
+        b = self._b
+        self.checked_handle()
+        out = Buffer(self.device, self.nbytes, b.allocate(self.device, self.nbytes), b)
+        b.copy(out, self, self.nbytes, None)
+        return out
+
+    def __copy__(self) -> Buffer:
+        # Two objects owning one allocation would free it twice: a copy copies the memory.
+        return self._clone()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Buffer:
+        return self._clone()
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"a kernelbay {type(self).__name__} cannot be pickled: it is device memory of this process. "
+            "Pickle a kb.Array (it travels by value), or the numpy data (buf contents via kb.copy)"
+        )
+
     def __del__(self) -> None:
         h = self.handle
         if h is not None:
@@ -224,6 +249,11 @@ class Array(Buffer):
         self._b.copy(out, self, self.nbytes, None)
         return out
 
+    def __reduce__(self) -> Any:
+        # By value: the contents travel as a host copy and land on the same device (backend and
+        # index) in the receiving process.
+        return (_array_from_host, (self.numpy().copy(), self.device))
+
     def _clone(self) -> Array:
         """A new array on the same device with the same contents (through the backend binding)."""
         b = self._b
@@ -232,9 +262,30 @@ class Array(Buffer):
         b.copy(out, self, self.nbytes, None)
         return out
 
-    def __array__(self, dtype=None, copy=None):
-        out = self.numpy()
-        return out if dtype is None else out.astype(dtype, copy=False)
+    def __array__(self, dtype: Any = None, copy: bool | None = None):
+        """NumPy's protocol (NumPy 2 semantics, as ``np.asarray``/``np.array`` call it).
+
+        ``copy=None``: a view where the host can address the memory (cpu), else a copy;
+        ``copy=True``: always a new array that does not share memory (``np.array(a)``,
+        ``np.copy(a)``); ``copy=False``: a view or ``ValueError``. ``dtype`` converts (a copy
+        unless it is the array's own dtype).
+        """
+        import numpy as np
+
+        self.checked_handle()
+        same = dtype is None or np.dtype(dtype) == self.dtype
+        view = self._b.host_view(self)  # None where the host cannot address the memory
+        if view is None:
+            if copy is False:
+                raise ValueError(f"a NumPy array of an Array on {self.device} needs a copy, and copy=False was given")
+            out = np.empty(self.shape, self.dtype)
+            self._b.copy(out, self, self.nbytes, None)
+            return out if same else out.astype(dtype)
+        if not same:
+            if copy is False:
+                raise ValueError(f"converting {self.dtype} to {np.dtype(dtype)} needs a copy, and copy=False was given")
+            return view.astype(dtype)
+        return view.copy() if copy else view
 
     def __len__(self) -> int:
         if not self.shape:
@@ -275,6 +326,17 @@ class Array(Buffer):
         return f"kernelbay.Array(shape={self.shape}, dtype={self.dtype}, device={self.device}, {state})"
 
 
+def _array_from_host(host: Any, device: Device) -> Array:
+    from ._select import device as pick  # the receiving process's own device of that name
+    from ._plugins import binding
+
+    dev = pick(str(device))
+    b = binding(dev.backend)
+    out = Array(dev, host.nbytes, b.allocate(dev, host.nbytes), b, tuple(host.shape), host.dtype)
+    b.copy(out, host, host.nbytes, None)
+    return out
+
+
 # --- code -------------------------------------------------------------------------------
 
 _SUFFIX_LANG = {
@@ -288,6 +350,40 @@ _SUFFIX_LANG = {
     ".fatbin": "fatbin",
 }
 _BINARY_LANGS = {"cubin", "fatbin"}
+
+
+def _lang(value: object) -> str:
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"Source lang must be a language name such as 'cuda' or 'c++', not {value!r}")
+    return value.lower()
+
+
+def _check_text(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        raise InvalidArgumentError(
+            f"{what} holds a character UTF-8 cannot encode ({text[exc.start]!r}, a lone surrogate, at line "
+            f"{line}); sources are UTF-8 text: remove it, or decode the file with errors='replace'"
+        ) from None
+
+
+def _check_headers(_inst: object, _attr: attrs.Attribute, value: Mapping[str, Any]) -> None:
+    """Header names are relative paths inside the build directory: no absolute or ``..`` names."""
+    for name, text in value.items():
+        if not isinstance(name, str) or not isinstance(text, str):
+            raise ArgumentTypeError(f"Source headers map names (str) to text (str), got {name!r}: {type(text).__name__}")
+        parts = name.replace("\\", "/").split("/")
+        if not name or "\0" in name or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or any(
+            p in ("", ".", "..") for p in parts
+        ):
+            raise InvalidArgumentError(
+                f"Source header name {name!r} is not a plain relative path: header names are what "
+                '#include "name" says, such as "util.h" or "sub/util.h", with no absolute path, empty, "." '
+                'or ".." parts; pass other directories with -I options instead'
+            )
+        _check_text(text, f"Source header {name!r}")
 
 
 @attrs.frozen
@@ -308,10 +404,10 @@ class Source:
     """
 
     code: str | bytes | Callable[..., Any] = attrs.field()
-    lang: str = attrs.field(converter=str.lower)
+    lang: str = attrs.field(converter=_lang)
     name: str | None = None
     options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    headers: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False)
+    headers: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False, validator=_check_headers)
     name_expressions: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     meta: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False)
 
@@ -321,6 +417,8 @@ class Source:
             raise ArgumentTypeError(
                 f"Source code must be str, bytes or a function, not {type(value).__name__}"
             )
+        if isinstance(value, str):
+            _check_text(value, "Source code")
 
     @lang.validator
     def _check_lang(self, _attr: attrs.Attribute, value: str) -> None:
@@ -349,6 +447,11 @@ class Source:
         except OSError as exc:
             raise InvalidArgumentError(f"cannot read kernel source {path!r}: {exc.strerror}") from exc
         return cls(code, lang=lang, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a value: pickles with its mappings as plain dicts (a Pallas function by reference)
+        return (_make_source, (self.code, self.lang, self.name, self.options, dict(self.headers),
+                               self.name_expressions, dict(self.meta)))
 
     @property
     def text(self) -> str:
@@ -383,6 +486,16 @@ class Source:
         return h.hexdigest()
 
 
+def _index(v: Any) -> int:
+    import operator
+
+    return operator.index(v)
+
+
+def _make_source(code: Any, lang: str, name: Any, options: Any, headers: Any, name_expressions: Any, meta: Any) -> Source:
+    return Source(code, lang, name, options, headers, name_expressions, meta)
+
+
 def dim3(value: Any, what: str = "grid") -> tuple[int, int, int]:
     """Normalise a grid or block size (int, or a tuple of 1 to 3 ints) to a 3-tuple.
 
@@ -391,15 +504,18 @@ def dim3(value: Any, what: str = "grid") -> tuple[int, int, int]:
     :raises InvalidArgumentError: for a size of zero or less, or more than three dimensions.
     """
     t = type(value)
-    if t is tuple and len(value) == 3:
+    if t is tuple and len(value) == 3 and type(value[0]) is int and type(value[1]) is int and type(value[2]) is int:
         x, y, z = value
     elif t is int:
         x, y, z = value, 1, 1
     else:
-        try:
-            dims = [int(v) for v in (value if isinstance(value, (tuple, list)) else (value,))]
-        except (TypeError, ValueError):
-            raise ArgumentTypeError(f"{what} must be an int or a tuple of 1 to 3 ints, not {value!r}") from None
+        try:  # operator.index: 2.7, 255.9, '4' and inf are refused, never truncated
+            dims = [_index(v) for v in (value if isinstance(value, (tuple, list)) else (value,))]
+        except TypeError:
+            raise ArgumentTypeError(
+                f"{what} must be an int or a tuple of 1 to 3 ints, not {value!r} (floats and strings are not "
+                "accepted: round explicitly, e.g. math.ceil(n / 256))"
+            ) from None
         if not 1 <= len(dims) <= 3:
             raise InvalidArgumentError(f"{what} must have 1 to 3 dimensions, got {len(dims)}: {value!r}")
         x, y, z = (dims + [1, 1])[:3]
@@ -494,12 +610,46 @@ class Kernel:
             grid, block, shared_mem = config.grid, config.block, config.shared_mem
         elif grid is None:
             raise InvalidArgumentError(f"launch of {self.name!r} needs grid= (or config=)")
+        if self.handle is None:
+            raise UseAfterFreeError(f"kernel {self.name!r} on {self.device} was launched after close()")
+        if args is None:
+            raise ArgumentTypeError(f"launch of {self.name!r}: args must be a sequence of arguments (use () for none), not None")
         if _streams.intercept:  # some thread has a current stream or records a graph
             return _streams.launch(self, grid, block, args, shared_mem, stream, reads, writes)
         return self._b.launch(self, grid, block, args, shared_mem, stream)
 
     __call__ = launch
 
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"a compiled kernel ({self.name!r}) cannot be pickled: it is loaded code of this process. Pickle its "
+            "kb.Source (kernel.source) and kb.compile it in the other process (the disk cache makes that quick)"
+        )
+
+    def __copy__(self) -> Kernel:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Kernel:
+        return self
+
+    @property
+    def closed(self) -> bool:
+        return self.handle is None
+
+    def close(self) -> None:
+        """Release the compiled module (once no other kernel of it is left); launching after
+        this raises :class:`UseAfterFreeError`. Closing twice is harmless."""
+        if self.handle is not None:
+            try:
+                self._b.close_kernel(self)
+            finally:
+                self.handle = None
+
+    def __enter__(self) -> Kernel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 # Last: streams imports this module's classes (the hot path reads _streams.intercept).
 from . import streams as _streams  # noqa: E402

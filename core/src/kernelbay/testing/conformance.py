@@ -523,3 +523,55 @@ class BackendConformance:
         y.close()
         with pytest.raises(kb.UseAfterFreeError, match="closed"):
             g.replay()
+
+    # --- the NumPy protocol (issue #17): same results on every backend ------------------------
+
+    def test_numpy_copies_never_alias(self, device: kb.Device) -> None:
+        a = kb.asarray(np.arange(6, dtype=np.float32), device=device)
+        for make in (np.array, np.copy, lambda x: np.asarray(x, copy=True), lambda x: np.array(x, copy=True)):
+            c = make(a)
+            c[0] = 99.0
+            assert a.numpy()[0] == 0.0, "a NumPy copy of a kernelbay array wrote through to it"
+        np.testing.assert_array_equal(np.asarray(a), np.arange(6, dtype=np.float32))
+
+    def test_numpy_copy_false_is_a_view_or_refused(self, device: kb.Device) -> None:
+        a = kb.asarray(np.arange(4, dtype=np.float32), device=device)
+        try:
+            v = np.asarray(a, copy=False)
+        except ValueError:
+            return  # memory the host cannot address: refusing is the protocol's answer
+        v[1] = 7.0
+        assert a.numpy()[1] == 7.0, "copy=False returned a copy instead of a view"
+
+    def test_numpy_dtype_conversion(self, device: kb.Device) -> None:
+        a = kb.asarray(np.arange(4, dtype=np.int32), device=device)
+        d = np.asarray(a, dtype=np.float64)
+        assert d.dtype == np.float64
+        np.testing.assert_array_equal(d, [0.0, 1.0, 2.0, 3.0])
+        with pytest.raises(ValueError):
+            np.asarray(a, dtype=np.float64, copy=False)
+
+    def test_zero_dimensional_arrays_keep_their_shape(self, device: kb.Device) -> None:
+        a = kb.asarray(np.float32(2.5), device=device)
+        assert a.shape == () and a.size == 1
+        assert np.asarray(a).shape == () and float(np.asarray(a)) == 2.5
+
+    @pytest.mark.parametrize("dtype", ["object", "U3", "S2", "V8", "M8[s]"])
+    def test_non_numeric_dtypes_are_refused(self, device: kb.Device, dtype: str) -> None:
+        with pytest.raises(kb.InvalidArgumentError, match="not numeric"):
+            kb.empty(3, dtype, device=device)
+        with pytest.raises(kb.InvalidArgumentError, match="not numeric"):
+            kb.asarray(np.zeros(3, dtype), device=device)
+
+    def test_arrays_pickle_by_value_and_deepcopy(self, device: kb.Device) -> None:
+        import copy
+        import pickle
+
+        a = kb.asarray(np.arange(5, dtype=np.float32), device=device)
+        b = pickle.loads(pickle.dumps(a))
+        assert b.device == a.device and b.shape == a.shape and b.dtype == a.dtype
+        np.testing.assert_array_equal(b.numpy(), a.numpy())
+        c = copy.deepcopy(a)
+        kb.copy(c, np.zeros(5, np.float32))
+        np.testing.assert_array_equal(a.numpy(), np.arange(5, dtype=np.float32))
+        assert pickle.loads(pickle.dumps(device)) == device

@@ -185,19 +185,19 @@ def _works(argv: tuple[str, ...], flags: list[str]) -> bool:
 
 
 def threads() -> int:
-    """``KERNELBAY_CPU_THREADS`` (0: OpenMP's default)."""
-    raw = os.environ.get(ENV_THREADS, "").strip()
-    if not raw:
-        return 0
-    try:
-        n = int(raw)
-    except ValueError:
-        n = -1
-    if n < 0:
-        from kernelbay.errors import InvalidArgumentError
+    """``KERNELBAY_CPU_THREADS`` (0: OpenMP's default), at most :func:`max_threads`."""
+    from kernelbay.settings import env_int
 
-        raise InvalidArgumentError(f"{ENV_THREADS}={raw!r} must be a number of threads >= 1 (or unset)")
-    return n
+    return env_int(ENV_THREADS, default=0, minimum=0, maximum=max_threads(), what="the threads a launch uses (0: all cores)")
+
+
+def max_threads() -> int:
+    """The most threads a launch may ask for: 8 per core (more only costs), at least 64.
+
+    Past what the machine can start, OpenMP crashes the process instead of failing, so the
+    setting is refused before it gets there.
+    """
+    return max(64, 8 * (os.cpu_count() or 1))
 
 
 def fiber_stack() -> int:

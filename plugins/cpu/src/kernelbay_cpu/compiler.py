@@ -12,16 +12,19 @@ Each launcher hands the ``void**`` argument array to ``kb_cpu::run_threads<&entr
 
 from __future__ import annotations
 
+import collections
 import ctypes
+import hashlib
 import os
 import re
 import subprocess
 import tempfile
+import threading
+import weakref
 from collections.abc import Sequence
 from importlib import resources
 
-from kernelbay.cache import lookup, make_key, store
-from kernelbay.concurrency import OnceMap
+from kernelbay.cache import CacheEntry, locked, lookup, make_key, recheck, store
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Device, Source
 
@@ -65,22 +68,57 @@ _EXTERN_SHARED_RE = re.compile(
     r"|(?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+__shared__\s+)"
     r"(?P<type>[A-Za-z_][\w:<>,\s]*?[\w>])\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
 )
-_STRIP_RE = re.compile(
-    r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""",
-    re.S,
-)
+_STRIP_START = re.compile(r"""//|/\*|["']""")
+_NOT_NL = re.compile(r"[^\n]")
 
 
 def strip_comments_and_strings(text: str) -> str:
-    """``text`` with comments, string and char literals blanked out, newlines kept."""
+    """``text`` with comments, string and char literals blanked out, newlines kept.
 
-    def blank(m: re.Match[str]) -> str:
-        s = m.group(0)
-        if s.startswith("/"):
-            return re.sub(r"[^\n]", " ", s)
-        return s[0] + re.sub(r"[^\n]", " ", s[1:-1]) + s[-1]
-
-    return _STRIP_RE.sub(blank, text)
+    One pass, linear in the text: each token's end is found with ``str.find`` (or a scan of
+    its line for literals), never by a backtracking pattern, so an unterminated literal or
+    comment costs what its length costs (a 1 MB source in milliseconds).
+    """
+    out: list[str] = []
+    pos = 0
+    n = len(text)
+    while pos < n:
+        m = _STRIP_START.search(text, pos)
+        if m is None:
+            break
+        start = m.start()
+        tok = m.group(0)
+        if tok == "//":
+            end = text.find("\n", start)
+            end = n if end < 0 else end
+            out.append(text[pos:start])
+            out.append(" " * (end - start))
+        elif tok == "/*":
+            close = text.find("*/", start + 2)
+            end = n if close < 0 else close + 2
+            out.append(text[pos:start])
+            out.append(_NOT_NL.sub(" ", text[start:end]))
+        else:  # a string or char literal: ends at its unescaped quote, or (unterminated) at the line's end
+            i = start + 1
+            while i < n:
+                c = text[i]
+                if c == "\\":
+                    i += 2
+                    continue
+                if c == tok or c == "\n":
+                    break
+                i += 1
+            if i < n and text[i] == tok:
+                end = i + 1
+                out.append(text[pos : start + 1])
+                out.append(_NOT_NL.sub(" ", text[start + 1 : i]))
+                out.append(tok)
+            else:  # unterminated: the rest of its line is left as it is (the compiler will say so)
+                end = min(i, n)
+                out.append(text[pos:end])
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _texts(source: Source) -> list[tuple[str, str]]:
@@ -301,32 +339,119 @@ def preludes() -> dict[str, str]:
     return _preludes
 
 
-class Module:
-    """A loaded shared object and its kernels by entry name."""
+def _dlclose(handle: int) -> None:
+    try:
+        from _ctypes import dlclose
 
-    def __init__(self, lib: ctypes.CDLL, names: list[str], source: Source) -> None:
+        dlclose(handle)
+    except (ImportError, OSError):  # pragma: no cover - not POSIX, or already gone
+        pass
+
+
+class Module:
+    """A loaded shared object and its kernels by entry name.
+
+    The shared object is unloaded (``dlclose``) when the last reference to it goes: the module
+    cache's and every kernel's (each :class:`KernelHandle` holds the library).
+    """
+
+    def __init__(self, lib: ctypes.CDLL, names: list[str], source: Source, deps: dict[str, str] | None = None) -> None:
         self.lib = lib
+        #: (mtime, size) of each file outside the source the compiler read: a changed one rebuilds.
+        self.stamps = {p: _stamp(p) for p in deps or ()}
         lib.kb_error_message.restype = ctypes.c_char_p
         lib.kb_set_threads(_driver.threads())
         fibers = source.lang == "cuda" and needs_fibers(source)
         if source.lang == "cuda":
             lib.kb_set_fiber_stack(ctypes.c_longlong(_driver.fiber_stack()))
         self.kernels = {n: KernelHandle(lib, i, n, source.lang, fibers) for i, n in enumerate(names)}
+        # Not at interpreter exit: OpenMP's threads and C++ thread-exit handlers may still reach
+        # the module's code then, and the process is ending anyway.
+        weakref.finalize(lib, _dlclose, lib._handle).atexit = False
 
 
-_modules = OnceMap()  # (source, device index) -> Module
+#: Modules kept loaded for ``kb.compile`` calls that repeat a source. Past this many, the least
+#: recently compiled is dropped from the cache (and unloaded once no kernel of it is left), so a
+#: process may compile without limit (an autotuner) without running out of memory mappings.
+MAX_MODULES = 256
+_COLLECT_EVERY = 32
+
+
+class _ModuleCache:
+    """A bounded LRU map (source, device index) -> Module; each module is built once."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self._lock = threading.Lock()
+        self._mods: collections.OrderedDict[object, Module] = collections.OrderedDict()
+        self._dropped = 0
+
+    def _note_dropped(self, n: int) -> None:
+        # A ctypes library is in a reference cycle with the functions it caches, so only the
+        # cyclic collector frees it (and dlcloses it): collect every so many drops, which bounds
+        # the modules waiting to be unloaded without paying a collection per kernel.
+        self._dropped += n
+        if self._dropped >= _COLLECT_EVERY:
+            self._dropped = 0
+            import gc
+
+            gc.collect()
+
+    def get_or_make(self, key: object, source: Source) -> Module:
+        with self._lock:
+            mod = self._mods.get(key)
+            if mod is not None and mod.stamps and any(_stamp(p) != st for p, st in mod.stamps.items()):
+                mod = None  # a header it was built from changed
+            if mod is None:
+                mod = self._mods[key] = _build(source)
+                dropped = 0
+                while len(self._mods) > self.bound:
+                    self._mods.popitem(last=False)
+                    dropped += 1
+                if dropped:
+                    self._note_dropped(dropped)
+            else:
+                self._mods.move_to_end(key)
+            return mod
+
+    def drop_lib(self, lib: object) -> None:
+        with self._lock:
+            keys = [k for k, m in self._mods.items() if m.lib is lib]
+            for k in keys:
+                del self._mods[k]
+        self._note_dropped(max(len(keys), 1))
+
+    def __len__(self) -> int:
+        return len(self._mods)
+
+
+_modules = _ModuleCache(MAX_MODULES)
 
 
 def compile_source(device: Device, source: Source) -> KernelHandle:
     """The compiled kernel for ``source`` (from the process cache, the disk cache, or the compiler)."""
-    mod = _modules.get_or_make((source, device.index), _build, source)
+    mod = _modules.get_or_make((source, device.index), source)
     name = source.name.strip() if source.name else next(iter(mod.kernels))
     return mod.kernels[name]
+
+
+def close_kernel(handle: KernelHandle) -> None:
+    """Drop the process cache's reference to ``handle``'s module: once no kernel of it is left,
+    the shared object is unloaded."""
+    _modules.drop_lib(handle.lib)
+
+
+_RESERVED = {"kb_main.cpp", "kernel.so", "kernel.d", *_FILE.values(), *_HEADERS}
 
 
 def _build(source: Source) -> Module:
     if not isinstance(source.code, str):
         raise InvalidArgumentError(f"a {source.lang!r} Source must be text, not {type(source.code).__name__}")
+    clash = sorted(_RESERVED & set(source.headers))
+    if clash:
+        raise InvalidArgumentError(
+            f"Source header name(s) {', '.join(clash)} are taken by the cpu backend's own build files; rename them"
+        )
     names = entries(source)
     text, runner = source.text, "run_blocks"
     if source.lang == "cuda":
@@ -358,14 +483,103 @@ def _build(source: Source) -> Module:
         },
     )
     cache, hit = lookup(key)
-    if hit is not None:
-        try:
-            return Module(_driver.load_library(hit.payload), names, source)
-        except CompileError:
-            pass  # a cached image that no longer loads: rebuild it
-    image = _run_compiler(tc, fl, source, text, fname, main, pre)
-    store(cache, key, image, {"backend": "cpu", "entries": names, "compiler": tc.version})
-    return Module(_driver.load_library(image), names, source)
+    mod = _load_hit(hit, names, source)
+    if mod is not None:
+        return mod
+    with locked(cache, key):  # N processes on a cold cache: one compiles, the others wait for it
+        mod = _load_hit(recheck(cache, key), names, source)
+        if mod is not None:
+            return mod
+        image, deps = _run_compiler(tc, fl, source, text, fname, main, pre)
+        store(cache, key, image, {"backend": "cpu", "entries": names, "compiler": tc.version, "deps": deps})
+    return Module(_driver.load_library(image), names, source, deps)
+
+
+def _load_hit(hit: CacheEntry | None, names: list[str], source: Source) -> Module | None:
+    """A module from a cache entry whose every file the compiler read is unchanged, else ``None``."""
+    if hit is None or not _deps_unchanged(hit.meta.get("deps")):
+        return None
+    try:
+        return Module(_driver.load_library(hit.payload), names, source, hit.meta["deps"])
+    except CompileError:
+        return None  # a cached image that no longer loads: rebuild it
+
+
+# --- files the compiler read --------------------------------------------------------------
+
+
+def _file_digest(path: str) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _deps_unchanged(deps: object) -> bool:
+    if not isinstance(deps, dict):
+        return False  # an entry without the list (older code): rebuild, to be safe
+    return all(_file_digest(p) == d for p, d in deps.items())
+
+
+def _parse_depfile(text: str) -> list[str]:
+    """The prerequisites of a Make rule as ``-MD`` writes it (escaped spaces, continued lines)."""
+    body = text.replace("\\\n", " ")
+    _, _, rest = body.partition(": ")
+    out: list[str] = []
+    cur = ""
+    i = 0
+    while i < len(rest):
+        c = rest[i]
+        if c == "\\" and i + 1 < len(rest) and rest[i + 1] in " #":
+            cur += rest[i + 1]
+            i += 2
+            continue
+        if c == "$" and rest[i + 1 : i + 2] == "$":
+            cur += "$"
+            i += 2
+            continue
+        if c.isspace():
+            if cur:
+                out.append(cur)
+            cur = ""
+        else:
+            cur += c
+        i += 1
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _external_deps(depfile: str, build_dir: str) -> dict[str, str]:
+    """``{path: sha256}`` of every file the compiler read outside the build directory (headers
+    reached by ``-I`` or an absolute ``#include``); the build directory's files are in the key."""
+    try:
+        with open(depfile, encoding="utf-8", errors="surrogateescape") as f:
+            names = _parse_depfile(f.read())
+    except OSError:
+        return {}
+    base = os.path.realpath(build_dir)
+    out: dict[str, str] = {}
+    for n in names:
+        p = os.path.realpath(os.path.join(build_dir, n))
+        if os.path.commonpath([p, base]) == base:
+            continue
+        d = _file_digest(p)
+        if d is not None:
+            out[p] = d
+    return out
 
 
 _DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s*(?:fatal )?error\b", re.M)
@@ -373,16 +587,22 @@ _DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s*(?:fatal )?
 
 def _run_compiler(
     tc: _driver.Toolchain, fl: list[str], source: Source, text: str, fname: str, main: str, pre: dict[str, str]
-) -> bytes:
+) -> tuple[bytes, dict[str, str]]:
+    """The shared object's bytes, and ``{path: sha256}`` of the files it was built from outside
+    the build directory (from the compiler's ``-MMD`` dependency output)."""
     with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-build-") as d:
         files = {**pre, **dict(source.headers), fname: text, "kb_main.cpp": main}
+        base = os.path.realpath(d)
         for n, body in files.items():
-            p = os.path.join(d, n)
+            p = os.path.realpath(os.path.join(d, n))
+            if os.path.commonpath([p, base]) != base:  # Source refuses such names; never write outside
+                raise InvalidArgumentError(f"Source header name {n!r} leads outside the build directory")
             os.makedirs(os.path.dirname(p), exist_ok=True)
             with open(p, "w", encoding="utf-8") as f:
                 f.write(body)
         out = os.path.join(d, "kernel.so")
-        cmd = [*tc.argv, *fl, "-I", d, "kb_main.cpp", "-o", out]
+        depfile = os.path.join(d, "kernel.d")
+        cmd = [*tc.argv, *fl, "-I", d, "-MMD", "-MF", depfile, "kb_main.cpp", "-o", out]
         try:
             r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -390,7 +610,8 @@ def _run_compiler(
         if r.returncode != 0:
             raise _compile_error(r.stdout + r.stderr, source, fname, cmd)
         with open(out, "rb") as f:
-            return f.read()
+            image = f.read()
+        return image, _external_deps(depfile, d)
 
 
 def _compile_error(log: str, source: Source, fname: str, cmd: list[str]) -> CompileError:

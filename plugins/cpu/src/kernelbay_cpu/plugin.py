@@ -110,6 +110,13 @@ def kernelbay_memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
 
 
 @hookimpl
+def kernelbay_close_kernel(kernel: Kernel) -> None:
+    from . import compiler
+
+    compiler.close_kernel(kernel.handle)
+
+
+@hookimpl
 def kernelbay_compile(device: Device, source: Source) -> Any:
     from . import compiler
 

@@ -147,6 +147,50 @@ def _options(source: Any, arch: str) -> list[str]:
     return opts
 
 
+_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+
+
+def include_digests(source: Any, opts: list[str], limit: int = 4096) -> dict[str, str]:
+    """``{path: sha256}`` of the files NVRTC may read from disk for ``source``: ``#include``s not
+    given in ``Source.headers``, found absolute or through ``-I``/``--include-path`` (NVRTC has
+    no dependency output, so the includes are followed here). Part of the cache key: an edited
+    header on disk compiles anew instead of running stale code."""
+    import hashlib
+    import os
+
+    dirs: list[str] = []
+    it = iter(opts)
+    for o in it:
+        if o in ("-I", "--include-path"):
+            dirs.append(next(it, ""))
+        elif o.startswith("--include-path="):
+            dirs.append(o.split("=", 1)[1])
+        elif o.startswith("-I"):
+            dirs.append(o[2:])
+    out: dict[str, str] = {}
+    todo: list[tuple[str, str | None]] = [(source.text, None)] + [(t, None) for t in source.headers.values()]
+    while todo and len(out) < limit:
+        text, here = todo.pop()
+        for quote, name in _INCLUDE_RE.findall(text):
+            if name in source.headers:
+                continue
+            cands = [name] if os.path.isabs(name) else ([os.path.join(here, name)] if here and quote == '"' else [])
+            cands += [os.path.join(d, name) for d in dirs if not os.path.isabs(name)]
+            for c in cands:
+                path = os.path.realpath(c)
+                if path in out or not os.path.isfile(path):
+                    continue
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                except OSError:
+                    continue
+                out[path] = hashlib.sha256(data).hexdigest()
+                todo.append((data.decode("utf-8", "replace"), os.path.dirname(path)))
+                break
+    return dict(sorted(out.items()))
+
+
 def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -> Image:
     """Compile a ``cuda`` source for compute capability ``cc`` through the disk cache."""
     arch, kind = choose_arch(cc)
@@ -164,7 +208,12 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
         options=opts,
         source=source.text,
         entries=exprs,
-        extra={"headers": json.dumps(dict(sorted(source.headers.items()))), "kind": kind, "probe": _PROBE_VERSION},
+        extra={
+            "headers": json.dumps(dict(sorted(source.headers.items()))),
+            "kind": kind,
+            "probe": _PROBE_VERSION,
+            "includes": json.dumps(include_digests(source, opts)),
+        },
     )
     cache = None
     if use_cache:

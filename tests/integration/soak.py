@@ -1,0 +1,188 @@
+"""The soak run behind docs/reliability.md (not collected by pytest; run it by hand).
+
+    python tests/integration/soak.py --compiles 200 --thread-seconds 120 > soak.json
+
+Each part runs on the cpu backend in a fresh private cache directory and prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import tempfile
+import threading
+import time
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
+def _modules_mapped() -> int:
+    with open("/proc/self/maps") as f:
+        return len({line.split()[-2] if line.rstrip().endswith("(deleted)") else line.split()[-1]
+                    for line in f if "kernelbay-cpu-" in line})
+
+
+def _maps() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def alloc_free(cycles: int) -> dict:
+    import numpy as np
+
+    import kernelbay as kb
+
+    dev = kb.device("cpu")
+    for _ in range(1000):  # warm the pool
+        kb.empty(1024, np.float32, dev).close()
+    rss0, t0 = _rss_kib(), time.perf_counter()
+    for i in range(cycles):
+        a = kb.empty(256 + (i % 7) * 128, np.float32, dev)
+        a.close()
+    dt = time.perf_counter() - t0
+    stats = dev.memory_stats()
+    return {"cycles": cycles, "seconds": round(dt, 2), "us_per_cycle": round(dt / cycles * 1e6, 2),
+            "rss_kib_before": rss0, "rss_kib_after": _rss_kib(), "active_bytes_after": stats.active}
+
+
+def compiles(n: int, close: bool, limit: int, max_modules: int) -> dict:
+    import numpy as np
+
+    import kernelbay as kb
+    from kernelbay.cache import default_cache
+    from kernelbay_cpu import compiler
+
+    compiler._modules.bound = max_modules
+
+    dev = kb.device("cpu")
+    x = kb.zeros(1, np.int32, dev)
+    rss0, maps0 = _rss_kib(), _maps()
+    t0 = time.perf_counter()
+    wrong = 0
+    samples = []
+    for i in range(n):
+        k = kb.compile(kb.Source(f"__global__ void soak{close:d}_{i}(int* x) {{ x[0] = {i}; }}", "cuda"), dev)
+        k.launch(1, 1, (x,))
+        wrong += int(x.numpy()[0]) != i
+        if close:
+            k.close()
+        del k
+        if (i + 1) % max(1, n // 5) == 0:
+            samples.append({"compiled": i + 1, "rss_kib": _rss_kib(), "maps": _maps(), "modules_mapped": _modules_mapped()})
+    dt = time.perf_counter() - t0
+    info = default_cache().info()
+    return {"kernels": n, "close": close, "seconds": round(dt, 1), "s_per_compile": round(dt / n, 3), "wrong": wrong,
+            "rss_kib_before": rss0, "maps_before": maps0, "samples": samples,
+            "cache_entries": info["entries"], "cache_bytes": info["bytes"], "cache_limit": limit,
+            "module_cache_bound": max_modules}
+
+
+def threads(nthreads: int, seconds: float) -> dict:
+    import numpy as np
+
+    import kernelbay as kb
+
+    dev = kb.device("cpu")
+    srcs = [kb.Source(f"__global__ void t{j}(float* y, float a, int n) {{ int i = blockIdx.x * blockDim.x + threadIdx.x;"
+                      f" if (i < n) y[i] = a * y[i] + {j}.0f; }}", "cuda") for j in range(4)]
+    for s in srcs:
+        kb.compile(s, dev)
+    counts = [0] * nthreads
+    wrong = [0] * nthreads
+    errors: list[str] = []
+    stop = time.monotonic() + seconds
+
+    def work(t: int) -> None:
+        rng = np.random.default_rng(t)
+        try:
+            while time.monotonic() < stop:
+                j = int(rng.integers(4))
+                n = int(rng.integers(1, 5000))
+                host = rng.standard_normal(n).astype(np.float32)
+                y = kb.asarray(host, device=dev)
+                kb.compile(srcs[j], dev).launch(-(-n // 128), 128, (y, np.float32(2), np.int32(n)))
+                if not np.allclose(y.numpy(), 2 * host + j, rtol=1e-6, atol=1e-6):
+                    wrong[t] += 1
+                y.close()
+                counts[t] += 1
+        except Exception as exc:  # reported, not hidden
+            errors.append(repr(exc))
+
+    rss0 = _rss_kib()
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(nthreads)]
+    for t in ts:
+        t.start()
+    mid = None
+    for t in ts:
+        t.join(seconds / 2 if mid is None else None)
+        if mid is None:
+            mid = _rss_kib()
+    for t in ts:
+        t.join()
+    return {"threads": nthreads, "seconds": seconds, "iterations": sum(counts), "wrong": sum(wrong), "errors": errors[:5],
+            "rss_kib_start": rss0, "rss_kib_mid": mid, "rss_kib_end": _rss_kib()}
+
+
+def _cold(d: str) -> tuple[int, float]:
+    os.environ["KERNELBAY_CACHE_DIR"] = d
+    import kernelbay as kb
+    from kernelbay_cpu import compiler
+
+    made = []
+    real = compiler._run_compiler
+
+    def counting(*a, **k):
+        made.append(1)
+        return real(*a, **k)
+
+    compiler._run_compiler = counting
+    t0 = time.perf_counter()
+    kb.compile(kb.Source("__global__ void cold(int* x) { x[0] = 7; }", "cuda"), "cpu")
+    return len(made), time.perf_counter() - t0
+
+
+def cold_processes(n: int) -> dict:
+    d = tempfile.mkdtemp(prefix="kb-soak-cold-")
+    with multiprocessing.get_context("spawn").Pool(n) as pool:
+        pool.map(abs, range(n))  # interpreters started before the clock
+        t0 = time.perf_counter()
+        got = pool.map(_cold, [d] * n)
+    return {"processes": n, "compiles": sum(c for c, _ in got), "wall_s": round(time.perf_counter() - t0, 2),
+            "slowest_s": round(max(s for _, s in got), 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cycles", type=int, default=100_000)
+    ap.add_argument("--compiles", type=int, default=200)
+    ap.add_argument("--thread-seconds", type=float, default=120)
+    ap.add_argument("--cache-limit", type=int, default=2_000_000)
+    ap.add_argument("--max-modules", type=int, default=256, help="the cpu module cache bound for the unclosed run")
+    ap.add_argument("--parts", default="alloc,compiles,threads,cold")
+    args = ap.parse_args()
+    os.environ["KERNELBAY_CACHE_DIR"] = tempfile.mkdtemp(prefix="kb-soak-")
+    os.environ["KERNELBAY_CACHE_MAX_BYTES"] = str(args.cache_limit)
+    parts = args.parts.split(",")
+    out: dict = {"cpus": os.cpu_count()}
+    if "alloc" in parts:
+        out["alloc_free"] = alloc_free(args.cycles)
+    if "compiles" in parts:
+        out["compiles_closed"] = compiles(args.compiles, True, args.cache_limit, 256)
+        out["compiles_unclosed"] = compiles(args.compiles, False, args.cache_limit, args.max_modules)
+    if "threads" in parts:
+        out["threads"] = threads(8, args.thread_seconds)
+    if "cold" in parts:
+        out["cold_processes"] = cold_processes(8)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
