@@ -256,7 +256,8 @@ def kernelbay_host_view(array: Array) -> np.ndarray | None:
 
 @hookspec(firstresult=True)
 def kernelbay_close_kernel(kernel: Kernel) -> None:
-    """*Optional.* Release what the backend keeps for ``kernel`` (its loaded module).
+    """*Optional* (fallback: nothing; ``close()`` only drops the core's reference). Release what
+    the backend keeps for ``kernel`` (its loaded module).
 
     Called by :meth:`kernelbay.types.Kernel.close`, once per kernel; the kernel is not launched
     again. A module shared with other live kernels must stay loaded until the last of them is
