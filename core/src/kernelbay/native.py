@@ -91,7 +91,7 @@ def load_extension(name: str, source: str, *, flags: tuple[str, ...] = ("-O2",))
     return _loaded.get_or_make(name, _load, name, source, tuple(flags))
 
 
-_load_dir: list[str] = []
+_load_dir: dict[str, str] = {}  # cache directory -> the directory to load from
 
 
 def load_dir() -> str:
@@ -100,18 +100,19 @@ def load_dir() -> str:
     Falls back to the temporary directory, with a warning on ``kernelbay.native``, only where
     the cache directory cannot be used.
     """
-    if _load_dir:
-        return _load_dir[0]
     import tempfile
 
-    from .cache import default_cache
+    from .cache import cache_dir, default_cache
 
+    where = cache_dir()
+    if where in _load_dir:
+        return _load_dir[where]
     try:
         d = default_cache().subdir(_LOAD_SUBDIR)
     except (CacheError, OSError) as exc:
         d = tempfile.gettempdir()
         log.warning("loading compiled code from %s: the cache directory cannot be used (%s)", d, exc)
-    _load_dir[:] = [d]
+    _load_dir[where] = d
     return d
 
 
