@@ -58,9 +58,8 @@ def _ms(st: dict) -> dict:
 
 
 def dispatch(quick: bool, backend: str) -> list[dict]:
-    import numpy as np
-
     import kernelbay as kb
+    import numpy as np
 
     dev = kb.device(backend)
     k = _kernels.saxpy_kernel(backend, dev)
@@ -106,8 +105,9 @@ def cache_store(quick: bool) -> list[dict]:
         root = os.path.join(d, "cache")
         c = DiskCache(root, max_bytes=1 << 40)
         c.put(secrets.token_hex(32), b"x" * 100)  # makes the directory (0700) and the running total
-        blob = open(c.path_for(next(iter(_keys(c)))), "rb").read()
-        for i in range(n):  # filler entries written directly: only their number and size matter here
+        with open(c.path_for(next(iter(_keys(c)))), "rb") as f:
+            blob = f.read()
+        for _ in range(n):  # filler entries written directly: only their number and size matter here
             k = secrets.token_hex(32)
             sub = os.path.join(root, k[:2])
             if not os.path.isdir(sub):
@@ -132,7 +132,9 @@ def cache_store(quick: bool) -> list[dict]:
     extra = {"entries": n}
     return [
         record(CACHE_PUT, "running total", _ms(stats(s["running total"])), unit="ms", **extra),
-        record(CACHE_PUT, "full scan per store (before)", _ms(stats(s["full scan per store (before)"])), unit="ms", **extra),
+        record(
+            CACHE_PUT, "full scan per store (before)", _ms(stats(s["full scan per store (before)"])), unit="ms", **extra
+        ),
     ]
 
 
@@ -154,7 +156,8 @@ def goals(records: list[dict]) -> list[dict]:
     out = []
     r = find(records, OVERHEAD, "kernelbay − backend function")
     if r and r.get("median") is not None:
-        g = goal(f"core adds ≤ 0.3 µs per launch over the backend's function ({r.get('backend')} backend)",
-                 r["median"], 0.3)
+        g = goal(
+            f"core adds ≤ 0.3 µs per launch over the backend's function ({r.get('backend')} backend)", r["median"], 0.3
+        )
         out.append(g | {"unit": "µs"})
     return out

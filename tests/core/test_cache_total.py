@@ -6,7 +6,6 @@ import os
 import time
 
 import pytest
-
 from kernelbay import cache as cache_mod
 from kernelbay.cache import DiskCache
 

@@ -10,7 +10,6 @@ import sysconfig
 import textwrap
 
 import pytest
-
 from kernelbay import native
 
 pytestmark = pytest.mark.skipif(
@@ -48,7 +47,9 @@ def test_build_and_call(cache_dir) -> None:
 
 
 def test_compile_error_says_why(cache_dir) -> None:
-    with pytest.raises(native.NativeUnavailable, match=r"(?s)building _kb_test_bad failed .*error: .undeclared_thing. undeclared"):
+    with pytest.raises(
+        native.NativeUnavailable, match=r"(?s)building _kb_test_bad failed .*error: .undeclared_thing. undeclared"
+    ):
         native.load_extension("_kb_test_bad", _source("_kb_test_bad", "return undeclared_thing;"))
 
 
@@ -63,7 +64,7 @@ def test_missing_compiler(cache_dir, monkeypatch) -> None:
     monkeypatch.setenv("CC", "/nonexistent/cc")
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr(sysconfig, "get_config_var", lambda name: None)
-    with pytest.raises(native.NativeUnavailable, match="no C compiler found .*CC='/nonexistent/cc'"):
+    with pytest.raises(native.NativeUnavailable, match=r"no C compiler found .*CC='/nonexistent/cc'"):
         native.load_extension("_kb_test_nocc", _source("_kb_test_nocc"))
 
 
@@ -128,7 +129,9 @@ def test_cold_processes_build_once(cache_dir, tmp_path) -> None:
     )
     env = {**os.environ, "CC": str(wrapper), "KERNELBAY_CACHE_DIR": str(cache_dir)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for _ in range(8)
     ]
     for p in procs:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import ctypes
 import os
 
-import numpy as np
-
 import kernelbay as kb
+import numpy as np
 from kernelbay_cpu import _driver
 
 

@@ -27,7 +27,10 @@ def _wheel(out: Path, pure: bool) -> Path:
     env = {**os.environ, "KERNELBAY_CUDA_PURE": "1" if pure else "0"}
     r = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT / "plugins" / "cuda"), "-w", str(out)],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr
     (whl,) = out.glob("kernelbay_cuda-*.whl")

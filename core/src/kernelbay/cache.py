@@ -49,7 +49,18 @@ from .settings import env_bytes
 
 log = logging.getLogger("kernelbay.cache")
 
-__all__ = ["CacheEntry", "DiskCache", "cache_dir", "default_cache", "locked", "lookup", "make_key", "recheck", "store", "SCHEMA"]
+__all__ = [
+    "CacheEntry",
+    "DiskCache",
+    "cache_dir",
+    "default_cache",
+    "locked",
+    "lookup",
+    "make_key",
+    "recheck",
+    "store",
+    "SCHEMA",
+]
 
 #: Bump to invalidate every entry written by older code.
 SCHEMA = 1
@@ -184,7 +195,9 @@ class DiskCache:
                 except FileExistsError:
                     pass
                 except OSError as exc:
-                    raise self._refuse(f"cannot create it: {exc.strerror}; set {ENV_DIR} to a writable directory") from exc
+                    raise self._refuse(
+                        f"cannot create it: {exc.strerror}; set {ENV_DIR} to a writable directory"
+                    ) from exc
                 continue
             except OSError as exc:
                 if os.path.islink(d):
@@ -287,6 +300,7 @@ class DiskCache:
                             except OSError:
                                 pass
                 if entry is None:
+                    log.info("dropped a damaged, foreign or unsafe entry: %s", path)
                     _unlink(name, sub)
                 return entry
             finally:
@@ -473,7 +487,10 @@ class DiskCache:
             self._write_total(root, total, scanned)
             log.debug(
                 "scanned %d entries (%d bytes after evicting %d) in %.1f ms",
-                len(items), total, evicted, (time.perf_counter() - t0) * 1e3,
+                len(items),
+                total,
+                evicted,
+                (time.perf_counter() - t0) * 1e3,
             )
             if evicted:
                 log.info("evicted %d least recently used entries to stay under %d bytes", evicted, self.max_bytes)
@@ -600,7 +617,9 @@ def lookup(key: str) -> tuple[DiskCache | None, CacheEntry | None]:
     """
     cache = default_cache()
     try:
-        return cache, cache.get(key)
+        hit = cache.get(key)
+        log.debug("%s %s", "hit" if hit is not None else "miss", key[:16])
+        return cache, hit
     except (CacheError, OSError) as exc:
         _warn(exc)
         return None, None

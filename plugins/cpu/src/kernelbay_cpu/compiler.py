@@ -13,10 +13,12 @@ Each launcher hands the ``void**`` argument array to ``kb_cpu::run_threads<&entr
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import re
 import subprocess
 import tempfile
+import time
 from collections.abc import Sequence
 from importlib import resources
 
@@ -27,6 +29,8 @@ from kernelbay.types import Device, Source
 
 from . import _driver
 from .launcher import KernelHandle
+
+log = logging.getLogger("kernelbay.cpu")
 
 DEFAULT_OPT = "-O3"
 DEFAULT_STD = "-std=c++17"
@@ -382,12 +386,14 @@ def _run_compiler(
                 f.write(text)
         out = os.path.join(d, "kernel.so")
         cmd = [*tc.argv, *fl, "-I", d, "kb_main.cpp", "-o", out]
+        t0 = time.perf_counter()
         try:
             r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.SubprocessError) as exc:
             raise CompileError(f"running the C++ compiler ({' '.join(cmd)}) failed: {exc}", source=source.text) from exc
         if r.returncode != 0:
             raise _compile_error(r.stdout + r.stderr, source, fname, cmd)
+        log.info("compiled %s in %.0f ms: %s", source.name or "kernel", (time.perf_counter() - t0) * 1e3, " ".join(cmd))
         with open(out, "rb") as f:
             return f.read()
 
