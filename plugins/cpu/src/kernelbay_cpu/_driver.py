@@ -162,7 +162,10 @@ _PROBE_SRC = "#include <cstdio>\nextern \"C\" int kb_probe(int x) {\n#pragma omp
 
 def _works(argv: tuple[str, ...], flags: list[str]) -> bool:
     global _last_probe_log
-    with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-probe-") as d:
+    from kernelbay.native import load_dir
+
+    # Built and loaded in the cache's private directory: a noexec TMPDIR must not read as "no compiler".
+    with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-probe-", dir=load_dir()) as d:
         src, out = os.path.join(d, "probe.cpp"), os.path.join(d, "probe.so")
         with open(src, "w") as f:
             f.write(_PROBE_SRC)
@@ -220,20 +223,15 @@ def fiber_stack() -> int:
 
 
 def load_library(image: bytes) -> ctypes.CDLL:
-    """dlopen a shared object from its bytes: written to a private file, loaded, unlinked."""
-    fd, path = tempfile.mkstemp(prefix="kernelbay-cpu-", suffix=".so")
+    """dlopen a shared object from its bytes: written to a private file in the cache directory
+    (:func:`kernelbay.native.load_dir`, not TMPDIR, which may be noexec), loaded, unlinked."""
+    from kernelbay.native import load_dir, private_file
+
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(image)
-        try:
+        with private_file(image, "kernelbay-cpu-", ".so") as path:
             return ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))
-        except OSError as exc:
-            raise CompileError(f"the compiled kernel module could not be loaded: {exc}") from exc
-    finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    except OSError as exc:
+        raise CompileError(f"the compiled kernel module could not be loaded from {load_dir()}: {exc}") from exc
 
 
 def check(status: int, lib: Any, what: str) -> None:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import collections
 import ctypes
 import hashlib
+import logging
 import os
 import re
 import subprocess
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from importlib import resources
@@ -30,6 +32,8 @@ from kernelbay.types import Device, Source
 
 from . import _driver
 from .launcher import KernelHandle
+
+log = logging.getLogger("kernelbay.cpu")
 
 DEFAULT_OPT = "-O3"
 DEFAULT_STD = "-std=c++17"
@@ -603,12 +607,14 @@ def _run_compiler(
         out = os.path.join(d, "kernel.so")
         depfile = os.path.join(d, "kernel.d")
         cmd = [*tc.argv, *fl, "-I", d, "-MMD", "-MF", depfile, "kb_main.cpp", "-o", out]
+        t0 = time.perf_counter()
         try:
             r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.SubprocessError) as exc:
             raise CompileError(f"running the C++ compiler ({' '.join(cmd)}) failed: {exc}", source=source.text) from exc
         if r.returncode != 0:
             raise _compile_error(r.stdout + r.stderr, source, fname, cmd)
+        log.info("compiled %s in %.0f ms: %s", source.name or "kernel", (time.perf_counter() - t0) * 1e3, " ".join(cmd))
         with open(out, "rb") as f:
             image = f.read()
         return image, _external_deps(depfile, d)

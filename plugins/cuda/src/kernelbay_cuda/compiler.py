@@ -16,6 +16,7 @@ import json
 import logging
 import re
 import threading
+import time
 from typing import Any
 
 from kernelbay.argrules import PARAM
@@ -230,6 +231,7 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
                 from_cache="disk",
                 kinds=dict(m.get("kinds", {})),
             )
+    t0 = time.perf_counter()
     try:
         img = _nvrtc(source, exprs, opts, kind, arch, probe=True)
     except CompileError:
@@ -237,6 +239,7 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
         # which also reports the user's own errors as they are.
         log.debug("kernelbay.cuda: signature probe failed for %r; compiling without it", entry)
         img = _nvrtc(source, exprs, opts, kind, arch)
+    log.info("compiled %s with NVRTC %d.%d in %.0f ms: %s", entry, *ver, (time.perf_counter() - t0) * 1e3, " ".join(opts))
     meta = {"kind": img.kind, "arch": img.arch, "lowered": img.lowered, "params": img.params, "log": img.log, "kinds": img.kinds}
     store(cache, key, img.data, meta)
     return img

@@ -1,45 +1,87 @@
 """The backend's native helpers (``_launch.c`` and ``_pool.c``) and their pure-Python equivalents.
 
-The two C sources are joined into one extension (one build, one cache entry, one load),
-built at first use through :func:`kernelbay.native.load_extension` and kept
-in the disk cache. They hold the two hottest paths: the ``cuLaunchKernel`` call (taking plain
-ints, without cuda.bindings' per-call conversions) and the allocator's cached-block pool.
-Where they cannot be built (no C compiler or Python headers, ``KERNELBAY_NATIVE=0``) the
-Python versions below run instead, with the same behaviour; :func:`status` says which.
+They hold the two hottest paths: the ``cuLaunchKernel`` call (taking plain ints, without
+cuda.bindings' per-call conversions) and the allocator's cached-block pool. The two C sources
+form one extension, found in this order:
+
+1. prebuilt: ``kernelbay_cuda._kbcuda_native``, compiled into the platform wheel (and into an
+   editable install) by setup.py, used when its ``SOURCE_SHA256`` matches the sources here;
+2. built at first use by :func:`kernelbay.native.load_extension` and kept in the disk cache,
+   for installs without a prebuilt module (a pure wheel, an sdist built without a compiler) or
+   with a stale one (an editable install whose C sources changed since);
+3. the Python versions below, with the same behaviour, where neither is possible (no C
+   compiler or Python headers, ``KERNELBAY_NATIVE=0``).
+
+:func:`status` says which (``kernelbay info`` shows it; the ``kernelbay.native`` logger logs it).
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import logging
 import threading
 from importlib import resources
 from typing import Any
 
-from kernelbay.native import NativeUnavailable, load_extension
+from kernelbay import native as _core_native
+from kernelbay.native import NativeUnavailable, disabled, load_extension
 
-__all__ = ["module", "status", "PyPool", "make_pool", "size_class"]
+__all__ = ["module", "status", "origin", "PyPool", "make_pool", "size_class"]
 
 #: The C sources of the extension, in the order they are joined (_launch.c's init adds _pool.c's type).
 SOURCES = ("_pool.c", "_launch.c")
+PREBUILT = "_kbcuda_native"
 
-SMALL = 8
-PAGE = 16 * 1024
+log = logging.getLogger("kernelbay.native")
 
-_state: list[Any] = []  # [module or None, reason or None], filled once
+_state: list[Any] = []  # [module or None, reason or None, origin], filled once
+
+
+def _sources() -> str:
+    files = resources.files(__package__)
+    return "\n".join(files.joinpath(f).read_text(encoding="utf-8") for f in SOURCES)
+
+
+def _prebuilt(src: str | None) -> tuple[Any, str]:
+    """The wheel's compiled module, or None and why it is not used."""
+    try:
+        mod = importlib.import_module(f"{__package__}.{PREBUILT}")
+    except ImportError as exc:
+        return None, f"no prebuilt module ({exc})"
+    if src is not None and getattr(mod, "SOURCE_SHA256", None) != hashlib.sha256(src.encode()).hexdigest():
+        return None, "the prebuilt module is older than the C sources beside it"
+    return mod, "prebuilt"
+
+
+def _find() -> tuple[Any, str | None, str]:
+    if disabled():
+        return None, f"turned off by {_core_native.ENV_NATIVE}", "python"
+    try:
+        src: str | None = _sources()
+    except OSError:
+        src = None
+    mod, why_not = _prebuilt(src)
+    if mod is not None:
+        return mod, None, "prebuilt"
+    if src is None:
+        return None, f"{why_not}, and the C sources {', '.join(SOURCES)} are not installed", "python"
+    try:
+        return load_extension(PREBUILT, src), None, "built at first use"
+    except NativeUnavailable as exc:
+        return None, f"{why_not}; {exc}", "python"
 
 
 def module() -> Any:
-    """The built extension, or None where it is unavailable (see :func:`status`)."""
+    """The extension, or None where it is unavailable (see :func:`status`)."""
     if not _state:
-        try:
-            files = resources.files(__package__)
-            src = "\n".join(files.joinpath(f).read_text(encoding="utf-8") for f in SOURCES)
-            mod, why = load_extension("_kbcuda_native", src), None
-        except NativeUnavailable as exc:
-            mod, why = None, str(exc)
-        except OSError as exc:  # the C source is missing from the installation
-            mod, why = None, f"the C sources {', '.join(SOURCES)} cannot be read: {exc}"
+        mod, why, orig = _find()
         if not _state:
-            _state[:] = [mod, why]
+            _state[:] = [mod, why, orig]
+            if mod is None:
+                log.info("cuda: native helpers unavailable, the pure-Python paths run: %s", why)
+            else:
+                log.info("cuda: native helpers %s", orig)
     return _state[0]
 
 
@@ -47,6 +89,23 @@ def status() -> str:
     """``"native"``, or ``"python (<reason>)"`` where the C helpers are unavailable."""
     module()
     return "native" if _state[0] is not None else f"python ({_state[1]})"
+
+
+def origin() -> str:
+    """Where the helpers came from: ``"prebuilt"`` (the wheel), ``"built at first use"`` or ``"python"``."""
+    module()
+    return _state[2] if len(_state) > 2 else ("python" if _state[0] is None else "unknown")
+
+
+def _report() -> str:
+    s = status()
+    return f"native ({origin()})" if s == "native" else s
+
+
+_core_native.register_status("cuda", _report)
+
+SMALL = 8
+PAGE = 16 * 1024
 
 
 def size_class(nbytes: int) -> int:

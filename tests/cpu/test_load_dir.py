@@ -1,0 +1,30 @@
+"""The cpu backend loads kernel objects from the cache's private directory, not from TMPDIR
+(a noexec /tmp must not break it, nor read as "no C++ compiler")."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import kernelbay as kb
+import numpy as np
+from kernelbay_cpu import _driver
+
+
+def test_kernels_are_loaded_from_the_cache_directory(tmp_path, monkeypatch) -> None:
+    cache = tmp_path / "kbcache"
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(cache))
+    seen: list[str] = []
+    real = ctypes.CDLL
+
+    def spy(path, *a, **k):
+        seen.append(str(path))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(_driver.ctypes, "CDLL", spy)
+    src = 'extern "C" __global__ void inc(float* x) { x[threadIdx.x] += 1.0f; }'
+    k = kb.compile(kb.Source(src, "cuda", name="inc", options=("-DKB_LOAD_DIR_TEST=1",)), device=kb.device("cpu"))
+    x = kb.asarray(np.zeros(4, np.float32), device=kb.device("cpu"))
+    k.launch(grid=1, block=4, args=(x,))
+    assert np.array_equal(x.numpy(), np.ones(4, np.float32))
+    assert seen and all(p.startswith(str(cache / "native-load") + os.sep) for p in seen), seen
