@@ -409,7 +409,7 @@ class DiskCache(PrivateDir):
             out.update(usable=True, problem=None)
         out["owner_ok"] = None  # not there yet: it will be made 0700, yours
         if out["exists"]:
-            st, uid = os.stat(self.directory), _uid()
+            st, uid = os.stat(self.directory), _privatedir._uid()
             out["owner_ok"] = uid is None or (st.st_uid == uid and not st.st_mode & 0o022)
         out["writable"] = os.access(self.directory if out["exists"] else _existing_parent(self.directory), os.W_OK)
         if out["usable"] and not out["writable"]:
