@@ -25,7 +25,7 @@ from kernelbay.concurrency import OnceMap
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Device, Source
 
-from . import _driver
+from . import _driver, _runtime
 from .launcher import KernelHandle
 
 DEFAULT_OPT = "-O3"
@@ -35,6 +35,7 @@ _FILE = {"cuda": "kernel.cu", "c++": "kernel.cpp"}
 _PRELUDE = {"cuda": "kb_cpu_cuda.h", "c++": "kb_cpu_cxx.h"}
 _HEADERS = (
     "kb_cpu_launch.h",
+    "kb_cpu_rt.h",
     "kb_cpu_fiber.h",
     "kb_cpu_cuda.h",
     "kb_cpu_cxx.h",
@@ -279,10 +280,14 @@ extern "C" __attribute__((visibility("default"))) int kb_info_{i}(long long* siz
     return kb_cpu::sig<decltype(kb_entry_{i})>::info(sizes, kinds, cap);
 }}
 extern "C" __attribute__((visibility("default"))) int kb_launch_{i}(void** a, const int* g, int shmem) {{
-    return kb_cpu::{runner}<kb_entry_{i}>(a, g[0], g[1], g[2], g[3], g[4], g[5], shmem);
+    return kb_cpu::launch<&kb_cpu::{runner}<kb_entry_{i}>>({_c_string(n)}, a, g, shmem);
 }}"""
         )
     return "\n".join(parts) + "\n"
+
+
+def _c_string(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _prelude_text() -> dict[str, str]:
@@ -306,6 +311,7 @@ class Module:
     def __init__(self, lib: ctypes.CDLL, names: list[str], source: Source) -> None:
         self.lib = lib
         lib.kb_error_message.restype = ctypes.c_char_p
+        _runtime.attach(lib)
         lib.kb_set_threads(_driver.threads())
         fibers = source.lang == "cuda" and needs_fibers(source)
         if source.lang == "cuda":
@@ -319,6 +325,7 @@ _modules = OnceMap()  # (source, device index) -> Module
 def compile_source(device: Device, source: Source) -> KernelHandle:
     """The compiled kernel for ``source`` (from the process cache, the disk cache, or the compiler)."""
     mod = _modules.get_or_make((source, device.index), _build, source)
+    _runtime.install_interrupt()
     name = source.name.strip() if source.name else next(iter(mod.kernels))
     return mod.kernels[name]
 
