@@ -66,6 +66,11 @@ def _build(tc: _driver.Toolchain) -> bytes:
     return image
 
 
+def image() -> bytes:
+    """The runtime's shared object (for the isolated mode's worker)."""
+    return _build(_driver.toolchain())
+
+
 def api() -> int | None:
     """The address of the runtime's interface for ``kb_set_runtime``, loading it on first use
     (None where it could not be built: kernels then run without it)."""

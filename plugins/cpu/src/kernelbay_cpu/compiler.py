@@ -25,7 +25,7 @@ from kernelbay.concurrency import OnceMap
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Device, Source
 
-from . import _driver, _runtime
+from . import _driver, _isolate, _runtime
 from .launcher import KernelHandle
 
 DEFAULT_OPT = "-O3"
@@ -308,7 +308,9 @@ def preludes() -> dict[str, str]:
 class Module:
     """A loaded shared object and its kernels by entry name."""
 
-    def __init__(self, lib: ctypes.CDLL, names: list[str], source: Source) -> None:
+    def __init__(
+        self, lib: ctypes.CDLL, names: list[str], source: Source, remote: _isolate.RemoteModule | None = None
+    ) -> None:
         self.lib = lib
         lib.kb_error_message.restype = ctypes.c_char_p
         _runtime.attach(lib)
@@ -317,6 +319,9 @@ class Module:
         if source.lang == "cuda":
             lib.kb_set_fiber_stack(ctypes.c_longlong(_driver.fiber_stack()))
         self.kernels = {n: KernelHandle(lib, i, n, source.lang, fibers) for i, n in enumerate(names)}
+        if remote is not None:  # isolated mode: the worker runs the launches
+            for i, h in enumerate(self.kernels.values()):
+                h.fn = _isolate.RemoteLaunch(remote, i, h.name, h.kinds, h.sizes)
 
 
 _modules = OnceMap()  # (source, device index) -> Module
@@ -347,9 +352,26 @@ def _build(source: Source) -> Module:
     pre = preludes()
     fname = _FILE[source.lang]
     main = f'#include "{_PRELUDE[source.lang]}"\n#include "{fname}"\n' + _launcher(source.lang, names, runner)
+    # In-process images never carry a sanitizer (CXX='g++ -fsanitize=address' would end the
+    # interpreter when loaded); checked mode builds a second, sanitized image for the worker.
+    plain = _driver.plain_argv(tc)
+    image = _image(tc, plain, fl, source, text, names, fname, main, pre)
+    lib = _driver.load_library(image)
+    remote = None
+    if _isolate.enabled():
+        if _isolate.check_mode():
+            image = _image(tc, tc.argv, [*fl, *_isolate.CHECK_FLAGS], source, text, names, fname, main, pre)
+        remote = _isolate.RemoteModule(image)
+    return Module(lib, names, source, remote)
+
+
+def _image(
+    tc: _driver.Toolchain, argv: Sequence[str], fl: list[str], source: Source, text: str, names: list[str],
+    fname: str, main: str, pre: dict[str, str],
+) -> bytes:
     key = make_key(
         backend="cpu",
-        compiler=" ".join(tc.argv),
+        compiler=" ".join(argv),
         compiler_version=tc.version,
         arch=tc.cpu_id if any(f.endswith("=native") for f in fl) else os.uname().machine,
         options=fl,
@@ -365,20 +387,17 @@ def _build(source: Source) -> Module:
     )
     cache, hit = lookup(key)
     if hit is not None:
-        try:
-            return Module(_driver.load_library(hit.payload), names, source)
-        except CompileError:
-            pass  # a cached image that no longer loads: rebuild it
-    image = _run_compiler(tc, fl, source, text, fname, main, pre)
+        return hit.payload
+    image = _run_compiler(tuple(argv), fl, source, text, fname, main, pre)
     store(cache, key, image, {"backend": "cpu", "entries": names, "compiler": tc.version})
-    return Module(_driver.load_library(image), names, source)
+    return image
 
 
 _DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s*(?:fatal )?error\b", re.M)
 
 
 def _run_compiler(
-    tc: _driver.Toolchain, fl: list[str], source: Source, text: str, fname: str, main: str, pre: dict[str, str]
+    argv: tuple[str, ...], fl: list[str], source: Source, text: str, fname: str, main: str, pre: dict[str, str]
 ) -> bytes:
     with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-build-") as d:
         files = {**pre, **dict(source.headers), fname: text, "kb_main.cpp": main}
@@ -388,7 +407,7 @@ def _run_compiler(
             with open(p, "w", encoding="utf-8") as f:
                 f.write(text)
         out = os.path.join(d, "kernel.so")
-        cmd = [*tc.argv, *fl, "-I", d, "kb_main.cpp", "-o", out]
+        cmd = [*argv, *fl, "-I", d, "kb_main.cpp", "-o", out]
         try:
             r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.SubprocessError) as exc:
