@@ -138,8 +138,12 @@ def _probe() -> Toolchain:
         except (ValueError, KeyError, TypeError):
             pass
     version = _version(argv)
-    openmp = _works(argv, ["-fopenmp"])
-    if not openmp and not _works(argv, []):
+    # The probe loads what it built into this process: without the sanitizer options of a
+    # CXX='g++ -fsanitize=address', whose runtime would end the interpreter (it must be the
+    # first library of a process). Such a CXX turns on checked mode (kernelbay_cpu._isolate).
+    plain = tuple(a for a in argv if not a.startswith(("-fsanitize", "-fno-sanitize")))
+    openmp = _works(plain, ["-fopenmp"])
+    if not openmp and not _works(plain, []):
         raise BackendUnavailableError(
             f"{NO_COMPILER} ({' '.join(argv)} cannot build a shared library: {_last_probe_log.strip()[:400]})"
         )
