@@ -22,6 +22,8 @@ from . import _driver
 
 log = logging.getLogger("kernelbay.cpu")
 
+#: "0" turns the runtime off (no Ctrl-C cancellation, fault report or fork care): for comparisons.
+ENV_RUNTIME = "KERNELBAY_CPU_RUNTIME"
 SOURCE = "kb_cpu_rt.cpp"
 HEADER = "kb_cpu_rt.h"
 _FLAGS = ["-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-pthread"]
@@ -78,6 +80,9 @@ def api() -> int | None:
     if _api is not None or _failed:
         return _api
     with _lock:
+        if os.environ.get(ENV_RUNTIME, "").strip().lower() in ("0", "off", "no", "false"):
+            _failed = True  # asked for: kernels run as without the runtime
+            return None
         if _api is None and not _failed:
             try:
                 lib = _driver.load_library(_build(_driver.toolchain()))
