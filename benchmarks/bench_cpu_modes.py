@@ -87,8 +87,14 @@ def run(quick: bool) -> list[dict]:
             for k in ("KERNELBAY_CPU_ISOLATE", "KERNELBAY_CPU_CHECK", "KERNELBAY_CPU_RUNTIME"):
                 if k not in extra:
                     env.pop(k, None)
-            r = subprocess.run([sys.executable, "-c", _CHILD, str(n), str(number), str(repeat)], env=env,
-                               capture_output=True, text=True, timeout=900, cwd=os.path.dirname(os.path.dirname(__file__)))
+            r = subprocess.run(
+                [sys.executable, "-c", _CHILD, str(n), str(number), str(repeat)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                cwd=os.path.dirname(os.path.dirname(__file__)),
+            )
             if r.returncode != 0:
                 errors[mode] = (r.stderr.strip().splitlines() or ["failed"])[-1][:300]
                 continue
@@ -115,7 +121,11 @@ def goals(records: list[dict]) -> list[dict]:
         off, on = find(records, group, "runtime off"), find(records, group, "default")
         if off and on and "median" in off and "median" in on:
             out.append(
-                goal(f"cpu: the runtime (Ctrl-C, fault report, fork) costs ≤ 10% of the {what}",
-                     on["median"] / off["median"], 1.10) | {"unit": "×"}
+                goal(
+                    f"cpu: the runtime (Ctrl-C, fault report, fork) costs ≤ 10% of the {what}",
+                    on["median"] / off["median"],
+                    1.10,
+                )
+                | {"unit": "×"}
             )
     return out

@@ -182,7 +182,10 @@ FORK = PRELUDE + textwrap.dedent(
 
 def test_launches_work_in_forked_children(env) -> None:
     r = subprocess.run(
-        [sys.executable, "-c", FORK], env=dict(env, KERNELBAY_CPU_THREADS="2"), capture_output=True, text=True,
+        [sys.executable, "-c", FORK],
+        env=dict(env, KERNELBAY_CPU_THREADS="2"),
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
@@ -190,3 +193,10 @@ def test_launches_work_in_forked_children(env) -> None:
     assert "fork 0" in r.stdout
     assert f"pool [{3.0 * n}, {4.0 * n}]" in r.stdout
     assert "parent True" in r.stdout
+
+
+def test_ctrl_c_in_isolated_mode_stops_even_a_block_that_never_returns(env) -> None:
+    rc, out, err = _spin(dict(env, KERNELBAY_CPU_ISOLATE="1"), forever=1, interrupts=1)
+    assert rc == 0, err
+    assert "interrupted" in out
+    assert "next launch [10.0, 10.0, 10.0, 10.0]" in out  # a new worker

@@ -4,7 +4,6 @@ faked, which is exactly what the child inherits)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap

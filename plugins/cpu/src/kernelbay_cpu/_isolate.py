@@ -172,8 +172,9 @@ class Worker:
             self.sock.close()
         self.proc = self.sock = None
 
-    def call(self, mod: RemoteModule, index: int, name: str, args: list[bytes], ptrs: list[int], geom: Any,
-             shmem: int) -> int:
+    def call(
+        self, mod: RemoteModule, index: int, name: str, args: list[bytes], ptrs: list[int], geom: Any, shmem: int
+    ) -> int:
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
                 self.stop()
@@ -246,7 +247,8 @@ class Worker:
                 head += " (an access just past the end of a kernelbay buffer)"
         body = "\n".join(lines[:40])
         return LaunchError(
-            head + "; the next launch starts a new worker, and this launch's outputs are undefined"
+            head
+            + "; the next launch starts a new worker, and this launch's outputs are undefined"
             + (f". The worker's report:\n{body}" if body else "")
         )
 
