@@ -107,6 +107,14 @@ inline void run_block(Body& body, long b, long gx, long gy) {
     }
 }
 
+// Whether this thread has what the runtime's fault report needs (an alternate signal stack).
+alignas(64) static thread_local bool thread_ready = false;
+
+inline void setup_thread() {
+    thread_ready = true;
+    if (rt != nullptr) rt->thread_setup();
+}
+
 template <class Body>
 inline int for_each_block(long gx, long gy, long gz, Body body) {
     const long nblocks = gx * gy * gz;
@@ -120,21 +128,19 @@ inline int for_each_block(long gx, long gy, long gz, Body body) {
         // Chunks of blocks handed out on demand: a core that is busy elsewhere (a loaded
         // machine, another process) does not hold the whole grid back as a static split would.
         const long chunk = nblocks / ((long)nt * 8) > 1 ? nblocks / ((long)nt * 8) : 1;
-#pragma omp parallel num_threads(nt)
-        {
-            if (rt != nullptr) rt->thread_setup();
-#pragma omp for schedule(dynamic, chunk)
-            for (long b = 0; b < nblocks; ++b) {
-                if (__atomic_load_n(&error_flag, __ATOMIC_RELAXED) || __atomic_load_n(irq, __ATOMIC_RELAXED) != irq0)
-                    continue;
-                run_block(body, b, gx, gy);
-            }
+        // One combined `parallel for`: split into `parallel` + `for`, saxpy 2^22 took 25% longer.
+#pragma omp parallel for schedule(dynamic, chunk) num_threads(nt)
+        for (long b = 0; b < nblocks; ++b) {
+            if (__atomic_load_n(&error_flag, __ATOMIC_RELAXED) || __atomic_load_n(irq, __ATOMIC_RELAXED) != irq0)
+                continue;
+            if (__builtin_expect(!thread_ready, 0)) setup_thread();
+            run_block(body, b, gx, gy);
         }
         return error_flag ? error_flag : __atomic_load_n(irq, __ATOMIC_RELAXED) != irq0 ? CANCELLED : 0;
     }
 #endif
     // One block (or one thread): no parallel region to open.
-    if (rt != nullptr) rt->thread_setup();
+    if (!thread_ready) setup_thread();
     for (long b = 0; b < nblocks && !error_flag; ++b) {
         if (__atomic_load_n(irq, __ATOMIC_RELAXED) != irq0) return CANCELLED;
         run_block(body, b, gx, gy);
