@@ -182,7 +182,7 @@ FORKED = (
 )
 
 
-class _ForkedDevices(list):  # type: ignore[type-arg]
+class _ForkedDevices(list):
     """``state.jax_devices`` in a forked child of a process that used JAX: every use raises."""
 
     def __getitem__(self, i: Any) -> Any:
