@@ -94,3 +94,29 @@ def test_checked_mode_names_the_source_line(base_env) -> None:
 def test_a_sanitizer_cxx_survives_the_probe_and_checks(base_env) -> None:
     out = _run(dict(base_env, CXX="g++ -fsanitize=address"), "past_end")
     assert "AddressSanitizer: use-after-poison kernel.cu:7" in out["past_end"], out["past_end"]
+
+
+FORK = textwrap.dedent(
+    """
+    import os, numpy as np, kernelbay as kb
+    src = "__global__ void fill(float* y, float v, int n) { int i = blockIdx.x * 256 + threadIdx.x; if (i < n) y[i] = v; }"
+    k = kb.compile(kb.Source(src, "cuda", name="fill"), device="cpu")
+    y = kb.asarray(np.zeros(1000, np.float32), device="cpu")
+    k.launch(4, 256, (y, np.float32(1), np.int32(1000)))
+    pid = os.fork()
+    if pid == 0:  # a worker of its own, not the parent's
+        z = kb.asarray(np.zeros(1000, np.float32), device="cpu")
+        k.launch(4, 256, (z, np.float32(2), np.int32(1000)))
+        os._exit(0 if z.numpy().sum() == 2000 else 3)
+    print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    k.launch(4, 256, (y, np.float32(3), np.int32(1000)))
+    print("parent", y.numpy().sum())
+    """
+)
+
+
+def test_isolated_mode_in_a_forked_child(base_env) -> None:
+    env = dict(base_env, KERNELBAY_CPU_ISOLATE="1")
+    r = subprocess.run([sys.executable, "-c", FORK], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "child 0" in r.stdout and "parent 3000.0" in r.stdout

@@ -18,11 +18,13 @@ not). DLPack imports are copied (foreign memory is not shared).
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import mmap
 import os
 import pickle
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -164,6 +166,11 @@ class Worker:
         self.mapped = set()
         self.modules = set()
 
+    def close(self) -> None:
+        """Stop the worker and remove its files (at exit)."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
@@ -196,7 +203,10 @@ class Worker:
                     self.mapped.add(r.id)
             load = None
             if mod.id not in self.modules:
-                load = mod.path
+                load = os.path.join(self.dir, f"m{mod.id}.so")
+                if not os.path.exists(load):
+                    with open(load, "wb") as f:
+                        f.write(mod.image)
                 self.modules.add(mod.id)
             msg = pickle.dumps((mod.id, load, index, args, tuple(geom), shmem, maps, freed))
             start = os.path.getsize(self.log) if os.path.exists(self.log) else 0
@@ -261,7 +271,22 @@ def worker() -> Worker:
     global _worker
     if _worker is None:
         _worker = Worker()
+        atexit.register(_worker.close)
     return _worker
+
+
+def _after_fork_in_child() -> None:
+    # The parent's worker is the parent's: a child starts its own. (Buffers stay shared memory,
+    # so parent and child see each other's writes, unlike the default mode's private memory.)
+    global _worker
+    if _worker is not None:
+        if _worker.sock is not None:
+            _worker.sock.close()
+        _worker.proc = _worker.sock = None
+        _worker = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _sanitizer_runtime() -> str:
@@ -277,16 +302,15 @@ def _sanitizer_runtime() -> str:
 
 
 class RemoteModule:
-    """A compiled module as the worker loads it: a private file holding its image."""
+    """A compiled module for the worker: its image, written to the worker's directory when a
+    worker first needs it."""
 
     _next = 0
 
     def __init__(self, image: bytes) -> None:
         RemoteModule._next += 1
         self.id = RemoteModule._next
-        self.path = os.path.join(worker().dir, f"m{self.id}.so")
-        with open(self.path, "wb") as f:
-            f.write(image)
+        self.image = image
 
 
 class RemoteLaunch:

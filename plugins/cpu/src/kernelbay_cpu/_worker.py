@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
+import shutil
 import signal
 import socket
 import sys
@@ -38,8 +39,9 @@ def main() -> int:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 64)
         except (ConnectionError, OSError):
-            return 0
-        if not msg:
+            msg = b""
+        if not msg:  # the caller is gone (it exited, or a forked child of it did): clean up
+            shutil.rmtree(os.path.dirname(sys.argv[2]), ignore_errors=True)
             return 0
         mod_id, load, index, args, geom, shmem, new_maps, freed = pickle.loads(msg)
         for rid in freed:
