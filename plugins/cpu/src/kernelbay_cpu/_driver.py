@@ -138,8 +138,12 @@ def _probe() -> Toolchain:
         except (ValueError, KeyError, TypeError):
             pass
     version = _version(argv)
-    openmp = _works(argv, ["-fopenmp"])
-    if not openmp and not _works(argv, []):
+    # The probe loads what it built into this process: without the sanitizer options of a
+    # CXX='g++ -fsanitize=address', whose runtime would end the interpreter (it must be the
+    # first library of a process). Such a CXX turns on checked mode (kernelbay_cpu._isolate).
+    plain = tuple(a for a in argv if not a.startswith(("-fsanitize", "-fno-sanitize")))
+    openmp = _works(plain, ["-fopenmp"])
+    if not openmp and not _works(plain, []):
         raise BackendUnavailableError(
             f"{NO_COMPILER} ({' '.join(argv)} cannot build a shared library: {_last_probe_log.strip()[:400]})"
         )
@@ -234,10 +238,26 @@ def load_library(image: bytes) -> ctypes.CDLL:
         raise CompileError(f"the compiled kernel module could not be loaded from {load_dir()}: {exc}") from exc
 
 
+#: A launch whose blocks not yet started were cancelled by Ctrl-C (kb_cpu::CANCELLED).
+CANCELLED = 2
+
+
+def plain_argv(tc: Toolchain) -> tuple[str, ...]:
+    """The compiler command without sanitizer options (``CXX='g++ -fsanitize=address'``): for
+    code that must load into this process, whose first library is not the sanitizer runtime."""
+    return tuple(a for a in tc.argv if not a.startswith(("-fsanitize", "-fno-sanitize")))
+
+
 def check(status: int, lib: Any, what: str) -> None:
-    """Turn a launcher's status into an exception: 0 is success, anything else a LaunchError."""
+    """Turn a launcher's status into an exception: 0 is success, CANCELLED a KeyboardInterrupt,
+    anything else a LaunchError."""
     if status == 0:
         return
+    if status == CANCELLED:
+        raise KeyboardInterrupt(
+            f"launch of kernel {what!r} on cpu interrupted (Ctrl-C): the blocks not yet started were cancelled, "
+            "so its outputs are incomplete"
+        )
     msg = lib.kb_error_message() if lib is not None else None  # restype c_char_p, set at load
     detail = msg.decode(errors="replace") if msg else f"status {status}"
     raise LaunchError(f"kernel {what!r} failed on cpu: {detail}")

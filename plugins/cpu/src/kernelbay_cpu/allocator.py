@@ -13,20 +13,24 @@ from typing import Any
 from kernelbay.errors import InvalidArgumentError, OutOfMemoryError
 from kernelbay.types import Array, Buffer, Device, MemoryStats
 
+from . import _isolate
+
 ALIGN = 64
 KDLCPU = 1
+_isolated = _isolate.enabled()
 
 
 class HostMemory:
     """The handle of a cpu buffer: the aligned address and the numpy array that owns it."""
 
-    __slots__ = ("ptr", "array", "nbytes", "owned")
+    __slots__ = ("ptr", "array", "nbytes", "owned", "shared")
 
-    def __init__(self, ptr: int, array: Any, nbytes: int, owned: bool) -> None:
+    def __init__(self, ptr: int, array: Any, nbytes: int, owned: bool, shared: Any = None) -> None:
         self.ptr = ptr
         self.array = array  # uint8, exactly nbytes long, starting at ptr
         self.nbytes = nbytes
         self.owned = owned  # False for memory adopted through DLPack
+        self.shared = shared  # the shared-memory region in isolated mode (_isolate.Region)
 
     def __repr__(self) -> str:
         return f"HostMemory(ptr=0x{self.ptr:x}, nbytes={self.nbytes})"
@@ -45,6 +49,15 @@ _stats = _Stats()
 def allocate(device: Device, nbytes: int) -> HostMemory:
     import numpy as np
 
+    if _isolated:  # the worker process maps the same memory at the same address
+        try:
+            ptr, arr, region = _isolate.allocate(nbytes)
+        except OSError as exc:
+            raise OutOfMemoryError(f"cannot allocate {nbytes} bytes of shared memory on {device}: {exc}") from None
+        with _stats.lock:
+            _stats.active += nbytes
+            _stats.peak = max(_stats.peak, _stats.active)
+        return HostMemory(ptr, arr, nbytes, True, region)
     try:
         raw = np.empty(nbytes + ALIGN, np.uint8)
     except MemoryError:
@@ -68,6 +81,8 @@ def free(device: Device, handle: HostMemory) -> None:
     if handle.owned:
         with _stats.lock:
             _stats.active -= handle.nbytes
+    if handle.shared is not None:
+        _isolate.release(handle.shared)
     handle.array = None  # memory goes when the last host view of it goes
 
 
@@ -105,6 +120,8 @@ def memory_stats(device: Device) -> MemoryStats:
 def from_external(obj: Any, device: Device | None) -> tuple[HostMemory, tuple[int, ...], Any] | None:
     """Adopt a kDLCPU DLPack producer (numpy, PyTorch, JAX on cpu) without a copy."""
     dev_fn = getattr(obj, "__dlpack_device__", None)
+    if _isolated:  # foreign memory is not shared with the worker: the core copies
+        return None
     if dev_fn is None or not hasattr(obj, "__dlpack__"):
         return None
     try:

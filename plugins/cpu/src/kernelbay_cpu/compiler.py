@@ -30,7 +30,7 @@ from kernelbay.cache import CacheEntry, locked, lookup, make_key, recheck, store
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Device, Source
 
-from . import _driver
+from . import _driver, _isolate, _runtime
 from .launcher import KernelHandle
 
 log = logging.getLogger("kernelbay.cpu")
@@ -42,6 +42,7 @@ _FILE = {"cuda": "kernel.cu", "c++": "kernel.cpp"}
 _PRELUDE = {"cuda": "kb_cpu_cuda.h", "c++": "kb_cpu_cxx.h"}
 _HEADERS = (
     "kb_cpu_launch.h",
+    "kb_cpu_rt.h",
     "kb_cpu_fiber.h",
     "kb_cpu_sync.h",
     "kb_cpu_cuda.h",
@@ -322,10 +323,14 @@ extern "C" __attribute__((visibility("default"))) int kb_info_{i}(long long* siz
     return kb_cpu::sig<decltype(kb_entry_{i})>::info(sizes, kinds, cap);
 }}
 extern "C" __attribute__((visibility("default"))) int kb_launch_{i}(void** a, const int* g, int shmem) {{
-    return kb_cpu::{runner}<kb_entry_{i}>(a, g[0], g[1], g[2], g[3], g[4], g[5], shmem);
+    return kb_cpu::launch<&kb_cpu::{runner}<kb_entry_{i}>>({_c_string(n)}, a, g, shmem);
 }}"""
         )
     return "\n".join(parts) + "\n"
+
+
+def _c_string(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _prelude_text() -> dict[str, str]:
@@ -359,11 +364,19 @@ class Module:
     cache's and every kernel's (each :class:`KernelHandle` holds the library).
     """
 
-    def __init__(self, lib: ctypes.CDLL, names: list[str], source: Source, deps: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        lib: ctypes.CDLL,
+        names: list[str],
+        source: Source,
+        deps: dict[str, str] | None = None,
+        remote: _isolate.RemoteModule | None = None,
+    ) -> None:
         self.lib = lib
         #: (mtime, size) of each file outside the source the compiler read: a changed one rebuilds.
         self.stamps = {p: _stamp(p) for p in deps or ()}
         lib.kb_error_message.restype = ctypes.c_char_p
+        _runtime.attach(lib)
         lib.kb_set_threads(_driver.threads())
         fibers = source.lang == "cuda" and needs_fibers(source)
         if source.lang == "cuda":
@@ -372,6 +385,9 @@ class Module:
         # Not at interpreter exit: OpenMP's threads and C++ thread-exit handlers may still reach
         # the module's code then, and the process is ending anyway.
         weakref.finalize(lib, _dlclose, lib._handle).atexit = False
+        if remote is not None:  # isolated mode: the worker runs the launches
+            for i, h in enumerate(self.kernels.values()):
+                h.fn = _isolate.RemoteLaunch(remote, i, h.name, h.kinds, h.sizes)
 
 
 #: Modules kept loaded for ``kb.compile`` calls that repeat a source. Past this many, the least
@@ -435,6 +451,7 @@ _modules = _ModuleCache(MAX_MODULES)
 def compile_source(device: Device, source: Source) -> KernelHandle:
     """The compiled kernel for ``source`` (from the process cache, the disk cache, or the compiler)."""
     mod = _modules.get_or_make((source, device.index), source)
+    _runtime.install_interrupt()
     name = source.name.strip() if source.name else next(iter(mod.kernels))
     return mod.kernels[name]
 
@@ -470,9 +487,26 @@ def _build(source: Source) -> Module:
     pre = preludes()
     fname = _FILE[source.lang]
     main = f'#include "{_PRELUDE[source.lang]}"\n#include "{fname}"\n' + _launcher(source.lang, names, runner)
+    # In-process images never carry a sanitizer (CXX='g++ -fsanitize=address' would end the
+    # interpreter when loaded); checked mode builds a second, sanitized image for the worker.
+    plain = _driver.plain_argv(tc)
+    image, deps = _image(tc, plain, fl, source, text, names, fname, main, pre)
+    lib = _driver.load_library(image)
+    remote = None
+    if _isolate.enabled():
+        if _isolate.check_mode():
+            image, _ = _image(tc, tc.argv, [*fl, *_isolate.CHECK_FLAGS], source, text, names, fname, main, pre)
+        remote = _isolate.RemoteModule(image)
+    return Module(lib, names, source, deps, remote)
+
+
+def _image(
+    tc: _driver.Toolchain, argv: Sequence[str], fl: list[str], source: Source, text: str, names: list[str],
+    fname: str, main: str, pre: dict[str, str],
+) -> tuple[bytes, dict[str, str]]:
     key = make_key(
         backend="cpu",
-        compiler=" ".join(tc.argv),
+        compiler=" ".join(argv),
         compiler_version=tc.version,
         arch=tc.cpu_id if any(f.endswith("=native") for f in fl) else os.uname().machine,
         options=fl,
@@ -487,26 +521,23 @@ def _build(source: Source) -> Module:
         },
     )
     cache, hit = lookup(key)
-    mod = _load_hit(hit, names, source)
-    if mod is not None:
-        return mod
+    got = _hit_image(hit)
+    if got is not None:
+        return got
     with locked(cache, key):  # N processes on a cold cache: one compiles, the others wait for it
-        mod = _load_hit(recheck(cache, key), names, source)
-        if mod is not None:
-            return mod
-        image, deps = _run_compiler(tc, fl, source, text, fname, main, pre)
+        got = _hit_image(recheck(cache, key))
+        if got is not None:
+            return got
+        image, deps = _run_compiler(tuple(argv), fl, source, text, fname, main, pre)
         store(cache, key, image, {"backend": "cpu", "entries": names, "compiler": tc.version, "deps": deps})
-    return Module(_driver.load_library(image), names, source, deps)
+    return image, deps
 
 
-def _load_hit(hit: CacheEntry | None, names: list[str], source: Source) -> Module | None:
-    """A module from a cache entry whose every file the compiler read is unchanged, else ``None``."""
+def _hit_image(hit: CacheEntry | None) -> tuple[bytes, dict[str, str]] | None:
+    """A cache entry's image and its dependencies, when every file the compiler read is unchanged."""
     if hit is None or not _deps_unchanged(hit.meta.get("deps")):
         return None
-    try:
-        return Module(_driver.load_library(hit.payload), names, source, hit.meta["deps"])
-    except CompileError:
-        return None  # a cached image that no longer loads: rebuild it
+    return hit.payload, hit.meta["deps"]
 
 
 # --- files the compiler read --------------------------------------------------------------
@@ -590,7 +621,7 @@ _DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s*(?:fatal )?
 
 
 def _run_compiler(
-    tc: _driver.Toolchain, fl: list[str], source: Source, text: str, fname: str, main: str, pre: dict[str, str]
+    argv: tuple[str, ...], fl: list[str], source: Source, text: str, fname: str, main: str, pre: dict[str, str]
 ) -> tuple[bytes, dict[str, str]]:
     """The shared object's bytes, and ``{path: sha256}`` of the files it was built from outside
     the build directory (from the compiler's ``-MMD`` dependency output)."""
@@ -606,7 +637,7 @@ def _run_compiler(
                 f.write(body)
         out = os.path.join(d, "kernel.so")
         depfile = os.path.join(d, "kernel.d")
-        cmd = [*tc.argv, *fl, "-I", d, "-MMD", "-MF", depfile, "kb_main.cpp", "-o", out]
+        cmd = [*argv, *fl, "-I", d, "-MMD", "-MF", depfile, "kb_main.cpp", "-o", out]
         t0 = time.perf_counter()
         try:
             r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=600)

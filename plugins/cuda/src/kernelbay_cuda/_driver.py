@@ -298,6 +298,11 @@ _init_pid: int | None = None
 
 
 def _after_fork_in_child() -> None:
+    # A fork()ed child of a process that called cuInit cannot use CUDA (the driver's state is
+    # the parent's): context() then raises LaunchError naming 'spawn'/'forkserver', as PyTorch's
+    # "cannot re-initialize CUDA in forked subprocess" does. A child of a process that only
+    # probed (the probe runs cuInit in a short-lived child interpreter) can use CUDA.
+    # tests/cuda/test_fork.py checks this without a GPU.
     _tls.dev = -1
 
 

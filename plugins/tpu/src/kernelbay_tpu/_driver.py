@@ -10,7 +10,7 @@ import logging
 import os
 from typing import Any
 
-from kernelbay.errors import BackendUnavailableError
+from kernelbay.errors import BackendUnavailableError, LaunchError
 from kernelbay.types import Device
 
 log = logging.getLogger("kernelbay.tpu")
@@ -173,6 +173,33 @@ def _vmem_capacity() -> tuple[int, bool]:
     except Exception:  # older jax or an unknown chip: the documented fallback
         pass
     return DEFAULT_VMEM_BYTES, False
+
+
+FORKED = (
+    "the tpu backend (JAX) was initialised in this process's parent before fork(): JAX runs threads, and a "
+    "forked child that uses it waits forever. Start worker processes with the 'spawn' or 'forkserver' method "
+    "(multiprocessing.get_context('spawn')), or first use the tpu backend in the child"
+)
+
+
+class _ForkedDevices(list):
+    """``state.jax_devices`` in a forked child of a process that used JAX: every use raises."""
+
+    def __getitem__(self, i: Any) -> Any:
+        raise LaunchError(FORKED)
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def _after_fork_in_child() -> None:
+    # As PyTorch does for CUDA: refuse clearly instead of hanging in JAX's runtime.
+    if state.jax_devices and not isinstance(state.jax_devices, _ForkedDevices):
+        state.jax_devices = _ForkedDevices()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def jax_device(device: Device) -> Any:

@@ -13,6 +13,8 @@
 #include <omp.h>
 #endif
 
+#include "kb_cpu_rt.h"
+
 namespace kb_cpu {
 
 struct uint3 {
@@ -45,6 +47,8 @@ namespace kb_cpu {
 static int n_threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else all cores)
 static char error_message[512];
 static int error_flag = 0;
+static const Runtime* rt = nullptr;  // kb_set_runtime; null: no Ctrl-C, fault report or fork care
+static long no_interrupts = 0;
 
 template <class T>
 constexpr char kind_of() {
@@ -103,13 +107,24 @@ inline void run_block(Body& body, uint3 bi) {
     }
 }
 
+// Whether this thread has what the runtime's fault report needs (an alternate signal stack).
+alignas(64) static thread_local bool thread_ready = false;
+
+inline void setup_thread() {
+    thread_ready = true;
+    if (rt != nullptr) rt->thread_setup();
+}
+
 // Blocks [b, end) in order. Block coordinates are stepped, not divided out of the linear index:
-// three 64-bit divisions per block cost as much as a small block's work.
+// three 64-bit divisions per block cost as much as a small block's work. False: Ctrl-C
+// cancelled the blocks not yet started.
 template <class Body>
-inline void run_range(Body& body, long b, long end, long gx, long gy) {
+inline bool run_range(Body& body, long b, long end, long gx, long gy, const long* irq, long irq0) {
+    if (__builtin_expect(!thread_ready, 0)) setup_thread();
     unsigned x = (unsigned)(b % gx), y = (unsigned)((b / gx) % gy), z = (unsigned)(b / (gx * gy));
     for (; b < end; ++b) {
-        if (__atomic_load_n(&error_flag, __ATOMIC_RELAXED)) return;
+        if (__atomic_load_n(&error_flag, __ATOMIC_RELAXED)) return true;
+        if (__atomic_load_n(irq, __ATOMIC_RELAXED) != irq0) return false;
         run_block(body, uint3{x, y, z});
         if (++x == (unsigned)gx) {
             x = 0;
@@ -119,12 +134,16 @@ inline void run_range(Body& body, long b, long end, long gx, long gy) {
             }
         }
     }
+    return true;
 }
 
 template <class Body>
 inline int for_each_block(long gx, long gy, long gz, Body body) {
     const long nblocks = gx * gy * gz;
     error_flag = 0;
+    // Ctrl-C bumps the runtime's counter: blocks not yet started are then skipped.
+    const long* irq = rt != nullptr ? rt->interrupts : &no_interrupts;
+    const long irq0 = __atomic_load_n(irq, __ATOMIC_RELAXED);
 #ifdef _OPENMP
     const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
     if (nblocks > 1 && nt > 1) {
@@ -135,14 +154,46 @@ inline int for_each_block(long gx, long gy, long gz, Body body) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
         for (long c = 0; c < nchunks; ++c) {
             const long b = c * chunk;
-            run_range(body, b, b + chunk < nblocks ? b + chunk : nblocks, gx, gy);
+            run_range(body, b, b + chunk < nblocks ? b + chunk : nblocks, gx, gy, irq, irq0);
         }
-        return error_flag;
+        return error_flag ? error_flag : __atomic_load_n(irq, __ATOMIC_RELAXED) != irq0 ? CANCELLED : 0;
     }
 #endif
     // One block (or one thread): no parallel region to open.
-    run_range(body, 0, nblocks, gx, gy);
+    if (!run_range(body, 0, nblocks, gx, gy, irq, irq0)) return CANCELLED;
     return error_flag;
+}
+
+inline void where(unsigned* b) {
+    b[0] = ::kb_blockIdx.x;
+    b[1] = ::kb_blockIdx.y;
+    b[2] = ::kb_blockIdx.z;
+}
+
+// The generated kb_launch_<i> runs each launch through here: announced to the runtime (fault
+// reports, Ctrl-C), and moved to another thread in a fork()ed child (see kb_cpu_rt.cpp).
+template <int (*Run)(void**, long, long, long, long, long, long, long)>
+inline int launch(const char* name, void** a, const int* g, int shmem) {
+    const Runtime* r = rt;
+    if (r == nullptr) return Run(a, g[0], g[1], g[2], g[3], g[4], g[5], shmem);
+    if (__builtin_expect(*r->forked, 0) && r->must_move()) {
+        struct Job {
+            const char* name;
+            void** a;
+            const int* g;
+            int shmem;
+        } job{name, a, g, shmem};
+        return r->run_elsewhere(
+            [](void* c) {
+                Job* j = static_cast<Job*>(c);
+                return launch<Run>(j->name, j->a, j->g, j->shmem);
+            },
+            &job);
+    }
+    const int slot = r->enter(name, g, where);
+    const int status = Run(a, g[0], g[1], g[2], g[3], g[4], g[5], shmem);
+    r->leave(slot);
+    return status;
 }
 
 // cuda: each block on one core, its threads in turn, the kernel called once per thread.
@@ -195,4 +246,9 @@ inline int run_blocks(void** args, long gx, long gy, long gz, long bx, long by, 
 extern "C" {
 __attribute__((visibility("default"))) void kb_set_threads(int n) { kb_cpu::n_threads = n; }
 __attribute__((visibility("default"))) const char* kb_error_message() { return kb_cpu::error_message; }
+__attribute__((visibility("default"))) int kb_set_runtime(const kb_cpu::Runtime* r) {
+    if (r == nullptr || r->version != KB_CPU_RT_VERSION) return -1;
+    kb_cpu::rt = r;
+    return 0;
+}
 }

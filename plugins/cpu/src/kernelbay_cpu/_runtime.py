@@ -1,0 +1,112 @@
+"""The process-wide native runtime (``include/kb_cpu_rt.cpp``): Ctrl-C cancellation, fatal-signal
+reports naming the kernel, and launches in a ``fork()``ed child.
+
+It is a small shared object built once with the kernels' compiler (kept in the disk cache like
+a kernel) and loaded before the first kernel module; each module then gets its interface through
+``kb_set_runtime``. When it cannot be built, kernels run as before: no cancellation, no report.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import subprocess
+import tempfile
+import threading
+from importlib import resources
+
+from kernelbay.cache import lookup, make_key, store
+
+from . import _driver
+
+log = logging.getLogger("kernelbay.cpu")
+
+#: "0" turns the runtime off (no Ctrl-C cancellation, fault report or fork care): for comparisons.
+ENV_RUNTIME = "KERNELBAY_CPU_RUNTIME"
+SOURCE = "kb_cpu_rt.cpp"
+HEADER = "kb_cpu_rt.h"
+_FLAGS = ["-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-pthread"]
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_api: int | None = None
+_failed = False
+
+
+def _texts() -> dict[str, str]:
+    base = resources.files("kernelbay_cpu") / "include"
+    return {n: (base / n).read_text(encoding="utf-8") for n in (SOURCE, HEADER)}
+
+
+def _build(tc: _driver.Toolchain) -> bytes:
+    texts = _texts()
+    argv = _driver.plain_argv(tc)
+    key = make_key(
+        backend="cpu-runtime",
+        compiler=" ".join(argv),
+        compiler_version=tc.version,
+        arch=os.uname().machine,
+        options=_FLAGS,
+        source=texts[SOURCE],
+        extra={"header": texts[HEADER]},
+    )
+    cache, hit = lookup(key)
+    if hit is not None:
+        return hit.payload
+    with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-rt-") as d:
+        for n, t in texts.items():
+            with open(os.path.join(d, n), "w", encoding="utf-8") as f:
+                f.write(t)
+        out = os.path.join(d, "kb_cpu_rt.so")
+        r = subprocess.run([*argv, *_FLAGS, SOURCE, "-o", out], cwd=d, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise OSError(f"building the cpu runtime failed: {(r.stdout + r.stderr).strip()[:800]}")
+        with open(out, "rb") as f:
+            image = f.read()
+    store(cache, key, image, {"kind": "cpu-runtime"})
+    return image
+
+
+def image() -> bytes:
+    """The runtime's shared object (for the isolated mode's worker)."""
+    return _build(_driver.toolchain())
+
+
+def api() -> int | None:
+    """The address of the runtime's interface for ``kb_set_runtime``, loading it on first use
+    (None where it could not be built: kernels then run without it)."""
+    global _lib, _api, _failed
+    if _api is not None or _failed:
+        return _api
+    with _lock:
+        if os.environ.get(ENV_RUNTIME, "").strip().lower() in ("0", "off", "no", "false"):
+            _failed = True  # asked for: kernels run as without the runtime
+            return None
+        if _api is None and not _failed:
+            try:
+                lib = _driver.load_library(_build(_driver.toolchain()))
+                lib.kb_rt_api.restype = ctypes.c_void_p
+                lib.kb_rt_install_fatal()
+                lib.kb_rt_install_fork()
+                _lib, _api = lib, lib.kb_rt_api()
+            except Exception as exc:  # the backend works without it: say why, once
+                _failed = True
+                log.warning("kernelbay: the cpu runtime (Ctrl-C, fault reports, fork) is off: %s", exc)
+        install_interrupt()
+    return _api
+
+
+def install_interrupt() -> None:
+    """Put the Ctrl-C handler in front of the current SIGINT handler, unless it already is, or
+    SIGINT is ignored or has its default action. Called at each compile: a handler that the
+    program installs later (``signal.signal``) replaces it until the next compile."""
+    if _lib is not None:
+        _lib.kb_rt_install_interrupt()
+
+
+def attach(lib: ctypes.CDLL) -> None:
+    """Give a freshly loaded kernel module the runtime."""
+    a = api()
+    if a is not None:
+        lib.kb_set_runtime(ctypes.c_void_p(a))

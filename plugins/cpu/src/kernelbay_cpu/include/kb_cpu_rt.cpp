@@ -1,0 +1,309 @@
+// kernelbay CPU backend: the process-wide runtime, built once and shared by every kernel module
+// (kernelbay_cpu/_runtime.py builds and loads it; each module gets kb_rt_api() at load).
+//
+// * Ctrl-C: a SIGINT handler, chained in front of Python's, that cancels the blocks of running
+//   launches not yet started (kb_cpu::for_each_block checks the counter between blocks); a
+//   second Ctrl-C while a launch still runs ends the process with a message.
+// * Faults: a handler for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT that names the kernel, grid
+//   and block that were running (as Python's faulthandler does for Python code), then hands the
+//   signal to the handler that was there before (faulthandler, or the default action).
+// * fork(): libgomp's thread pool belongs to the thread that opened it; in a fork()ed child its
+//   workers are gone and the first parallel region on the forking thread waits for them forever.
+//   In a child, launches from the forking thread run on a new thread, which gets a new pool.
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kb_cpu_rt.h"
+
+namespace {
+
+constexpr int NSLOTS = 64;
+struct Slot {
+    int used;
+    const char* name;
+    int geom[6];
+    void (*where)(unsigned*);
+};
+Slot slots[NSLOTS];
+long interrupts = 0;
+int active = 0;
+int pending = 0;  // a Ctrl-C cancelled launches that have not all returned yet
+int forked = 0;
+pthread_t fork_thread;
+
+struct sigaction prev_int;
+int int_installed = 0;
+const int FATAL[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+struct sigaction prev_fatal[NSIG];
+int fatal_installed = 0;
+
+void put(const char* s) {
+    ssize_t r = write(2, s, strlen(s));
+    (void)r;
+}
+
+void put_num(long v) {
+    char buf[24];
+    int i = sizeof(buf) - 1;
+    buf[i] = 0;
+    bool neg = v < 0;
+    unsigned long u = neg ? -(unsigned long)v : (unsigned long)v;
+    do {
+        buf[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u && i > 1);
+    if (neg) buf[--i] = '-';
+    put(buf + i);
+}
+
+void put_dim(const char* label, unsigned x, unsigned y, unsigned z) {
+    put(label);
+    put("(");
+    put_num(x);
+    put(", ");
+    put_num(y);
+    put(", ");
+    put_num(z);
+    put(")");
+}
+
+const char* first_running() {
+    for (int i = 0; i < NSLOTS; ++i)
+        if (__atomic_load_n(&slots[i].used, __ATOMIC_ACQUIRE)) return slots[i].name;
+    return nullptr;
+}
+
+void chain(const struct sigaction& prev, int sig, siginfo_t* info, void* uc) {
+    if (prev.sa_flags & SA_SIGINFO) {
+        if (prev.sa_sigaction != nullptr) prev.sa_sigaction(sig, info, uc);
+    } else if (prev.sa_handler != SIG_IGN && prev.sa_handler != SIG_DFL) {
+        prev.sa_handler(sig);
+    }
+}
+
+void on_int(int sig, siginfo_t* info, void* uc) {
+    if (__atomic_load_n(&active, __ATOMIC_ACQUIRE) > 0) {
+        const char* name = first_running();
+        if (__atomic_exchange_n(&pending, 1, __ATOMIC_ACQ_REL)) {
+            put("\nkernelbay: a second Ctrl-C while cpu kernel '");
+            put(name ? name : "?");
+            put("' still runs: a block that never returns cannot be stopped from outside; ending the process\n");
+            struct sigaction dfl;
+            memset(&dfl, 0, sizeof(dfl));
+            dfl.sa_handler = SIG_DFL;
+            sigaction(SIGINT, &dfl, nullptr);
+            sigset_t s;
+            sigemptyset(&s);
+            sigaddset(&s, SIGINT);
+            pthread_sigmask(SIG_UNBLOCK, &s, nullptr);
+            raise(SIGINT);
+            _exit(130);
+        }
+        __atomic_add_fetch(&interrupts, 1, __ATOMIC_ACQ_REL);
+        put("\nkernelbay: Ctrl-C: cancelling the blocks of cpu kernel '");
+        put(name ? name : "?");
+        put("' that have not started; blocks already running finish first (Ctrl-C again ends the process)\n");
+    }
+    chain(prev_int, sig, info, uc);
+}
+
+int reporting = 0;
+
+void on_fatal(int sig, siginfo_t* info, void* uc) {
+    int idx = 0;
+    while (FATAL[idx] != sig) ++idx;
+    (void)idx;
+    if (!__atomic_exchange_n(&reporting, 1, __ATOMIC_ACQ_REL) && __atomic_load_n(&active, __ATOMIC_ACQUIRE) > 0) {
+        put("\nkernelbay: fatal signal ");
+        put_num(sig);
+        put(" (");
+        put(strsignal(sig));  // not async-signal-safe in theory; glibc's reads a static table
+        put(") while cpu kernel");
+        int shown = 0;
+        for (int i = 0; i < NSLOTS && shown < 4; ++i) {
+            Slot& s = slots[i];
+            if (!__atomic_load_n(&s.used, __ATOMIC_ACQUIRE)) continue;
+            put(shown ? "; and kernel '" : " '");
+            put(s.name);
+            put("' ran, ");
+            put_dim("grid ", s.geom[0], s.geom[1], s.geom[2]);
+            put_dim(", block ", s.geom[3], s.geom[4], s.geom[5]);
+            if (s.where != nullptr) {
+                unsigned b[3];
+                s.where(b);
+                put_dim(", in blockIdx ", b[0], b[1], b[2]);
+                put(" (the faulting thread's last block of this kernel)");
+            }
+            ++shown;
+        }
+        put("\nkernelbay: the kernel faulted (out-of-bounds or null access, integer division by zero, assert, or a "
+            "stack overflow); KERNELBAY_CPU_ISOLATE=1 turns such faults into a LaunchError, "
+            "KERNELBAY_CPU_CHECK=address finds the line\n");
+    }
+    // Hand the signal on: the previous handler (Python's faulthandler prints the Python stack),
+    // else the default action, which ends the process with this signal.
+    struct sigaction prev = prev_fatal[sig];
+    sigaction(sig, &prev, nullptr);
+    if ((prev.sa_flags & SA_SIGINFO) || (prev.sa_handler != SIG_IGN && prev.sa_handler != SIG_DFL))
+        chain(prev, sig, info, uc);
+    else
+        raise(sig);
+}
+
+// --- running a launch on a new thread (fork()ed child) ----------------------------------------
+
+pthread_mutex_t mover_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t mover_cv = PTHREAD_COND_INITIALIZER;
+int mover_up = 0;
+int (*job_fn)(void*) = nullptr;
+void* job_ctx = nullptr;
+int job_result = 0;
+int job_state = 0;  // 0 idle, 1 posted, 2 done
+
+void* mover_main(void*) {
+    pthread_mutex_lock(&mover_mu);
+    for (;;) {
+        while (job_state != 1) pthread_cond_wait(&mover_cv, &mover_mu);
+        int (*fn)(void*) = job_fn;
+        void* ctx = job_ctx;
+        pthread_mutex_unlock(&mover_mu);
+        int r = fn(ctx);
+        pthread_mutex_lock(&mover_mu);
+        job_result = r;
+        job_state = 2;
+        pthread_cond_broadcast(&mover_cv);
+    }
+    return nullptr;
+}
+
+int run_elsewhere(int (*fn)(void*), void* ctx) {
+    pthread_mutex_lock(&mover_mu);
+    if (!mover_up) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&a, 8 << 20);
+        int rc = pthread_create(&t, &a, mover_main, nullptr);
+        pthread_attr_destroy(&a);
+        if (rc != 0) {
+            pthread_mutex_unlock(&mover_mu);
+            return fn(ctx);  // no thread to be had: run here (a parallel region may then hang)
+        }
+        mover_up = 1;
+    }
+    while (job_state != 0) pthread_cond_wait(&mover_cv, &mover_mu);
+    job_fn = fn;
+    job_ctx = ctx;
+    job_state = 1;
+    pthread_cond_broadcast(&mover_cv);
+    while (job_state != 2) pthread_cond_wait(&mover_cv, &mover_mu);
+    int r = job_result;
+    job_state = 0;
+    pthread_cond_broadcast(&mover_cv);
+    pthread_mutex_unlock(&mover_mu);
+    return r;
+}
+
+int must_move() { return __atomic_load_n(&forked, __ATOMIC_RELAXED) && pthread_equal(pthread_self(), fork_thread); }
+
+void after_fork_child() {
+    // Only the forking thread lives on: no launch runs, the mover thread is gone, and its lock
+    // may have been held by a thread that no longer exists.
+    forked = 1;
+    fork_thread = pthread_self();
+    for (auto& s : slots) s.used = 0;
+    active = 0;
+    pending = 0;
+    reporting = 0;
+    mover_mu = PTHREAD_MUTEX_INITIALIZER;
+    mover_cv = PTHREAD_COND_INITIALIZER;
+    mover_up = 0;
+    job_state = 0;
+}
+
+int enter(const char* name, const int* geom, void (*where)(unsigned*)) {
+    __atomic_add_fetch(&active, 1, __ATOMIC_ACQ_REL);
+    for (int i = 0; i < NSLOTS; ++i) {
+        int expected = 0;
+        if (__atomic_load_n(&slots[i].used, __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(&slots[i].used, &expected, 2, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            slots[i].name = name;
+            memcpy(slots[i].geom, geom, sizeof(slots[i].geom));
+            slots[i].where = where;
+            __atomic_store_n(&slots[i].used, 1, __ATOMIC_RELEASE);
+            return i;
+        }
+    }
+    return -1;  // more than NSLOTS launches at once: this one runs unnamed in fault reports
+}
+
+void leave(int slot) {
+    if (slot >= 0) __atomic_store_n(&slots[slot].used, 0, __ATOMIC_RELEASE);
+    if (__atomic_sub_fetch(&active, 1, __ATOMIC_ACQ_REL) == 0) __atomic_store_n(&pending, 0, __ATOMIC_RELEASE);
+}
+
+void thread_setup() {
+    // A stack overflow runs the fault handler on an alternate stack: give this thread one.
+    static thread_local bool done = false;
+    if (done) return;
+    done = true;
+    stack_t cur;
+    if (sigaltstack(nullptr, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
+        stack_t ss;
+        ss.ss_size = 64 * 1024;
+        ss.ss_sp = malloc(ss.ss_size);  // kept for the thread's life
+        ss.ss_flags = 0;
+        if (ss.ss_sp != nullptr) sigaltstack(&ss, nullptr);
+    }
+}
+
+kb_cpu::Runtime api = {KB_CPU_RT_VERSION, &interrupts, &forked, enter, leave, must_move, run_elsewhere, thread_setup};
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) const kb_cpu::Runtime* kb_rt_api() { return &api; }
+
+// Put the SIGINT handler in front of the current one (Python's); again after Python replaced it.
+__attribute__((visibility("default"))) int kb_rt_install_interrupt() {
+    struct sigaction cur;
+    if (sigaction(SIGINT, nullptr, &cur) != 0) return -1;
+    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_int) return 0;
+    if (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_IGN || cur.sa_handler == SIG_DFL)) return 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = on_int;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | (cur.sa_flags & SA_RESTART);
+    sigemptyset(&sa.sa_mask);
+    prev_int = cur;
+    __atomic_store_n(&int_installed, 1, __ATOMIC_RELEASE);
+    return sigaction(SIGINT, &sa, nullptr);
+}
+
+__attribute__((visibility("default"))) int kb_rt_install_fatal() {
+    if (fatal_installed) return 0;
+    fatal_installed = 1;
+    for (int sig : FATAL) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = on_fatal;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sig, &sa, &prev_fatal[sig]) != 0) return -1;
+    }
+    thread_setup();
+    return 0;
+}
+
+__attribute__((visibility("default"))) int kb_rt_install_fork() {
+    return pthread_atfork(nullptr, nullptr, after_fork_child);
+}
+
+__attribute__((visibility("default"))) long kb_rt_active() { return __atomic_load_n(&active, __ATOMIC_ACQUIRE); }
+}

@@ -1,0 +1,202 @@
+"""The cpu runtime: fault reports naming the kernel, Ctrl-C during a launch, fork()ed children.
+
+Each case runs in a subprocess (a fault ends it; Ctrl-C is a signal sent to it), over one
+shared disk cache, so the kernels are compiled once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the cpu runtime's signal handling is Linux's")
+
+KERNELS = r"""
+#include <cassert>
+__device__ int deep(int n) { volatile char pad[4096]; pad[n % 4096] = (char)n; return deep(n + 1) + pad[0]; }
+__global__ void oob(float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (blockIdx.x == 3 && threadIdx.x == 0) y[i + (1L << 40)] = 1.0f;
+    if (i < n) y[i] = 1.0f;
+}
+__global__ void null_deref(float* y, int n) {
+    float* volatile p = nullptr;
+    if (blockIdx.x == 2) y[0] = *p;
+}
+__global__ void div_zero(int* y, int n) { volatile int zero = 0; if (blockIdx.x == 5) y[0] = n / zero; }
+__global__ void asserts(int* y, int n) { assert(blockIdx.x != 6); }
+__global__ void recurse(int* y, int n) { if (blockIdx.x == 1) y[0] = deep(n); }
+__global__ void spin(float* y, long iters, int forever) {
+    volatile float acc = 0;
+    for (long i = 0; i < iters || forever; ++i) acc = acc + 1.0f;
+    y[blockIdx.x] = acc;
+}
+__global__ void fill(float* y, float v, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = v; }
+"""
+
+PRELUDE = textwrap.dedent(
+    f"""
+    import os, sys, time, numpy as np, kernelbay as kb
+    SRC = {KERNELS!r}
+    def kernel(name):
+        return kb.compile(kb.Source(SRC, "cuda", name=name), device="cpu")
+    """
+)
+
+FAULT = PRELUDE + textwrap.dedent(
+    """
+    name = sys.argv[1]
+    k = kernel(name)
+    y = kb.asarray(np.zeros(1024, np.float32), device="cpu")
+    k.launch(8, 128, (y, np.int32(1024)))
+    print("survived")
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    e = dict(os.environ, KERNELBAY_CACHE_DIR=str(tmp_path_factory.mktemp("cache")), PYTHONFAULTHANDLER="")
+    e.pop("KERNELBAY_CPU_ISOLATE", None)
+    e.pop("KERNELBAY_CPU_CHECK", None)
+    # compile every entry once, so each case below is a cache hit
+    warm = PRELUDE + "\nfor n in ('oob','null_deref','div_zero','asserts','recurse','spin','fill'): kernel(n)\n"
+    subprocess.run([sys.executable, "-c", warm], env=e, check=True, timeout=600)
+    return e
+
+
+@pytest.mark.parametrize(
+    ("name", "sig", "block"),
+    [
+        ("oob", signal.SIGSEGV, "(3, 0, 0)"),
+        ("null_deref", signal.SIGSEGV, "(2, 0, 0)"),
+        ("div_zero", signal.SIGFPE, "(5, 0, 0)"),
+        ("asserts", signal.SIGABRT, "(6, 0, 0)"),
+        ("recurse", signal.SIGSEGV, "(1, 0, 0)"),
+    ],
+)
+def test_fault_report_names_kernel_grid_and_block(env, name, sig, block) -> None:
+    r = subprocess.run([sys.executable, "-c", FAULT, name], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == -sig, (r.returncode, r.stderr)
+    assert "survived" not in r.stdout
+    assert f"while cpu kernel '{name}' ran, grid (8, 1, 1), block (128, 1, 1), in blockIdx {block}" in r.stderr
+    assert f"fatal signal {int(sig)}" in r.stderr
+
+
+def test_fault_report_then_python_faulthandler(env) -> None:
+    """An enabled faulthandler still runs after the report: the Python stack is printed too."""
+    r = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", FAULT, "oob"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == -signal.SIGSEGV
+    assert "while cpu kernel 'oob' ran" in r.stderr
+    assert "Fatal Python error: Segmentation fault" in r.stderr
+
+
+SPIN = PRELUDE + textwrap.dedent(
+    """
+    k = kernel("spin")
+    y = kb.asarray(np.zeros(100000, np.float32), device="cpu")
+    forever = int(sys.argv[1])
+    k.launch(2, 1, (y, np.int64(10), np.int32(0)))
+    print("ready", flush=True)
+    t = time.perf_counter()
+    try:
+        k.launch(100000, 1, (y, np.int64(5_000_000), np.int32(forever)))
+        print("finished", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    k.launch(4, 1, (y, np.int64(10), np.int32(0)))
+    print("next launch", y.numpy()[:4].tolist(), flush=True)
+    """
+)
+
+
+def _spin(env: dict[str, str], forever: int, interrupts: int) -> tuple[int, str, str]:
+    p = subprocess.Popen(
+        [sys.executable, "-c", SPIN, str(forever)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert p.stdout is not None
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.5)  # inside the long launch (100000 blocks of a few ms each)
+        for _ in range(interrupts):
+            p.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p.returncode, out, err
+
+
+def test_ctrl_c_cancels_a_launch_and_raises_keyboard_interrupt(env) -> None:
+    rc, out, err = _spin(env, forever=0, interrupts=1)
+    assert rc == 0, err
+    assert "interrupted" in out and "finished" not in out
+    assert "next launch [10.0, 10.0, 10.0, 10.0]" in out
+    assert "cancelling the blocks of cpu kernel 'spin' that have not started" in err
+
+
+def test_second_ctrl_c_ends_a_launch_that_never_returns(env) -> None:
+    rc, out, err = _spin(env, forever=1, interrupts=2)
+    assert rc == -signal.SIGINT
+    assert "interrupted" not in out
+    assert "a second Ctrl-C while cpu kernel 'spin' still runs" in err
+
+
+FORK = PRELUDE + textwrap.dedent(
+    """
+    import multiprocessing as mp
+    k = kernel("fill")
+    n = 1 << 16
+    def child(v):
+        z = kb.asarray(np.zeros(n, np.float32), device="cpu")
+        for _ in range(3):
+            k.launch(n // 256, 256, (z, np.float32(v), np.int32(n)))
+        return float(z.numpy().sum())
+    assert child(1) == n  # a parallel launch in the parent first: its OpenMP pool exists
+    pid = os.fork()
+    if pid == 0:
+        ok = child(2) == 2 * n
+        gpid = os.fork()  # a child of the child: the same again
+        if gpid == 0:
+            os._exit(0 if child(6) == 6 * n else 3)
+        _, gst = os.waitpid(gpid, 0)
+        os._exit(0 if ok and os.waitstatus_to_exitcode(gst) == 0 else 3)
+    _, st = os.waitpid(pid, 0)
+    print("fork", os.waitstatus_to_exitcode(st), flush=True)
+    with mp.get_context("fork").Pool(2) as p:
+        print("pool", p.map(child, [3, 4]), flush=True)
+    print("parent", child(5) == 5 * n, flush=True)
+    """
+)
+
+
+def test_launches_work_in_forked_children(env) -> None:
+    r = subprocess.run(
+        [sys.executable, "-c", FORK],
+        env=dict(env, KERNELBAY_CPU_THREADS="2"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    n = 1 << 16
+    assert "fork 0" in r.stdout
+    assert f"pool [{3.0 * n}, {4.0 * n}]" in r.stdout
+    assert "parent True" in r.stdout
+
+
+def test_ctrl_c_in_isolated_mode_stops_even_a_block_that_never_returns(env) -> None:
+    rc, out, err = _spin(dict(env, KERNELBAY_CPU_ISOLATE="1"), forever=1, interrupts=1)
+    assert rc == 0, err
+    assert "interrupted" in out
+    assert "next launch [10.0, 10.0, 10.0, 10.0]" in out  # a new worker

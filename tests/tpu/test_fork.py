@@ -1,0 +1,37 @@
+"""A forked child of a process that used the tpu backend (JAX) fails clearly instead of hanging."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, numpy as np, kernelbay as kb
+    from kernelbay.errors import LaunchError
+    x = kb.asarray(np.ones(8, np.float32), device="tpu")  # JAX is now running in this process
+    pid = os.fork()
+    if pid == 0:
+        try:
+            kb.asarray(np.ones(8, np.float32), device="tpu")
+        except LaunchError as e:
+            print("child:", e, flush=True)
+            os._exit(0)
+        os._exit(3)
+    _, st = os.waitpid(pid, 0)
+    print("child exit", os.waitstatus_to_exitcode(st), flush=True)
+    print("parent still works", float(np.asarray(x.numpy()).sum()), flush=True)
+    """
+)
+
+
+def test_forked_child_gets_a_clear_error() -> None:
+    env = dict(os.environ, KERNELBAY_TPU_INTERPRET="1", KERNELBAY_DEVICE="tpu")
+    r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "child exit 0" in r.stdout
+    assert "initialised in this process's parent before fork()" in r.stdout
+    assert "'spawn'" in r.stdout
+    assert "parent still works 8.0" in r.stdout
