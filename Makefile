@@ -1,8 +1,9 @@
 # kernelbay: `make demo` and `make test` each create .venv, install what they need and run.
 # Needs only python3 (>= 3.11), pip, make and a C++ compiler.
 #   make demo   core + cpu backend only (seconds, about 100 MB), then `kernelbay demo`
-#   make test   everything (all backends, test and check tools), then `make check` and pytest
-#   make check  ruff (lint + format), mypy and the strict docs site build (tools/docs_site.py)
+#   make test   everything (all backends, test and check tools), then `make lint` and pytest
+#   make lint   ruff (lint + format) and the strict docs site build (tools/docs_site.py); part of make test
+#   make check  lint, then mypy (not yet clean: not part of make test)
 #   make docs   the documentation site in .venv/site
 
 PYTHON ?= python3
@@ -11,7 +12,7 @@ BIN    := $(VENV)/bin
 MIN_PY := 3.11
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
-TEST_DEPS  := "pytest>=8" "ruff>=0.6" "mypy>=1.11" "mkdocs>=1.6" "mkdocstrings[python]>=0.26"
+TEST_DEPS  := "pytest>=8" "ruff==0.17.5" "mypy>=1.11" "mkdocs>=1.6" "mkdocstrings[python]>=0.26"
 BENCH_DEPS := matplotlib
 DEMO_MEMBERS := -e ./core -e ./plugins/cpu
 MEMBERS := $(DEMO_MEMBERS) -e "./plugins/cuda[cu13]" -e ./plugins/tpu -e ./examples/plugins/kernelbay-pyref
@@ -20,7 +21,7 @@ PYPROJECTS := pyproject.toml $(wildcard core/pyproject.toml plugins/*/pyproject.
 INSTALL = if [ -x $(BIN)/uv ]; then $(BIN)/uv pip install -q --python $(BIN)/python $(1); \
           else $(BIN)/python -m pip install -q $(1); fi
 
-.PHONY: all demo test check docs bench bench-gpu wheels clean env python-check
+.PHONY: all demo test lint typecheck check docs bench bench-gpu wheels clean env python-check
 
 all: test
 
@@ -48,16 +49,22 @@ env: $(TEST_STAMP)
 demo: python-check $(DEMO_STAMP)
 	$(BIN)/kernelbay demo
 
-check: python-check $(TEST_STAMP)
+# `make test` runs lint first: ruff (lint and format) and the strict docs site build.
+lint: python-check $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
 	$(BIN)/python tools/docs_site.py --strict --out $(VENV)/site
+
+# Type checks: not yet clean, so not yet part of `make test` (docs/decisions.md).
+typecheck: python-check $(TEST_STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck
 
 docs: python-check $(TEST_STAMP)
 	$(BIN)/python tools/docs_site.py --out $(VENV)/site
 
-test: python-check $(TEST_STAMP)
+test: python-check $(TEST_STAMP) lint
 	$(BIN)/python -m pytest
 
 bench: python-check $(TEST_STAMP)

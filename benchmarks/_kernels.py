@@ -14,7 +14,7 @@ extern "C" __global__ void saxpy(const float* x, float* y, float a, int n) {
 """
 
 
-def pyref_saxpy(t, x, y, a, n):  # noqa: ANN001 -- a pyref kernel: called once per thread
+def pyref_saxpy(t, x, y, a, n):
     i = t.blockIdx.x * t.blockDim.x + t.threadIdx.x
     if i < n:
         y[i] = a * x[i] + y[i]
@@ -38,7 +38,7 @@ def backend_for_host() -> tuple[str | None, str]:
     return None, "; ".join(why)
 
 
-def saxpy_kernel(backend: str, device):  # noqa: ANN001
+def saxpy_kernel(backend: str, device):
     """The 4-argument saxpy kernel, compiled for ``device`` of ``backend``."""
     import kernelbay as kb
 

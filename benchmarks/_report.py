@@ -213,18 +213,23 @@ def markdown_machine(result: dict) -> str:
     m = result.get("machine", {})
     vers = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
     lines = [
-        f"- date: {result.get('date', '?')}" + (" (quick run: tiny sizes, not figures to quote)" if result.get("quick") else ""),
+        f"- date: {result.get('date', '?')}"
+        + (" (quick run: tiny sizes, not figures to quote)" if result.get("quick") else ""),
         f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('os', '?')}",
         f"- python: {m.get('python', '?')}" + (f"; compiler: {m['compiler']}" if m.get("compiler") else ""),
     ]
     load = [m.get("load_average"), result.get("load_average_after")]
     if any(load):
-        fmt_load = lambda la: "/".join(f"{x:.2f}" for x in la) if la else "?"  # noqa: E731
-        lines.append(f"- load average (1/5/15 min) before the run: {fmt_load(load[0])}, after: {fmt_load(load[1])}"
-                     f" on {m.get('cores', '?')} cores (above the core count: other work competed for the CPU)")
+        fmt_load = lambda la: "/".join(f"{x:.2f}" for x in la) if la else "?"
+        lines.append(
+            f"- load average (1/5/15 min) before the run: {fmt_load(load[0])}, after: {fmt_load(load[1])}"
+            f" on {m.get('cores', '?')} cores (above the core count: other work competed for the CPU)"
+        )
     gpu = m.get("gpu")
     if gpu:
-        lines.append(f"- gpu: {gpu.get('name')} ×{gpu.get('count', 1)}, driver {gpu.get('driver')}, {gpu.get('memory')}")
+        lines.append(
+            f"- gpu: {gpu.get('name')} ×{gpu.get('count', 1)}, driver {gpu.get('driver')}, {gpu.get('memory')}"
+        )
     if vers:
         lines.append(f"- versions: {vers}")
     return "\n".join(lines)
@@ -276,8 +281,11 @@ def plot(result: dict, path: str) -> str | None:
         ax.text(v, yi, f" {fmt(v)}×", va="center", fontsize=8)
     m = result.get("machine", {})
     where = m.get("gpu", {}).get("name") if m.get("gpu") else m.get("cpu", "")
-    ax.set_title(f"kernelbay {result['suite']} suite: kernelbay cost ÷ peer cost (< 1: kernelbay faster)\n"
-                 f"{where}, {result.get('date', '')[:10]}", fontsize=9)
+    ax.set_title(
+        f"kernelbay {result['suite']} suite: kernelbay cost ÷ peer cost (< 1: kernelbay faster)\n"
+        f"{where}, {result.get('date', '')[:10]}",
+        fontsize=9,
+    )
     lo, hi = min(values + [1.0]), max(values + [1.0])
     ax.set_xlim(lo / 1.6, hi * 2.2)
     fig.tight_layout()

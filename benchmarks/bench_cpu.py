@@ -38,8 +38,11 @@ BARRIER = "cpu __syncthreads: ns per thread per barrier, 256-thread block"
 GRID_SUM = "block reduction, 2^24 float32, 264 blocks x 256 (launch + host sum of partials)"
 GRID_SUM_QUICK = "block reduction, 2^16 float32, 264 blocks x 256 (launch + host sum of partials)"
 SIM = "vs numba CUDA simulator: {}"
-SIM_NAMES = {"block_reduce": "block reduction, 4096 float32", "matmul": "tiled matmul 32x32, 16x16 tiles",
-             "warp_reduce": "warp-shuffle reduction, 4096 float32"}
+SIM_NAMES = {
+    "block_reduce": "block reduction, 4096 float32",
+    "matmul": "tiled matmul 32x32, 16x16 tiles",
+    "warp_reduce": "warp-shuffle reduction, 4096 float32",
+}
 
 
 def _device():
@@ -54,10 +57,9 @@ def _device():
     return kb.device("cpu"), ""
 
 
-def launch_cost(quick: bool, dev) -> list[dict]:  # noqa: ANN001
-    import numpy as np
-
+def launch_cost(quick: bool, dev) -> list[dict]:
     import kernelbay as kb
+    import numpy as np
 
     k = _kernels.saxpy_kernel("cpu", dev)
     n = 256
@@ -73,22 +75,35 @@ def launch_cost(quick: bool, dev) -> list[dict]:  # noqa: ANN001
     native = _native_launcher(k, args)
     if native is not None:
         cases["native launcher, prepacked args"] = native
-    s = interleaved_samples(cases, number=200 if quick else 5000, repeat=3 if quick else 40,
-                            warmup=1 if quick else 3, after_batch=dev.synchronize)
+    s = interleaved_samples(
+        cases,
+        number=200 if quick else 5000,
+        repeat=3 if quick else 40,
+        warmup=1 if quick else 3,
+        after_batch=dev.synchronize,
+    )
     out = [record(LAUNCH, name, stats(v)) for name, v in s.items()]
     if native is None:
-        out.append(skipped(LAUNCH, "native launcher, prepacked args", "the cpu backend's native launcher did not run as this benchmark expects (internals changed)"))
+        out.append(
+            skipped(
+                LAUNCH,
+                "native launcher, prepacked args",
+                "the cpu backend's native launcher did not run as this benchmark expects (internals changed)",
+            )
+        )
     return out
 
 
-def _native_launcher(k, args):  # noqa: ANN001
+def _native_launcher(k, args):
     """The compiled launcher called with the kernel's own, already filled ``void**`` and a
     prevalidated geometry: the floor under ``k.launch``. It reads the backend's internals
     (kernelbay_cpu.launcher), which may change: a child process tries the call first, so a
     changed native signature costs this peer, not the whole module."""
     import subprocess
 
-    r = subprocess.run([sys.executable, "-c", _NATIVE_PROBE], env=_kernels.child_env(), capture_output=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _NATIVE_PROBE], env=_kernels.child_env(), capture_output=True, timeout=300
+    )
     if r.returncode != 0:
         return None
     from kernelbay_cpu import launcher as ln_mod
@@ -112,10 +127,9 @@ assert float(y.numpy()[0]) == 4.0
 """
 
 
-def saxpy(quick: bool, dev) -> list[dict]:  # noqa: ANN001
-    import numpy as np
-
+def saxpy(quick: bool, dev) -> list[dict]:
     import kernelbay as kb
+    import numpy as np
 
     n = 1 << (16 if quick else 26)
     k = _kernels.saxpy_kernel("cpu", dev)
@@ -153,25 +167,24 @@ def saxpy(quick: bool, dev) -> list[dict]:  # noqa: ANN001
     return out
 
 
-def _numba_saxpy():  # noqa: ANN202
+def _numba_saxpy():
     try:
         import numba
     except ImportError:
         return None
 
     @numba.njit(parallel=True, fastmath=False)
-    def saxpy(a, x, y):  # noqa: ANN001, ANN202
+    def saxpy(a, x, y):
         for i in numba.prange(x.shape[0]):
             y[i] = a * x[i] + y[i]
 
     return saxpy
 
 
-def block_kernels(quick: bool, dev) -> list[dict]:  # noqa: ANN001
+def block_kernels(quick: bool, dev) -> list[dict]:
     """Barrier cost, a grid-stride block reduction against numpy, and the numba simulator peers."""
-    import numpy as np
-
     import kernelbay as kb
+    import numpy as np
 
     out = []
     bars = kb.compile(kb.Source(_cpu_blocks.BARRIERS, lang="cuda", name="barriers"), dev)
@@ -185,8 +198,15 @@ def block_kernels(quick: bool, dev) -> list[dict]:  # noqa: ANN001
         t0 = time.thread_time()
         bars.launch(1, 256, (o, iters))
         samples.append((time.thread_time() - t0) * 1e9 / (256 * iters))
-    out.append(record(BARRIER, "kernelbay", stats(samples), unit="ns",
-                      note=f"CPU time of the launching thread, which runs the one block; {iters} barriers per launch"))
+    out.append(
+        record(
+            BARRIER,
+            "kernelbay",
+            stats(samples),
+            unit="ns",
+            note=f"CPU time of the launching thread, which runs the one block; {iters} barriers per launch",
+        )
+    )
 
     n = 1 << (16 if quick else 24)
     red = kb.compile(kb.Source(_cpu_blocks.BLOCK_REDUCE, lang="cuda", name="block_reduce"), dev)
@@ -198,21 +218,21 @@ def block_kernels(quick: bool, dev) -> list[dict]:  # noqa: ANN001
         red.launch(264, 256, (x, part, n))
         return float(pv.sum())
 
-    assert abs(kernelbay() - float(xs.sum(dtype=np.float64))) < 1e-2 * max(1.0, n ** 0.5)
-    s = interleaved_samples({"kernelbay": kernelbay, "numpy x.sum()": xs.sum},
-                            number=1, repeat=3 if quick else 25, warmup=1 if quick else 3)
+    assert abs(kernelbay() - float(xs.sum(dtype=np.float64))) < 1e-2 * max(1.0, n**0.5)
+    s = interleaved_samples(
+        {"kernelbay": kernelbay, "numpy x.sum()": xs.sum}, number=1, repeat=3 if quick else 25, warmup=1 if quick else 3
+    )
     group = GRID_SUM_QUICK if quick else GRID_SUM
     out += [record(group, name, _ms(stats(v)), unit="ms") for name, v in s.items()]
     return out + _vs_simulator(quick, dev)
 
 
-def _vs_simulator(quick: bool, dev) -> list[dict]:  # noqa: ANN001
+def _vs_simulator(quick: bool, dev) -> list[dict]:
     import json
     import subprocess
 
-    import numpy as np
-
     import kernelbay as kb
+    import numpy as np
 
     groups = {k: SIM.format(v) for k, v in SIM_NAMES.items()}
     try:
@@ -221,8 +241,13 @@ def _vs_simulator(quick: bool, dev) -> list[dict]:  # noqa: ANN001
         why = "numba is not installed (pip install numba: a benchmark-only dependency)"
         return [skipped(g, "numba CUDA simulator", why) for g in groups.values()]
     sz = _cpu_blocks.SIM_SIZES
-    r = subprocess.run([sys.executable, "-c", _cpu_blocks.SIM_CHILD, json.dumps(sz), "2" if quick else "5"],
-                       env=_kernels.child_env(), capture_output=True, text=True, timeout=1200)
+    r = subprocess.run(
+        [sys.executable, "-c", _cpu_blocks.SIM_CHILD, json.dumps(sz), "2" if quick else "5"],
+        env=_kernels.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     if r.returncode != 0:
         tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-2:])
         return [skipped(g, "numba CUDA simulator", f"the simulator run failed: {tail}") for g in groups.values()]
@@ -234,9 +259,14 @@ def _vs_simulator(quick: bool, dev) -> list[dict]:  # noqa: ANN001
     b = kb.asarray(rng.standard_normal(m * m).astype(np.float32), device=dev)
     c = kb.zeros(m * m, device=dev)
     xw, ow = kb.asarray(rng.standard_normal(w).astype(np.float32), device=dev), kb.zeros(w // 32, device=dev)
-    k = {name: kb.compile(kb.Source(src, lang="cuda", name=name), dev) for name, src in
-         (("block_reduce", _cpu_blocks.BLOCK_REDUCE), ("matmul", _cpu_blocks.TILED_MATMUL),
-          ("warp_reduce", _cpu_blocks.WARP_REDUCE))}
+    k = {
+        name: kb.compile(kb.Source(src, lang="cuda", name=name), dev)
+        for name, src in (
+            ("block_reduce", _cpu_blocks.BLOCK_REDUCE),
+            ("matmul", _cpu_blocks.TILED_MATMUL),
+            ("warp_reduce", _cpu_blocks.WARP_REDUCE),
+        )
+    }
     cases = {
         "block_reduce": lambda: k["block_reduce"].launch(n // 256, 256, (x, o, n)),
         "matmul": lambda: k["matmul"].launch((m // 16, m // 16), (16, 16), (a, b, c, m)),
@@ -253,13 +283,17 @@ def _vs_simulator(quick: bool, dev) -> list[dict]:  # noqa: ANN001
     return out
 
 
-def compile_hits(quick: bool, dev) -> list[dict]:  # noqa: ANN001
+def compile_hits(quick: bool, dev) -> list[dict]:
     import kernelbay as kb
 
     src = kb.Source(_kernels.SAXPY_CUDA, lang="cuda", name="saxpy")
     kb.compile(src, device=dev)
-    s = interleaved_samples({"kernelbay": lambda: kb.compile(src, device=dev)},
-                            number=100 if quick else 2000, repeat=3 if quick else 30, warmup=1)
+    s = interleaved_samples(
+        {"kernelbay": lambda: kb.compile(src, device=dev)},
+        number=100 if quick else 2000,
+        repeat=3 if quick else 30,
+        warmup=1,
+    )
     out = [record(HIT, "kernelbay", stats(s["kernelbay"]))]
 
     tmp = tempfile.mkdtemp(prefix="kb-bench-cache-")
@@ -267,12 +301,21 @@ def compile_hits(quick: bool, dev) -> list[dict]:  # noqa: ANN001
         env = _kernels.child_env(KERNELBAY_CACHE_DIR=tmp)
         hit = _child("import kernelbay as kb; from benchmarks._kernels import SAXPY_CUDA as S", "S")
         # A new source each run: a comment the compiler ignores changes the cache key.
-        miss = _child("import kernelbay as kb, uuid; from benchmarks._kernels import SAXPY_CUDA as S",
-                      "S + '// ' + uuid.uuid4().hex")
+        miss = _child(
+            "import kernelbay as kb, uuid; from benchmarks._kernels import SAXPY_CUDA as S",
+            "S + '// ' + uuid.uuid4().hex",
+        )
         # The warm-up of "hit" is its first compile (a miss) and fills the disk cache.
         d = subprocess_samples({"kernelbay": (hit, env)}, repeat=2 if quick else 20, warmup=1)
-        out.append(record(DISK, "kernelbay", _ms(stats(d["kernelbay"])), unit="ms",
-                          note="kb.compile in a new process; import and device pick not counted"))
+        out.append(
+            record(
+                DISK,
+                "kernelbay",
+                _ms(stats(d["kernelbay"])),
+                unit="ms",
+                note="kb.compile in a new process; import and device pick not counted",
+            )
+        )
         m = subprocess_samples({"kernelbay": (miss, env)}, repeat=1 if quick else 3, warmup=0, timeout=600)
         out.append(record(MISS, "kernelbay", _ms(stats(m["kernelbay"])), unit="ms"))
     finally:
@@ -319,8 +362,10 @@ def goals(records: list[dict]) -> list[dict]:
             out.append(goal(text, nbr["median"] / kbr["median"], 0.9, higher_is_better=True) | {"unit": "×"})
     r = find(records, BARRIER, "kernelbay")
     if r and "median" in r:
-        out.append(goal("cpu: __syncthreads ≤ 20 ns per thread per barrier (256-thread block)", r["median"], 20.0)
-                   | {"unit": "ns"})
+        out.append(
+            goal("cpu: __syncthreads ≤ 20 ns per thread per barrier (256-thread block)", r["median"], 20.0)
+            | {"unit": "ns"}
+        )
     for group in (GRID_SUM, GRID_SUM_QUICK):
         kbr, npr = find(records, group, "kernelbay"), find(records, group, "numpy x.sum()")
         if kbr and npr and "median" in kbr and "median" in npr:
@@ -328,11 +373,21 @@ def goals(records: list[dict]) -> list[dict]:
             if group == GRID_SUM_QUICK:
                 text += " [quick run: 2^16]"
             out.append(goal(text, npr["median"] / kbr["median"], 0.2, higher_is_better=True) | {"unit": "×"})
-    for name, what in SIM_NAMES.items():
-        kbr, simr = find(records, SIM.format(what), "kernelbay"), find(records, SIM.format(what), "numba CUDA simulator")
+    for what in SIM_NAMES.values():
+        kbr, simr = (
+            find(records, SIM.format(what), "kernelbay"),
+            find(records, SIM.format(what), "numba CUDA simulator"),
+        )
         if kbr and simr and "median" in kbr and "median" in simr:
-            out.append(goal(f"cpu: {what} ≥ 100× faster than numba's CUDA simulator", simr["median"] / kbr["median"],
-                            100.0, higher_is_better=True) | {"unit": "×"})
+            out.append(
+                goal(
+                    f"cpu: {what} ≥ 100× faster than numba's CUDA simulator",
+                    simr["median"] / kbr["median"],
+                    100.0,
+                    higher_is_better=True,
+                )
+                | {"unit": "×"}
+            )
     r = find(records, HIT, "kernelbay")
     if r and "median" in r:
         out.append(goal("cpu: in-process compile cache hit ≤ 20 µs", r["median"], 20.0) | {"unit": "µs"})

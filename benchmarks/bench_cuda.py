@@ -65,7 +65,7 @@ class _ForeignStream:
         return (0, self.handle)
 
 
-def _triton_add():  # noqa: ANN202 -- a @triton.jit function (Triton is optional)
+def _triton_add():
     import triton
     import triton.language as tl
 
@@ -84,10 +84,9 @@ def _skip(group: str, name: str, why: str) -> dict:
 
 
 def _launch(quick: bool, dev, out: list[dict]) -> None:
+    import kernelbay as kb
     import numpy as np
     from cuda.bindings import driver as d
-
-    import kernelbay as kb
     from kernelbay_cuda import _driver
 
     n = 32
@@ -122,8 +121,17 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         "kernelbay-foreign-stream": lambda: k.launch((1,), (32,), args, stream=foreign),
         "driver-prepacked": lambda: d.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, s0, addr, 0),
         "driver-tuple": lambda: d.cuLaunchKernel(
-            fn, 1, 1, 1, 32, 1, 1, 0, s0,
-            ((x.handle, y.handle, 2.0, n), (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_int)), 0,
+            fn,
+            1,
+            1,
+            1,
+            32,
+            1,
+            1,
+            0,
+            s0,
+            ((x.handle, y.handle, 2.0, n), (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_int)),
+            0,
         ),
         "ctypes-prepacked": lambda: lib.cuLaunchKernel(h.fn_c, 1, 1, 1, 32, 1, 1, 0, None, h.block.cvp, None),
     }
@@ -137,7 +145,7 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         cl.setup(ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value, int(h.fn), addr)
         cl.loop(1)
         cases["c-loop"] = lambda: cl.loop(C_LOOP_BATCH)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out.append(_skip("launch", "c-loop", f"the C loop cannot be built: {exc!r}"))
     try:
         import torch
@@ -145,7 +153,7 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         ts = torch.cuda.Stream(device=dev.index)
         k.launch((1,), (32,), args, stream=ts)
         cases["kernelbay-torch-stream"] = lambda: k.launch((1,), (32,), args, stream=ts)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out.append(_skip("launch", "kernelbay-torch-stream", f"torch unusable: {exc!r}"))
     _triton_cases(dev, cases, out)
     if nat is not None:
@@ -170,7 +178,7 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         xc, yc = cp.ones(n, cp.float32), cp.zeros(n, cp.float32)
         rk((1,), (32,), (xc, yc, a, nn))
         cases["cupy"] = lambda: rk((1,), (32,), (xc, yc, a, nn))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out.append(_skip("launch", "cupy", f"CuPy unusable: {exc!r}"))
     try:
         try:
@@ -180,13 +188,17 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         cd = Device(dev.index)
         cd.set_current()
         cc = dev.properties["compute_capability"]
-        ker = Program(SAXPY, code_type="c++", options=ProgramOptions(arch=f"sm_{cc[0]}{cc[1]}")).compile("cubin").get_kernel("saxpy")
+        ker = (
+            Program(SAXPY, code_type="c++", options=ProgramOptions(arch=f"sm_{cc[0]}{cc[1]}"))
+            .compile("cubin")
+            .get_kernel("saxpy")
+        )
         cs = cd.default_stream
         ccfg = LaunchConfig(grid=1, block=32)
         xp, yp = np.uint64(x.handle), np.uint64(y.handle)
         launch(cs, ccfg, ker, xp, yp, a, nn)
         cases["cuda.core"] = lambda: launch(cs, ccfg, ker, xp, yp, a, nn)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out.append(_skip("launch", "cuda.core", f"cuda.core unusable: {exc!r}"))
     dev.synchronize()
 
@@ -203,16 +215,15 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
 
 def _triton_cases(dev, cases: dict, out: list[dict]) -> None:
     """Triton's own ``kernel[grid](...)`` and the same cubin launched by kernelbay (vector add)."""
-    import numpy as np
-
     import kernelbay as kb
+    import numpy as np
 
     n = 1024
     try:
         add = _triton_add()
         meta = {"signature": ["*fp32", "*fp32", "*fp32", "i32"], "constexprs": {"BLOCK": 1024}, "num_warps": 4}
         kt = kb.compile(kb.Source(add, "triton", meta=meta), dev)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out.append(_skip("launch", "triton-kernelbay", f"Triton unusable: {exc!r}"))
         return
     x = kb.asarray(np.ones(n, np.float32), device=dev)
@@ -227,7 +238,7 @@ def _triton_cases(dev, cases: dict, out: list[dict]) -> None:
         to = torch.empty_like(tx)
         add[(1,)](tx, tx, to, n, BLOCK=1024)
         cases["triton"] = lambda: add[(1,)](tx, tx, to, n, BLOCK=1024)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out.append(_skip("launch", "triton", f"Triton's own launch needs torch tensors: {exc!r}"))
 
 
@@ -255,9 +266,8 @@ def _graph(quick: bool, dev, out: list[dict]) -> None:
 
 
 def _alloc(quick: bool, dev, out: list[dict]) -> None:
-    from cuda.bindings import driver as d
-
     import kernelbay as kb
+    from cuda.bindings import driver as d
     from kernelbay_cuda import allocator
 
     size = 1 << 20
@@ -283,14 +293,14 @@ def _alloc(quick: bool, dev, out: list[dict]) -> None:
 
         cp.cuda.alloc(size)
         cases["cupy"] = lambda: cp.cuda.alloc(size)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out.append(_skip("alloc-free-1MiB", "cupy", repr(exc)))
     try:
         import torch
 
         torch.empty(size, dtype=torch.uint8, device=f"cuda:{dev.index}")
         cases["torch"] = lambda: torch.empty(size, dtype=torch.uint8, device=f"cuda:{dev.index}")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out.append(_skip("alloc-free-1MiB", "torch", repr(exc)))
     res = T.interleaved(cases, number=200 if quick else 2000, repeat=5 if quick else 30)
     for name, st in res.items():
@@ -298,11 +308,10 @@ def _alloc(quick: bool, dev, out: list[dict]) -> None:
 
 
 def _copies(quick: bool, dev, out: list[dict]) -> None:
-    import numpy as np
-    from cuda.bindings import driver as d
-
     import kernelbay as kb
     import kernelbay_cuda as kc
+    import numpy as np
+    from cuda.bindings import driver as d
 
     n = (16 << 20) if quick else (256 << 20)
     rng = np.random.default_rng(0)
@@ -391,12 +400,19 @@ def run(quick: bool) -> list[dict]:
         dev = kb.device("cuda")
     except kb.BackendError as exc:
         return [_skip("all", "kernelbay", f"no CUDA device: {exc}")]
-    out: list[dict] = [{"group": "device", "name": dev.name, "unit": "", "median": None,
-                        "properties": {k: v for k, v in dev.properties.items() if isinstance(v, (int, str))}}]
+    out: list[dict] = [
+        {
+            "group": "device",
+            "name": dev.name,
+            "unit": "",
+            "median": None,
+            "properties": {k: v for k, v in dev.properties.items() if isinstance(v, (int, str))},
+        }
+    ]
     for part in (_launch, _graph, _alloc, _copies, _compile):
         try:
             part(quick, dev, out)
-        except Exception as exc:  # noqa: BLE001 -- one broken group must not hide the others
+        except Exception as exc:
             out.append(_skip(part.__name__.strip("_"), "kernelbay", f"failed: {exc!r}"))
     return out
 
@@ -408,22 +424,67 @@ def goals(records: list[dict]) -> list[dict]:
         r = T.find(records, group, name)
         return r["median"] if r else None
 
-    forms = ("kernelbay-tuple", "kernelbay", "kernelbay-3tuple", "kernelbay-config", "kernelbay-keywords",
-             "kernelbay-call", "kernelbay-stream", "kernelbay-foreign-stream", "kernelbay-torch-stream")
+    forms = (
+        "kernelbay-tuple",
+        "kernelbay",
+        "kernelbay-3tuple",
+        "kernelbay-config",
+        "kernelbay-keywords",
+        "kernelbay-call",
+        "kernelbay-stream",
+        "kernelbay-foreign-stream",
+        "kernelbay-torch-stream",
+    )
     ratios = [  # (group, kernelbay's row, peer's row, goal text, limit, higher is better)
-        *[("launch", f, "driver-prepacked", f"launch host time, {f}, vs driver binding with prepacked pointer", 1.0, False)
-          for f in forms],
+        *[
+            (
+                "launch",
+                f,
+                "driver-prepacked",
+                f"launch host time, {f}, vs driver binding with prepacked pointer",
+                1.0,
+                False,
+            )
+            for f in forms
+        ],
         *[("launch", f, "c-loop", f"launch host time, {f}, vs the C cuLaunchKernel loop", 1.3, False) for f in forms],
-        ("launch", "triton-kernelbay", "triton", "Triton kernel launched by kernelbay vs Triton's kernel[grid]", 0.35, False),
+        (
+            "launch",
+            "triton-kernelbay",
+            "triton",
+            "Triton kernel launched by kernelbay vs Triton's kernel[grid]",
+            0.35,
+            False,
+        ),
         ("launch", "kernelbay", "cupy", "launch host time vs CuPy RawKernel", 0.85, False),
-        ("alloc-free-1MiB", "kernelbay", "cupy",
-         "cached allocate+free 1 MiB vs CuPy pool (kb.buffer + close vs cp.cuda.alloc + release)", 0.6, False),
-        ("alloc-free-1MiB", "kernelbay-allocator", "cupy",
-         "(same, the backend's allocator alone, without the Buffer object)", 0.6, False),
-        *[(f"copy-{g}", "kernelbay", "driver", f"{g} bandwidth vs raw driver copy", 0.95, True)
-          for g in ("h2d-pinned", "d2h-pinned", "d2d")],
-        ("copy-h2d-pageable", "kernelbay", "driver",
-         "pageable H2D bandwidth vs raw cuMemcpyHtoD from the same array", 2.0, True),
+        (
+            "alloc-free-1MiB",
+            "kernelbay",
+            "cupy",
+            "cached allocate+free 1 MiB vs CuPy pool (kb.buffer + close vs cp.cuda.alloc + release)",
+            0.6,
+            False,
+        ),
+        (
+            "alloc-free-1MiB",
+            "kernelbay-allocator",
+            "cupy",
+            "(same, the backend's allocator alone, without the Buffer object)",
+            0.6,
+            False,
+        ),
+        *[
+            (f"copy-{g}", "kernelbay", "driver", f"{g} bandwidth vs raw driver copy", 0.95, True)
+            for g in ("h2d-pinned", "d2h-pinned", "d2d")
+        ],
+        (
+            "copy-h2d-pageable",
+            "kernelbay",
+            "driver",
+            "pageable H2D bandwidth vs raw cuMemcpyHtoD from the same array",
+            2.0,
+            True,
+        ),
     ]
     absolute = [  # (group, goal text, limit) on kernelbay's own median
         ("graph-replay-per-kernel", "graph replay, us per kernel", 1.2),

@@ -68,10 +68,16 @@ def cpu_graph(quick: bool, dev) -> list[dict]:
         for _ in range(100):
             k.launch(1, 256, args)
 
-    s = interleaved_samples({"kernelbay graph replay": g.replay, "100 launches": launches},
-                            number=5 if quick else 50, repeat=3 if quick else 30, warmup=1)
-    return [record(CPU_GRAPH, name, {k2: (v / 100 if k2 != "n" else v) for k2, v in stats(v).items()})
-            for name, v in s.items()]
+    s = interleaved_samples(
+        {"kernelbay graph replay": g.replay, "100 launches": launches},
+        number=5 if quick else 50,
+        repeat=3 if quick else 30,
+        warmup=1,
+    )
+    return [
+        record(CPU_GRAPH, name, {k2: (v / 100 if k2 != "n" else v) for k2, v in stats(v).items()})
+        for name, v in s.items()
+    ]
 
 
 def cpu_streams(quick: bool, dev) -> list[dict]:
@@ -96,10 +102,22 @@ def cpu_streams(quick: bool, dev) -> list[dict]:
         s1.synchronize()
         s2.synchronize()
 
-    s = interleaved_samples({"one kernel, default stream": one, "two kernels, two user streams": two},
-                            number=1, repeat=3 if quick else 15, warmup=1)
-    return [record(CPU_STREAMS, name, {k2: (v / 1000 if k2 != "n" else v) for k2, v in stats(v).items()}, unit="ms",
-                   note=f"{os.cpu_count()} cores") for name, v in s.items()]
+    s = interleaved_samples(
+        {"one kernel, default stream": one, "two kernels, two user streams": two},
+        number=1,
+        repeat=3 if quick else 15,
+        warmup=1,
+    )
+    return [
+        record(
+            CPU_STREAMS,
+            name,
+            {k2: (v / 1000 if k2 != "n" else v) for k2, v in stats(v).items()},
+            unit="ms",
+            note=f"{os.cpu_count()} cores",
+        )
+        for name, v in s.items()
+    ]
 
 
 def tpu_graph(quick: bool) -> list[dict]:
@@ -130,8 +148,12 @@ def tpu_graph(quick: bool) -> list[dict]:
         g.replay()
         dev.synchronize()
 
-    s = interleaved_samples({"kernelbay graph replay": replay, "10 launches": launches},
-                            number=2 if quick else 20, repeat=3 if quick else 20, warmup=1)
+    s = interleaved_samples(
+        {"kernelbay graph replay": replay, "10 launches": launches},
+        number=2 if quick else 20,
+        repeat=3 if quick else 20,
+        warmup=1,
+    )
     return [record(TPU_GRAPH, name, stats(v)) for name, v in s.items()]
 
 
@@ -140,8 +162,11 @@ def tpu_graph(quick: bool) -> list[dict]:
 
 def run(quick: bool) -> list[dict]:
     dev, why = _available("cpu")
-    out = [skipped(g, "kernelbay", why) for g in (CPU_GRAPH, CPU_STREAMS)] if dev is None else (
-        cpu_graph(quick, dev) + cpu_streams(quick, dev))
+    out = (
+        [skipped(g, "kernelbay", why) for g in (CPU_GRAPH, CPU_STREAMS)]
+        if dev is None
+        else (cpu_graph(quick, dev) + cpu_streams(quick, dev))
+    )
     return out + tpu_graph(quick)
 
 
@@ -154,8 +179,13 @@ def _ratio(records: list[dict], group: str, a: str, b: str) -> float | None:
 
 GOALS = [
     (CPU_GRAPH, "kernelbay graph replay", "100 launches", 0.3, "cpu: graph replay host cost per step ≤ 0.3× a launch"),
-    (CPU_STREAMS, "two kernels, two user streams", "one kernel, default stream", 1.3,
-     "cpu: two ~50 ms kernels on two user streams ≤ 1.3× one"),
+    (
+        CPU_STREAMS,
+        "two kernels, two user streams",
+        "one kernel, default stream",
+        1.3,
+        "cpu: two ~50 ms kernels on two user streams ≤ 1.3× one",
+    ),
     (TPU_GRAPH, "kernelbay graph replay", "10 launches", 0.5, "tpu: 10-launch graph replay ≤ 0.5× 10 launches"),
 ]
 

@@ -44,10 +44,13 @@ def run(quick: bool) -> list[dict]:
     s = dev.stream()
     k.launch(16, 256, args, stream=s)
     k.launch(16, 256, args)
-    st = interleaved_samples({"kb.Stream": lambda: k.launch(16, 256, args, stream=s),
-                              "stream=None": lambda: k.launch(16, 256, args)},
-                             number=200 if quick else 5000, repeat=3 if quick else 30, warmup=1,
-                             after_batch=dev.synchronize)
+    st = interleaved_samples(
+        {"kb.Stream": lambda: k.launch(16, 256, args, stream=s), "stream=None": lambda: k.launch(16, 256, args)},
+        number=200 if quick else 5000,
+        repeat=3 if quick else 30,
+        warmup=1,
+        after_batch=dev.synchronize,
+    )
     out += [record(CUDA_STREAM, name, stats(v)) for name, v in st.items()]
 
     with dev.graph() as g:
@@ -67,12 +70,15 @@ def run(quick: bool) -> list[dict]:
             cgraph = cs.end_capture()
         cases["cupy graph"] = lambda: (cgraph.launch(cs), cs.synchronize())
         cases["kernelbay graph"] = lambda: (g.replay(), dev.synchronize())
-    except Exception as exc:  # noqa: BLE001 -- no CuPy, or a CuPy without graphs: a skip, not a failure
+    except Exception as exc:
         out.append(skipped(CUDA_GRAPH, "cupy graph", f"{type(exc).__name__}: {exc}"))
-    st = interleaved_samples(cases, number=10 if quick else 100, repeat=3 if quick else 20, warmup=1,
-                             after_batch=dev.synchronize)
-    out += [record(CUDA_GRAPH, name, {k2: (v / 100 if k2 != "n" else v) for k2, v in stats(v).items()})
-            for name, v in st.items()]
+    st = interleaved_samples(
+        cases, number=10 if quick else 100, repeat=3 if quick else 20, warmup=1, after_batch=dev.synchronize
+    )
+    out += [
+        record(CUDA_GRAPH, name, {k2: (v / 100 if k2 != "n" else v) for k2, v in stats(v).items()})
+        for name, v in st.items()
+    ]
 
     spin = kb.compile(kb.Source(GPU_SPIN, "cuda", name="spin"), dev)
     cycles = np.int64(dev.properties.get("clock_khz", 1_000_000) * 0.02)  # about 20 us each
@@ -86,9 +92,15 @@ def run(quick: bool) -> list[dict]:
         for _ in range(100):
             spin.launch(1, 32, (cycles, a), writes=(a, token))
             spin.launch(1, 32, (cycles, b), writes=(b, token))
-    st = interleaved_samples({"independent chains": lambda: (par.replay(), dev.synchronize()),
-                              "serialised": lambda: (ser.replay(), dev.synchronize())},
-                             number=1, repeat=3 if quick else 20, warmup=1)
+    st = interleaved_samples(
+        {
+            "independent chains": lambda: (par.replay(), dev.synchronize()),
+            "serialised": lambda: (ser.replay(), dev.synchronize()),
+        },
+        number=1,
+        repeat=3 if quick else 20,
+        warmup=1,
+    )
     out += [record(CUDA_CHAINS, name, stats(v)) for name, v in st.items()]
     return out
 

@@ -27,7 +27,7 @@ import os
 
 os.environ.setdefault("KERNELBAY_TPU_INTERPRET", "1")
 
-from ._timing import find, goal, interleaved_samples, paired_diff, record, skipped, stats  # noqa: E402
+from ._timing import find, goal, interleaved_samples, paired_diff, record, skipped, stats
 
 SUITE = "cpu"
 
@@ -46,7 +46,7 @@ def added(group: str) -> str:
     return f"{group}: what kernelbay adds (paired difference)"
 
 
-def add_kernel(x_ref, y_ref, o_ref):  # noqa: ANN001 -- a Pallas kernel
+def add_kernel(x_ref, y_ref, o_ref):
     o_ref[...] = x_ref[...] + y_ref[...]
 
 
@@ -55,7 +55,10 @@ def _device():
         import jax  # noqa: F401
         from jax.experimental import pallas  # noqa: F401
     except Exception as exc:  # jax missing or broken
-        return None, f"jax with Pallas is not importable here ({type(exc).__name__}: {exc}); pip install 'kernelbay[tpu]'"
+        return (
+            None,
+            f"jax with Pallas is not importable here ({type(exc).__name__}: {exc}); pip install 'kernelbay[tpu]'",
+        )
     import kernelbay as kb
 
     rec = {b.name: b for b in kb.backends()}.get("tpu")
@@ -66,7 +69,7 @@ def _device():
     return kb.device("tpu"), ""
 
 
-def _own_call(dev, n):  # noqa: ANN001
+def _own_call(dev, n):
     """The equivalent jax.jit(pl.pallas_call(...)), built here."""
     import jax
     from jax.experimental import pallas as pl
@@ -74,8 +77,12 @@ def _own_call(dev, n):  # noqa: ANN001
     interp = bool(dev.properties.get("interpret", True))
     from kernelbay_tpu._driver import state
 
-    call = pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct((n,), "float32"), grid=(1,),
-                          interpret=state.interpret_arg if interp else False)
+    call = pl.pallas_call(
+        add_kernel,
+        out_shape=jax.ShapeDtypeStruct((n,), "float32"),
+        grid=(1,),
+        interpret=state.interpret_arg if interp else False,
+    )
     return call
 
 
@@ -84,9 +91,8 @@ def run(quick: bool) -> list[dict]:
     if dev is None:
         return [skipped(DISPATCH, "kernelbay", why)]
     import jax
-    import numpy as np
-
     import kernelbay as kb
+    import numpy as np
 
     n = 1024
     src = kb.Source(add_kernel, lang="pallas", name="add", meta={"outputs": ("o_ref",)})
@@ -120,8 +126,9 @@ def run(quick: bool) -> list[dict]:
     mode = "interpret mode on the JAX CPU backend" if dev.properties.get("interpret") else dev.name
     extra = {"note": mode}
     num, rep, warm = (5, 3, 1) if quick else (50, 30, 3)
-    s = interleaved_samples({"kernelbay": through_kernelbay, DIRECT: direct}, number=num, repeat=rep, warmup=warm,
-                            after_batch=wait)
+    s = interleaved_samples(
+        {"kernelbay": through_kernelbay, DIRECT: direct}, number=num, repeat=rep, warmup=warm, after_batch=wait
+    )
     out = [record(DISPATCH, name, stats(v), **extra) for name, v in s.items()]
     out.append(record(added(DISPATCH), PAIRED, paired_diff(s["kernelbay"], s[DIRECT]), **extra))
 
@@ -132,16 +139,18 @@ def run(quick: bool) -> list[dict]:
     def direct_wait() -> None:
         fn(*operands).block_until_ready()
 
-    s = interleaved_samples({"kernelbay": kb_wait, DIRECT: direct_wait}, number=3 if quick else 20,
-                            repeat=rep, warmup=warm)
+    s = interleaved_samples(
+        {"kernelbay": kb_wait, DIRECT: direct_wait}, number=3 if quick else 20, repeat=rep, warmup=warm
+    )
     out += [record(WAIT, name, stats(v), **extra) for name, v in s.items()]
     out.append(record(added(WAIT), PAIRED, paired_diff(s["kernelbay"], s[DIRECT]), **extra))
 
     done = fn(*operands)
     done.block_until_ready()
     sync()
-    s = interleaved_samples({"kernelbay": sync, IDLE_DIRECT: done.block_until_ready}, number=100 if quick else 2000,
-                            repeat=rep, warmup=warm)
+    s = interleaved_samples(
+        {"kernelbay": sync, IDLE_DIRECT: done.block_until_ready}, number=100 if quick else 2000, repeat=rep, warmup=warm
+    )
     out += [record(IDLE, name, stats(v), **extra) for name, v in s.items()]
 
     shape = jax.ShapeDtypeStruct((n,), np.float32)
@@ -150,9 +159,15 @@ def run(quick: bool) -> list[dict]:
     xa, ya = x.handle, y.handle
     np.testing.assert_array_equal(np.asarray(step_kb(xa, ya)), np.asarray(step_direct(xa, ya)))
     same = step_kb.lower(xa, ya).as_text() == step_direct.lower(xa, ya).as_text()
-    s = interleaved_samples({"kernelbay": lambda: step_kb(xa, ya).block_until_ready(),
-                             JIT_DIRECT: lambda: step_direct(xa, ya).block_until_ready()},
-                            number=3 if quick else 20, repeat=rep, warmup=warm)
+    s = interleaved_samples(
+        {
+            "kernelbay": lambda: step_kb(xa, ya).block_until_ready(),
+            JIT_DIRECT: lambda: step_direct(xa, ya).block_until_ready(),
+        },
+        number=3 if quick else 20,
+        repeat=rep,
+        warmup=warm,
+    )
     jit_note = f"{mode}; the two steps lower to {'the same' if same else 'DIFFERENT'} StableHLO"
     out += [record(JIT, name, stats(v), note=jit_note) for name, v in s.items()]
     out.append(record(added(JIT), PAIRED, paired_diff(s["kernelbay"], s[JIT_DIRECT]), note=jit_note))
@@ -169,7 +184,11 @@ GOALS = (
 def goals(records: list[dict]) -> list[dict]:
     out = []
     for group, peer, text, limit in GOALS:
-        kbr, d, diff = find(records, group, "kernelbay"), find(records, group, peer), find(records, added(group), PAIRED)
+        kbr, d, diff = (
+            find(records, group, "kernelbay"),
+            find(records, group, peer),
+            find(records, added(group), PAIRED),
+        )
         if not (kbr and d and "median" in kbr and "median" in d and d["median"]):
             continue
         mode = " (interpret mode)" if "interpret" in (kbr.get("note") or "") else ""

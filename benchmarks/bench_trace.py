@@ -49,7 +49,10 @@ def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) 
         if dev_tr._timer(b) is not None:
             cases["tracing on, device spans"] = lambda: timed(k, 1, block, args, 0, None)
         s = interleaved_samples(
-            cases, number=200 if quick else 5000, repeat=3 if quick else 40, warmup=1 if quick else 3,
+            cases,
+            number=200 if quick else 5000,
+            repeat=3 if quick else 40,
+            warmup=1 if quick else 3,
             after_batch=dev.synchronize,
         )
         host_tr.fold()
@@ -81,8 +84,14 @@ def size_row(quick: bool, backend: str, dev, block: int = 256, n: int = 256) -> 
                     dev.synchronize()
             dev.synchronize()
         mb = os.path.getsize(path) / 1e6 * (100_000 / launches)
-    return record(SIZE, "kernelbay", {"median": mb, "p10": mb, "p90": mb, "n": 1}, unit="MB", backend=backend,
-                  note=f"{launches} launches with device spans" + (", scaled to 100k" if launches != 100_000 else ""))
+    return record(
+        SIZE,
+        "kernelbay",
+        {"median": mb, "p10": mb, "p90": mb, "n": 1},
+        unit="MB",
+        backend=backend,
+        note=f"{launches} launches with device spans" + (", scaled to 100k" if launches != 100_000 else ""),
+    )
 
 
 def run(quick: bool) -> list[dict]:
@@ -102,7 +111,9 @@ def goals(records: list[dict]) -> list[dict]:
     for name in ("tracing on, host spans", "tracing on, device spans"):
         r = find(records, ADDED, name)
         if r and r.get("median") is not None:
-            out.append(goal(f"{name} adds ≤ 1 µs per launch ({r.get('backend')} backend)", r["median"], 1.0) | {"unit": "µs"})
+            out.append(
+                goal(f"{name} adds ≤ 1 µs per launch ({r.get('backend')} backend)", r["median"], 1.0) | {"unit": "µs"}
+            )
     r = find(records, SIZE, "kernelbay")
     if r and r.get("median") is not None:
         out.append(goal("a 100k-launch trace is under 100 MB", r["median"], 100.0) | {"unit": "MB"})

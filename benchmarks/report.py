@@ -84,8 +84,15 @@ def section(suite: str, title: str, result: dict | None) -> str:
             f"## {title}\n\nNot yet measured: no `docs/performance-{suite}.json` has been published "
             f"(run `python -m benchmarks.run --suite {suite}` and publish it as shown under Reproduce).\n"
         )
-    parts = [f"## {title}", "", _report.markdown_machine(result), "", "### Goals", "",
-             _report.markdown_goals(result.get("goals", []))]
+    parts = [
+        f"## {title}",
+        "",
+        _report.markdown_machine(result),
+        "",
+        "### Goals",
+        "",
+        _report.markdown_goals(result.get("goals", [])),
+    ]
     if result.get("notes"):
         parts += ["", "### Notes", ""] + [f"- {n}" for n in result["notes"] if not n.startswith("plot:")]
     if os.path.isfile(os.path.join(DOCS, f"performance-{suite}.png")):
@@ -96,8 +103,14 @@ def section(suite: str, title: str, result: dict | None) -> str:
 
 def render() -> str:
     cpu, gpu = _load("cpu"), _load("gpu")
-    return "\n".join([HEAD, section("cpu", "CPU suite (`make bench`)", cpu),
-                      section("gpu", "GPU suite (`python3 -m benchmarks.run --suite gpu`)", gpu), REPRODUCE])
+    return "\n".join(
+        [
+            HEAD,
+            section("cpu", "CPU suite (`make bench`)", cpu),
+            section("gpu", "GPU suite (`python3 -m benchmarks.run --suite gpu`)", gpu),
+            REPRODUCE,
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

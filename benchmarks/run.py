@@ -93,7 +93,7 @@ def run_isolated(name: str, quick: bool, timeout: float) -> dict:
 
 def run_suite(suite: str, quick: bool, out_dir: str, only: list[str] | None = None, timeout: float = 1800) -> dict:
     """Run every module of ``suite`` and write the JSON, markdown and PNG. Returns the result."""
-    date = _dt.datetime.now(_dt.timezone.utc).astimezone()
+    date = _dt.datetime.now(_dt.UTC).astimezone()
     result: dict = {
         "suite": suite,
         "date": date.isoformat(timespec="seconds"),

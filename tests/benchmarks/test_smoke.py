@@ -23,12 +23,12 @@ GOAL_KEYS = {"goal", "value", "limit", "met"}
 
 
 def check_record(r: dict) -> None:
-    assert RECORD_KEYS <= set(r), r
+    assert set(r) >= RECORD_KEYS, r
     assert isinstance(r["group"], str) and r["group"] and isinstance(r["name"], str) and r["name"]
     if "skipped" in r:
         assert isinstance(r["skipped"], str) and r["skipped"], r
         return
-    assert FIGURE_KEYS <= set(r), r
+    assert set(r) >= FIGURE_KEYS, r
     assert isinstance(r["unit"], str) and r["unit"]
     for k in ("median", "p10", "p90"):
         assert isinstance(r[k], float) and math.isfinite(r[k]), r
@@ -36,7 +36,7 @@ def check_record(r: dict) -> None:
 
 
 def check_goal(g: dict) -> None:
-    assert GOAL_KEYS <= set(g), g
+    assert set(g) >= GOAL_KEYS, g
     assert isinstance(g["goal"], str) and isinstance(g["met"], bool)
     assert math.isfinite(g["value"]) and math.isfinite(g["limit"])
 
@@ -94,7 +94,7 @@ def test_gpu_modules_import(name: str) -> None:
     """GPU modules import everywhere (their heavy imports stay inside run()) and follow the contract."""
     mod = importlib.import_module(f"benchmarks.{name}")
     assert mod.SUITE == "gpu" and callable(mod.run) and callable(mod.goals)
-    assert mod.goals([]) == [] or all(GOAL_KEYS <= set(g) for g in mod.goals([]))
+    assert mod.goals([]) == [] or all(set(g) >= GOAL_KEYS for g in mod.goals([]))
 
 
 def test_a_broken_module_is_reported_not_fatal(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,6 @@ Skips where no NVIDIA GPU is available; run with ``--kernelbay-require=cuda`` (o
 """
 
 import pytest
-
 from kernelbay.testing import BackendConformance
 
 pytest.importorskip("kernelbay_cuda", reason="kernelbay-cuda is not installed")

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 import kernelbay as kb
+import pytest
 from kernelbay.testing import BackendConformance
 
 pytest.importorskip("kernelbay_tpu", reason="kernelbay-tpu is not installed")
 
-from kernelbay_tpu.testing import interpret_mode  # noqa: E402
+from kernelbay_tpu.testing import interpret_mode
 
 
-def saxpy_kernel(x_ref, y_ref, a, n):  # noqa: ANN001
+def saxpy_kernel(x_ref, y_ref, a, n):
     # Whole-array blocks: y = a*x + y over the first n elements (all of them here).
     y_ref[...] = a * x_ref[...] + y_ref[...]
 
 
-def broken_kernel(x_ref, o_ref):  # noqa: ANN001
+def broken_kernel(x_ref, o_ref):
     o_ref[...] = x_ref[...]
 
 

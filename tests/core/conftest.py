@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 from kernelbay._plugins import runtime
 
 
@@ -79,7 +78,7 @@ def isolated_runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def add_backend() -> Callable[..., Any]:
     def add(plugin: object, name: str | None = None, distribution: str | None = None):
-        name = name or getattr(plugin, "name")
+        name = name or plugin.name
         runtime.add_backend(plugin, name, distribution or f"kernelbay-{name}")
         return plugin
 

@@ -1,7 +1,6 @@
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 from kernelbay.errors import numbered_source
 from kernelbay.types import dim3
 
@@ -33,7 +32,9 @@ def test_copy_into_non_contiguous_numpy(fake):
 
 def test_copy_errors_say_what_differs(fake):
     a = kb.empty((2, 3), "float32", device="fake")
-    with pytest.raises(kb.InvalidArgumentError, match=r"destination has 24 bytes \(shape \(2, 3\).*source has 28 bytes"):
+    with pytest.raises(
+        kb.InvalidArgumentError, match=r"destination has 24 bytes \(shape \(2, 3\).*source has 28 bytes"
+    ):
         kb.copy(a, np.zeros(7, np.float32))
     with pytest.raises(kb.InvalidArgumentError, match="destination is float32, source is int32"):
         kb.copy(a, np.zeros(6, np.int32))
@@ -71,7 +72,11 @@ def test_compile_picks_first_accepted_language(add_backend):
     from .conftest import FakeBackend
 
     add_backend(FakeBackend("multi", languages=("python", "other")))
-    srcs = [kb.Source("int main(){}", lang="c++"), kb.Source(lambda: "other", lang="other"), kb.Source(lambda: "py", lang="python")]
+    srcs = [
+        kb.Source("int main(){}", lang="c++"),
+        kb.Source(lambda: "other", lang="other"),
+        kb.Source(lambda: "py", lang="python"),
+    ]
     k = kb.compile(srcs, device="multi")
     assert k.source.lang == "other" and k.launch(1) == "other"
     with pytest.raises(kb.InvalidArgumentError, match=r"accepts the languages python, other; .* in: c\+\+, cuda"):
@@ -106,7 +111,8 @@ def test_launch_and_config(fake):
 
 
 @pytest.mark.parametrize(
-    "value,want", [(5, (5, 1, 1)), ((2, 3), (2, 3, 1)), ([4], (4, 1, 1)), ((1, 2, 3), (1, 2, 3)), (np.int64(7), (7, 1, 1))]
+    "value,want",
+    [(5, (5, 1, 1)), ((2, 3), (2, 3, 1)), ([4], (4, 1, 1)), ((1, 2, 3), (1, 2, 3)), (np.int64(7), (7, 1, 1))],
 )
 def test_dim3(value, want):
     assert dim3(value) == want
@@ -182,7 +188,6 @@ def test_fast_constructors_set_every_field(fake):
     # kb.buffer and kb.empty build their objects without __init__: every attrs field must be set,
     # and equal to what the constructor would have made.
     import attrs
-
     from kernelbay.types import Array, Buffer
 
     b = kb.buffer(16, "fake")

@@ -9,10 +9,9 @@ import pickle
 import random
 import string
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 from kernelbay import settings
 from kernelbay.types import dim3
 

@@ -2,15 +2,16 @@ import multiprocessing
 import os
 import stat
 
-import pytest
-
 import kernelbay as kb
+import pytest
 from kernelbay.cache import DiskCache, make_key
 from kernelbay.errors import CacheError
 
 
 def key(src="int x;", **kw):
-    args = dict(backend="cpu", compiler="g++", compiler_version="12", arch="x86", options=("-O3",), source=src, entries=("k",))
+    args = dict(
+        backend="cpu", compiler="g++", compiler_version="12", arch="x86", options=("-O3",), source=src, entries=("k",)
+    )
     args.update(kw)
     return make_key(**args)
 
@@ -27,8 +28,14 @@ def test_round_trip_and_private_directory(tmp_path):
 def test_key_changes_with_every_input():
     base = key()
     others = [
-        key(src="int y;"), key(backend="cuda"), key(compiler="clang++"), key(compiler_version="13"),
-        key(arch="sm_90"), key(options=("-O2",)), key(entries=("j",)), key(extra={"x": "1"}),
+        key(src="int y;"),
+        key(backend="cuda"),
+        key(compiler="clang++"),
+        key(compiler_version="13"),
+        key(arch="sm_90"),
+        key(options=("-O2",)),
+        key(entries=("j",)),
+        key(extra={"x": "1"}),
     ]
     assert len({base, *others}) == len(others) + 1
 
@@ -38,7 +45,12 @@ def test_damaged_entries_are_discarded_not_loaded(tmp_path, damage):
     c = DiskCache(str(tmp_path))
     path = c.put(key(), b"A" * 1000, {})
     data = open(path, "rb").read()
-    bad = {"truncate": data[:-10], "flip": data[:500] + bytes([data[500] ^ 1]) + data[501:], "garbage": b"junk" * 50, "empty": b""}[damage]
+    bad = {
+        "truncate": data[:-10],
+        "flip": data[:500] + bytes([data[500] ^ 1]) + data[501:],
+        "garbage": b"junk" * 50,
+        "empty": b"",
+    }[damage]
     open(path, "wb").write(bad)
     assert c.get(key()) is None
     assert not os.path.exists(path)

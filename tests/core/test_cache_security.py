@@ -5,9 +5,8 @@ import os
 import shutil
 import stat
 
-import pytest
-
 import kernelbay.cache as kcache
+import pytest
 from kernelbay import _privatedir
 from kernelbay.cache import DiskCache, make_key
 from kernelbay.errors import CacheError
@@ -66,7 +65,9 @@ def _vanish_and_recreate(d, as_uid):
         os.chown(d, as_uid, -1)
 
 
-@pytest.mark.parametrize("who", ["simulated", pytest.param("real", marks=pytest.mark.skipif(not ROOT, reason="needs root to chown"))])
+@pytest.mark.parametrize(
+    "who", ["simulated", pytest.param("real", marks=pytest.mark.skipif(not ROOT, reason="needs root to chown"))]
+)
 def test_a_directory_recreated_by_another_user_is_seen_at_the_next_use(tmp_path, monkeypatch, who):
     d = tmp_path / "c"
     c = DiskCache(str(d))

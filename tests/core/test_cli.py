@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from kernelbay import cli
 
 from .conftest import FakeBackend, UnavailableBackend

@@ -1,7 +1,6 @@
 import threading
 
 import pytest
-
 from kernelbay.concurrency import OnceMap
 
 

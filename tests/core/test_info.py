@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from kernelbay import _envinfo, cli, native
 
 from .conftest import FakeBackend

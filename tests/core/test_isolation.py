@@ -6,9 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 import kernelbay as kb
+import pytest
 from kernelbay._plugins import runtime
 
 from .conftest import FakeBackend

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from kernelbay import _log
 from kernelbay.errors import InvalidArgumentError
 
@@ -47,8 +46,10 @@ def test_silent_by_default() -> None:
 
 
 def test_a_malformed_value_is_an_error_on_use_not_on_import() -> None:
-    r = _run("import kernelbay, kernelbay._log as l\ntry:\n l.check()\nexcept kernelbay.InvalidArgumentError as e: print(e)",
-             KERNELBAY_LOG="loud")
+    r = _run(
+        "import kernelbay, kernelbay._log as l\ntry:\n l.check()\nexcept kernelbay.InvalidArgumentError as e: print(e)",
+        KERNELBAY_LOG="loud",
+    )
     assert r.returncode == 0, r.stderr
     assert "KERNELBAY_LOG='loud'" in r.stdout
 

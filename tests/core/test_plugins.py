@@ -1,10 +1,9 @@
 import sys
 
+import kernelbay as kb
 import numpy as np
 import pluggy
 import pytest
-
-import kernelbay as kb
 from kernelbay._plugins import Backend, runtime
 
 from .conftest import FakeBackend

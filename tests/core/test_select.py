@@ -1,6 +1,5 @@
-import pytest
-
 import kernelbay as kb
+import pytest
 from kernelbay._plugins import runtime
 from kernelbay._select import Term, parse
 
@@ -70,7 +69,9 @@ def test_unavailable_reason_names_distribution_and_what_to_do(add_backend):
 
 def test_not_installed_lists_what_is(add_backend):
     add_backend(FakeBackend("a"))
-    with pytest.raises(kb.BackendNotInstalledError, match=r"'nosuch' is not installed \(installed: .*a.*pip install kernelbay-nosuch"):
+    with pytest.raises(
+        kb.BackendNotInstalledError, match=r"'nosuch' is not installed \(installed: .*a.*pip install kernelbay-nosuch"
+    ):
         kb.device("nosuch")
 
 

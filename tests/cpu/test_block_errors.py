@@ -7,10 +7,9 @@ import subprocess
 import sys
 import textwrap
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 
 def _run(cpu, src: str, grid=1, block=64, n=64, shared_mem=0, name="k"):
@@ -59,8 +58,11 @@ __global__ void k(int* y) {
 
 
 def test_threads_at_different_barriers_is_a_launch_error(cpu):
-    with pytest.raises(kb.LaunchError, match=r"block \(0,0,0\): thread \(32,0,0\) reached the barrier at "
-                       r"kernel.cu:6 while 32 other threads wait at the barrier at kernel.cu:4"):
+    with pytest.raises(
+        kb.LaunchError,
+        match=r"block \(0,0,0\): thread \(32,0,0\) reached the barrier at "
+        r"kernel.cu:6 while 32 other threads wait at the barrier at kernel.cu:4",
+    ):
         _run(cpu, DIVERGENT_BARRIERS)
 
 
@@ -71,15 +73,21 @@ __global__ void k(int* y) {
     y[threadIdx.x] = __shfl_down_sync(0xffffffffu, (int)threadIdx.x, 1);
 }
 """
-    with pytest.raises(kb.LaunchError, match=r"__shfl_down_sync at kernel.cu:4 has mask 0xffffffff naming lane 5 "
-                       r"\(thread \(5,0,0\)\), which has exited"):
+    with pytest.raises(
+        kb.LaunchError,
+        match=r"__shfl_down_sync at kernel.cu:4 has mask 0xffffffff naming lane 5 "
+        r"\(thread \(5,0,0\)\), which has exited",
+    ):
         _run(cpu, src, block=32, n=32)
 
 
 def test_mask_without_the_calling_lane_is_a_launch_error(cpu):
     src = "__global__ void k(int* y) { y[threadIdx.x] = __ballot_sync(0x1u, 1); }"
-    with pytest.raises(kb.LaunchError, match=r"thread \(1,0,0\) \(lane 1\) calls __ballot_sync.* mask 0x00000001, "
-                       "which does not name the calling lane"):
+    with pytest.raises(
+        kb.LaunchError,
+        match=r"thread \(1,0,0\) \(lane 1\) calls __ballot_sync.* mask 0x00000001, "
+        "which does not name the calling lane",
+    ):
         _run(cpu, src, block=32, n=32)
 
 
@@ -101,8 +109,11 @@ __global__ void k(int* y) {
     __syncthreads();
 }
 """
-    with pytest.raises(kb.LaunchError, match=r"block \(0,0,0\): 16 of 32 threads wait at the barrier at kernel.cu:7, "
-                       r"but thread \(0,0,0\) waits in __shfl_sync at kernel.cu:6"):
+    with pytest.raises(
+        kb.LaunchError,
+        match=r"block \(0,0,0\): 16 of 32 threads wait at the barrier at kernel.cu:7, "
+        r"but thread \(0,0,0\) waits in __shfl_sync at kernel.cu:6",
+    ):
         _run(cpu, src, block=32, n=32)
 
 
@@ -177,8 +188,13 @@ def test_fiber_stack_overflow_is_a_launch_error(stack, tmp_path):
     env = {"KERNELBAY_CPU_FIBER_STACK": stack, "KERNELBAY_CACHE_DIR": str(tmp_path)}
     import os
 
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(OVERFLOW)], capture_output=True, text=True,
-                       env={**os.environ, **env}, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(OVERFLOW)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "shallow ok" in r.stdout and "after ok" in r.stdout
     assert "overflowed its fiber stack of 65536 bytes" in r.stdout

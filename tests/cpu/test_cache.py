@@ -8,9 +8,8 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
-
 import kernelbay as kb
+import numpy as np
 
 SRC = r"""
 __global__ void fill(int* y, int v, int n) {

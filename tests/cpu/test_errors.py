@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 SAXPY = r"""
 __global__ void saxpy(const float* x, float* y, float a, int n) {
@@ -143,7 +142,7 @@ def test_ambiguous_unnamed_source(cpu):
 UNSUPPORTED = {
     "this_grid": "#include <cooperative_groups.h>\n"
     "__global__ void k(int* y) { cooperative_groups::this_grid().sync(); y[0] = 1; }",
-    "asm": "\n__global__ void k(int* y) { int v; asm(\"mov.u32 %0, 1;\" : \"=r\"(v)); y[0] = v; }",
+    "asm": '\n__global__ void k(int* y) { int v; asm("mov.u32 %0, 1;" : "=r"(v)); y[0] = v; }',
     "textures": "\n\n__global__ void k(cudaTextureObject_t t, float* y) { y[0] = tex1D<float>(t, 0.5f); }",
     "<<<": "\n__global__ void c(int* y) {}\n__global__ void k(int* y) { c<<<1, 1>>>(y); }",
 }
@@ -153,7 +152,9 @@ UNSUPPORTED = {
 def test_unsupported_feature_fails_at_compile_time(cpu, feature):
     src = UNSUPPORTED[feature]
     line = src.count("\n", 0, src.index("__global__ void k")) + 1
-    with pytest.raises(kb.CompileError, match=f"cannot run this kernel: it uses .*{feature}.* at kernel.cu:{line}") as info:
+    with pytest.raises(
+        kb.CompileError, match=f"cannot run this kernel: it uses .*{feature}.* at kernel.cu:{line}"
+    ) as info:
         kb.compile(kb.Source(src, lang="cuda", name="k"), cpu)
     assert info.value.lines == {line}
 

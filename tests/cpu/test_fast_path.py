@@ -4,9 +4,8 @@ threadIdx (which keep the per-thread runner), and huge grids all give numpy's an
 
 from __future__ import annotations
 
-import numpy as np
-
 import kernelbay as kb
+import numpy as np
 from kernelbay_cpu import compiler
 
 EARLY_RETURN = r"""

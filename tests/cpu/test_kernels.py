@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 SAXPY = r"""
 __global__ void saxpy(const float* x, float* y, float a, int n) {
@@ -124,7 +123,9 @@ def test_template_instantiations(cpu, ctype, dtype):
     x = kb.asarray(xs, device=cpu)
     k.launch(4, 256, (x, dtype(2.5), np.int32(n)))
     want = xs * dtype(2.5) + dtype(1) / dtype(3)
-    np.testing.assert_allclose(x.numpy(), want, rtol=1e-6 if dtype == np.float32 else 1e-14, atol=1e-7 if dtype == np.float32 else 1e-15)
+    np.testing.assert_allclose(
+        x.numpy(), want, rtol=1e-6 if dtype == np.float32 else 1e-14, atol=1e-7 if dtype == np.float32 else 1e-15
+    )
     assert x.numpy().dtype == dtype
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 INC = "__global__ void inc(float* y, int n) { int i = threadIdx.x; if (i < n) y[i] += 1.0f; }"
 

@@ -6,9 +6,8 @@ import ctypes
 import subprocess
 import sys
 
-import pytest
-
 import kernelbay as kb
+import pytest
 from kernelbay.errors import BackendUnavailableError
 from kernelbay_cuda import _driver
 
@@ -32,18 +31,20 @@ class _FakeLib:
     def __init__(self, version: int, init: int = 0, count: int = 0) -> None:
         self.version, self.init, self.count = version, init, count
 
-    def cuDriverGetVersion(self, ref) -> int:  # noqa: N802
+    def cuDriverGetVersion(self, ref) -> int:
         ctypes.cast(ref, ctypes.POINTER(ctypes.c_int))[0] = self.version
         return 0
 
-    def cuDeviceGetCount(self, ref) -> int:  # noqa: N802
+    def cuDeviceGetCount(self, ref) -> int:
         return 3  # not initialised: the probe must go to a child process
 
 
 def test_driver_too_old_for_the_bindings(fresh_probe, monkeypatch) -> None:
     monkeypatch.setattr(_driver, "_libcuda", _FakeLib(11080))
     monkeypatch.setattr(_driver, "_bindings_major", lambda: (13, "13.5.0"))
-    with pytest.raises(BackendUnavailableError, match=r"driver is too old: it supports CUDA 11.8.*cuda-bindings 13.5.0"):
+    with pytest.raises(
+        BackendUnavailableError, match=r"driver is too old: it supports CUDA 11.8.*cuda-bindings 13.5.0"
+    ):
         _driver.probe()
 
 

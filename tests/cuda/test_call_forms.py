@@ -3,10 +3,9 @@ of range are refused on the fast path too. Real GPU only; skips without one."""
 
 from __future__ import annotations
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 pytestmark = pytest.mark.kernelbay_device("cuda")
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import kernelbay as kb
+import pytest
 from kernelbay_cuda import compiler
 
 SAXPY = r"""
@@ -41,8 +40,14 @@ def test_ptx_for_an_arch_newer_than_nvrtc(cache_dir) -> None:
 
 
 def test_disk_cache_hit_keeps_lowered_names(cache_dir) -> None:
-    src = kb.Source(AXPY, "cuda", name="axpy<float>", name_expressions=("axpy<double>",),
-                    headers={"scale.cuh": "#define SCALE 1"}, options=("--std=c++17",))
+    src = kb.Source(
+        AXPY,
+        "cuda",
+        name="axpy<float>",
+        name_expressions=("axpy<double>",),
+        headers={"scale.cuh": "#define SCALE 1"},
+        options=("--std=c++17",),
+    )
     first = compiler.compile_image(src, (8, 0))
     again = compiler.compile_image(src, (8, 0))
     assert again.from_cache == "disk" and again.data == first.data
@@ -53,17 +58,22 @@ def test_disk_cache_hit_keeps_lowered_names(cache_dir) -> None:
 
 
 def test_cache_key_changes_with_options_and_arch(cache_dir) -> None:
-    a = compiler.compile_image(kb.Source(AXPY, "cuda", name="axpy<float>", headers={"scale.cuh": "#define SCALE 1"}), (8, 0))
-    b = compiler.compile_image(
-        kb.Source(AXPY, "cuda", name="axpy<float>", headers={"scale.cuh": "#define SCALE 1"}, options=("-DUNUSED=1",)), (8, 0)
+    a = compiler.compile_image(
+        kb.Source(AXPY, "cuda", name="axpy<float>", headers={"scale.cuh": "#define SCALE 1"}), (8, 0)
     )
-    c = compiler.compile_image(kb.Source(AXPY, "cuda", name="axpy<float>", headers={"scale.cuh": "#define SCALE 1"}), (9, 0))
+    b = compiler.compile_image(
+        kb.Source(AXPY, "cuda", name="axpy<float>", headers={"scale.cuh": "#define SCALE 1"}, options=("-DUNUSED=1",)),
+        (8, 0),
+    )
+    c = compiler.compile_image(
+        kb.Source(AXPY, "cuda", name="axpy<float>", headers={"scale.cuh": "#define SCALE 1"}), (9, 0)
+    )
     assert not b.from_cache and not c.from_cache
     assert a.arch == "sm_80" and c.arch == "sm_90"
 
 
 def test_define_option_reaches_the_compiler(cache_dir) -> None:
-    src = "extern \"C\" __global__ void k(int* o) { o[0] = VALUE; }"
+    src = 'extern "C" __global__ void k(int* o) { o[0] = VALUE; }'
     with pytest.raises(kb.CompileError):
         compiler.compile_image(kb.Source(src, "cuda", name="k"), (9, 0))
     img = compiler.compile_image(kb.Source(src, "cuda", name="k", options=("-DVALUE=7",)), (9, 0))

@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 import sys
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:

@@ -7,10 +7,9 @@ import gc
 import os
 import weakref
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 from kernelbay_cuda import interop
 
 gpu = pytest.mark.kernelbay_device("cuda")

@@ -9,7 +9,6 @@ import threading
 
 import numpy as np
 import pytest
-
 from kernelbay_cuda import kernel, launcher, native, packing
 from kernelbay_cuda.streams import Stream
 
@@ -62,10 +61,25 @@ class Rig:
         nat.set_launch(ctypes.cast(self._fake, ctypes.c_void_p).value)
         self.cell: list = [None, None, None]
         self.fl = nat.FastLaunch(
-            0x1234, self.block.addr, ctypes.addressof(self.block.buf), threading.get_ident(),
-            (2147483647, 65535, 65535), (1024, 1024, 64), 1024, 49152, Stream, 0, DEV,
-            tuple(type(a) for a in sample), kinds, tuple(o for *_, o in self.params),
-            lambda k, *a: self.slow.append(a), "kernel", lambda *a: self.failed.append(a), self.cell, "k",
+            0x1234,
+            self.block.addr,
+            ctypes.addressof(self.block.buf),
+            threading.get_ident(),
+            (2147483647, 65535, 65535),
+            (1024, 1024, 64),
+            1024,
+            49152,
+            Stream,
+            0,
+            DEV,
+            tuple(type(a) for a in sample),
+            kinds,
+            tuple(o for *_, o in self.params),
+            lambda k, *a: self.slow.append(a),
+            "kernel",
+            lambda *a: self.failed.append(a),
+            self.cell,
+            "k",
         )
 
     def __call__(self, grid, block, args, shm=0, stream=None):
@@ -106,8 +120,18 @@ def test_every_geometry_form_is_launched_in_c(grid, block, g, b) -> None:
 @pytest.mark.parametrize(
     ("grid", "block", "shm"),
     [
-        ([3], 128, 0), ((3, 1, 1, 1), 128, 0), ((), 128, 0), (0, 128, 0), ((3, 0), 128, 0), (True, 128, 0),
-        (3, (1025,), 0), (3, (32, 33), 0), (3, (1, 1, 65), 0), ((1, 65536), 32, 0), (3, 128, 49153), (3, 128, -1),
+        ([3], 128, 0),
+        ((3, 1, 1, 1), 128, 0),
+        ((), 128, 0),
+        (0, 128, 0),
+        ((3, 0), 128, 0),
+        (True, 128, 0),
+        (3, (1025,), 0),
+        (3, (32, 33), 0),
+        (3, (1, 1, 65), 0),
+        ((1, 65536), 32, 0),
+        (3, 128, 49153),
+        (3, 128, -1),
         (3.0, 128, 0),
     ],
 )
@@ -149,11 +173,25 @@ SCALARS = [(4, 4, "int"), (4, 4, "unsigned int"), (4, 4, "u32"), (1, 1, "bool"),
 @pytest.mark.parametrize(
     ("pos", "value", "fits"),
     [
-        (0, 2**31 - 1, True), (0, -(2**31), True), (0, 3_000_000_000, False), (0, np.uint32(4_000_000_000), False),
-        (0, np.uint32(5), True), (1, 2**32 - 1, True), (1, -1, False), (1, np.int32(-1), False),
-        (2, -1, True), (2, 3_000_000_000, True), (2, 2**32, False), (2, -(2**31) - 1, False),
-        (4, 1.5, True), (4, 70000.0, False), (4, float("inf"), True),
-        (5, 2**64 - 1, True), (5, -(2**63), True), (5, 2**64, False), (5, -(2**63) - 1, False),
+        (0, 2**31 - 1, True),
+        (0, -(2**31), True),
+        (0, 3_000_000_000, False),
+        (0, np.uint32(4_000_000_000), False),
+        (0, np.uint32(5), True),
+        (1, 2**32 - 1, True),
+        (1, -1, False),
+        (1, np.int32(-1), False),
+        (2, -1, True),
+        (2, 3_000_000_000, True),
+        (2, 2**32, False),
+        (2, -(2**31) - 1, False),
+        (4, 1.5, True),
+        (4, 70000.0, False),
+        (4, float("inf"), True),
+        (5, 2**64 - 1, True),
+        (5, -(2**63), True),
+        (5, 2**64, False),
+        (5, -(2**63) - 1, False),
     ],
 )
 def test_scalar_ranges_are_checked_in_c(pos, value, fits) -> None:

@@ -8,11 +8,10 @@ import textwrap
 import threading
 import time
 
-import numpy as np
-import pytest
-
 import kernelbay as kb
 import kernelbay_cuda as kc
+import numpy as np
+import pytest
 
 pytestmark = pytest.mark.kernelbay_device("cuda")
 
@@ -238,7 +237,7 @@ def test_launch_from_another_thread(dev) -> None:
             for _ in range(5):
                 k.launch(4, 256, (x, y, np.float32(1), np.int32(n)))
             dev.synchronize()
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     t = threading.Thread(target=work)
@@ -280,7 +279,9 @@ def test_precompiled_ptx_and_cubin(dev, tmp_path) -> None:
 
     cc = dev.properties["compute_capability"]
     img = compiler.compile_image(kb.Source(SAXPY, "cuda", name="saxpy"), cc)
-    ptx = compiler.compile_image(kb.Source(SAXPY, "cuda", name="saxpy", options=(f"--gpu-architecture=compute_{cc[0]}{cc[1]}",)), cc)
+    ptx = compiler.compile_image(
+        kb.Source(SAXPY, "cuda", name="saxpy", options=(f"--gpu-architecture=compute_{cc[0]}{cc[1]}",)), cc
+    )
     assert img.kind == "cubin" and ptx.kind == "ptx"
     for lang, code in (("cubin", img.data), ("ptx", ptx.data.rstrip(b"\0").decode())):
         k = kb.compile(kb.Source(code, lang, name="saxpy"), dev)

@@ -7,10 +7,9 @@ import subprocess
 import sys
 import textwrap
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 pytestmark = pytest.mark.kernelbay_device("cuda")
 
@@ -77,11 +76,25 @@ def test_every_scalar_kind_on_the_fast_path(dev, launcher) -> None:
     o = kb.zeros(11, "float64", device=dev)
 
     def args(b, h, i, q, B, H, I, Q, f, d, t):  # noqa: E741
-        return (o, np.int8(b), np.int16(h), np.int32(i), np.int64(q), np.uint8(B), np.uint16(H), np.uint32(I),
-                np.uint64(Q), np.float32(f), np.float64(d), np.bool_(t))
+        return (
+            o,
+            np.int8(b),
+            np.int16(h),
+            np.int32(i),
+            np.int64(q),
+            np.uint8(B),
+            np.uint16(H),
+            np.uint32(I),
+            np.uint64(Q),
+            np.float32(f),
+            np.float64(d),
+            np.bool_(t),
+        )
 
-    for vals in [(-1, -2, -3, -4, 1, 2, 3, 4, 0.5, 0.25, True), (-128, 32767, -(2**31), -(2**62), 255, 65535,
-                 2**32 - 1, 2**53, -1.5, 1e300, False)]:
+    for vals in [
+        (-1, -2, -3, -4, 1, 2, 3, 4, 0.5, 0.25, True),
+        (-128, 32767, -(2**31), -(2**62), 255, 65535, 2**32 - 1, 2**53, -1.5, 1e300, False),
+    ]:
         k.launch(1, 1, args(*vals))
         k.launch(1, 1, args(*vals))  # the second launch takes the fast path
         dev.synchronize()

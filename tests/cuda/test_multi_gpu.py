@@ -11,11 +11,10 @@ import sys
 import textwrap
 import threading
 
-import numpy as np
-import pytest
-
 import kernelbay as kb
 import kernelbay_cuda as kc
+import numpy as np
+import pytest
 from kernelbay.testing import require_device
 
 pytestmark = pytest.mark.kernelbay_device("cuda")
@@ -167,7 +166,7 @@ def test_concurrent_peer_copies_from_threads(devs) -> None:
                 b = kb.empty(n, np.uint32, d1 if r % 2 else d0)
                 kb.copy(b, a)
                 np.testing.assert_array_equal(b.numpy(), pattern(seed, n))
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]

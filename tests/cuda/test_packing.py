@@ -5,10 +5,9 @@ from __future__ import annotations
 import ctypes
 import struct
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 from kernelbay_cuda import kernel, packing
 
 DEV = kb.Device("cuda", 0, "fake")
@@ -33,7 +32,12 @@ def _pack(params, args):
 
 
 def test_layout_aligns_like_c() -> None:
-    assert [o for *_, o in packing.layout([(4, 4, "f32"), (8, 8, "u64"), (2, 2, "u16"), (24, 8, "b8")])] == [0, 8, 16, 24]
+    assert [o for *_, o in packing.layout([(4, 4, "f32"), (8, 8, "u64"), (2, 2, "u16"), (24, 8, "b8")])] == [
+        0,
+        8,
+        16,
+        24,
+    ]
 
 
 def test_saxpy_arguments_are_packed_in_place() -> None:
@@ -66,12 +70,20 @@ def test_changed_types_are_repacked() -> None:
     ("args", "error", "match"),
     [
         ((1, 2, 3), kb.InvalidArgumentError, r"takes 4 argument\(s\).*got 3"),
-        ((_arr(8), _arr(8), np.float64(1), np.int32(1)), kb.ArgumentTypeError, "argument 2 .*4-byte floating-point, got float64"),
+        (
+            (_arr(8), _arr(8), np.float64(1), np.int32(1)),
+            kb.ArgumentTypeError,
+            "argument 2 .*4-byte floating-point, got float64",
+        ),
         ((_arr(8), _arr(8), np.float32(1), np.float32(1)), kb.ArgumentTypeError, "4-byte integer, got float32"),
         ((_arr(8), _arr(8), np.float32(1), 1.5), kb.ArgumentTypeError, "Python float"),
         ((_arr(8), _arr(8), np.float32(1), 1 << 40), kb.InvalidArgumentError, "does not fit"),
         ((_arr(8), _arr(8), np.float32(1), "x"), kb.ArgumentTypeError, "got str"),
-        ((_arr(8, OTHER), _arr(8), np.float32(1), np.int32(1)), kb.InvalidArgumentError, "argument 0 .* lives on cuda:1"),
+        (
+            (_arr(8, OTHER), _arr(8), np.float32(1), np.int32(1)),
+            kb.InvalidArgumentError,
+            "argument 0 .* lives on cuda:1",
+        ),
     ],
 )
 def test_bad_arguments_are_named(args, error, match) -> None:

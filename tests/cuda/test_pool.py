@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from kernelbay.errors import OutOfMemoryError
 from kernelbay_cuda import allocator as A
 from kernelbay_cuda import native

@@ -31,7 +31,9 @@ def dev() -> kb.Device:
 
 @pytest.fixture
 def kernels(dev) -> tuple[kb.Kernel, kb.Kernel]:
-    return kb.compile(kb.Source(SRC, "cuda", name="spin_write"), dev), kb.compile(kb.Source(SRC, "cuda", name="add"), dev)
+    return kb.compile(kb.Source(SRC, "cuda", name="spin_write"), dev), kb.compile(
+        kb.Source(SRC, "cuda", name="add"), dev
+    )
 
 
 def _ms(dev: kb.Device, ms: float) -> np.int64:

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import sys
 
+import kernelbay as kb
 import numpy as np
 import pytest
 
-import kernelbay as kb
-
 pytest.importorskip("triton", reason="Triton is not installed (pip install 'kernelbay-cuda[triton]')")
 
-from kernelbay_cuda import packing, triton_kernels  # noqa: E402
+from kernelbay_cuda import packing, triton_kernels
 
-from .triton_kernels import ADD_META, MATMUL_META, SOFTMAX_META, add, matmul, softmax  # noqa: E402
+from .triton_kernels import ADD_META, MATMUL_META, SOFTMAX_META, add, matmul, softmax
 
 DEV = kb.Device("cuda", 0, "fake")
 

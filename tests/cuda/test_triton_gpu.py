@@ -3,10 +3,9 @@ Skips without a GPU or without Triton."""
 
 from __future__ import annotations
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 pytestmark = pytest.mark.kernelbay_device("cuda")
 pytest.importorskip("triton", reason="Triton is not installed (pip install 'kernelbay-cuda[triton]')")

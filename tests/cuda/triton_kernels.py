@@ -35,14 +35,25 @@ def matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK:
     rk = tl.arange(0, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        a = tl.load(
+            a_ptr + rm[:, None] * K + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0
+        )
+        b = tl.load(
+            b_ptr + (k + rk)[:, None] * N + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0
+        )
         acc = tl.dot(a, b, acc)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-ADD_META = {"signature": {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
-            "constexprs": {"BLOCK": 1024}, "num_warps": 4}
+ADD_META = {
+    "signature": {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+    "constexprs": {"BLOCK": 1024},
+    "num_warps": 4,
+}
 SOFTMAX_META = {"signature": ["*fp32", "*fp32", "i32", "i32", "i32"], "constexprs": {"BLOCK": 1024}, "num_warps": 8}
-MATMUL_META = {"signature": {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"},
-               "constexprs": {"BM": 64, "BN": 64, "BK": 32}, "num_warps": 4, "num_stages": 3}
+MATMUL_META = {
+    "signature": {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"},
+    "constexprs": {"BM": 64, "BN": 64, "BK": 32},
+    "num_warps": 4,
+    "num_stages": 3,
+}

@@ -26,8 +26,13 @@ def _rss_kib() -> int:
 
 def _modules_mapped() -> int:
     with open("/proc/self/maps") as f:
-        return len({line.split()[-2] if line.rstrip().endswith("(deleted)") else line.split()[-1]
-                    for line in f if "kernelbay-cpu-" in line})
+        return len(
+            {
+                line.split()[-2] if line.rstrip().endswith("(deleted)") else line.split()[-1]
+                for line in f
+                if "kernelbay-cpu-" in line
+            }
+        )
 
 
 def _maps() -> int:
@@ -36,9 +41,8 @@ def _maps() -> int:
 
 
 def alloc_free(cycles: int) -> dict:
-    import numpy as np
-
     import kernelbay as kb
+    import numpy as np
 
     dev = kb.device("cpu")
     for _ in range(1000):  # warm the pool
@@ -49,14 +53,19 @@ def alloc_free(cycles: int) -> dict:
         a.close()
     dt = time.perf_counter() - t0
     stats = dev.memory_stats()
-    return {"cycles": cycles, "seconds": round(dt, 2), "us_per_cycle": round(dt / cycles * 1e6, 2),
-            "rss_kib_before": rss0, "rss_kib_after": _rss_kib(), "active_bytes_after": stats.active}
+    return {
+        "cycles": cycles,
+        "seconds": round(dt, 2),
+        "us_per_cycle": round(dt / cycles * 1e6, 2),
+        "rss_kib_before": rss0,
+        "rss_kib_after": _rss_kib(),
+        "active_bytes_after": stats.active,
+    }
 
 
 def compiles(n: int, close: bool, limit: int, max_modules: int) -> dict:
-    import numpy as np
-
     import kernelbay as kb
+    import numpy as np
     from kernelbay.cache import default_cache
     from kernelbay_cpu import compiler
 
@@ -76,23 +85,40 @@ def compiles(n: int, close: bool, limit: int, max_modules: int) -> dict:
             k.close()
         del k
         if (i + 1) % max(1, n // 5) == 0:
-            samples.append({"compiled": i + 1, "rss_kib": _rss_kib(), "maps": _maps(), "modules_mapped": _modules_mapped()})
+            samples.append(
+                {"compiled": i + 1, "rss_kib": _rss_kib(), "maps": _maps(), "modules_mapped": _modules_mapped()}
+            )
     dt = time.perf_counter() - t0
     info = default_cache().info()
-    return {"kernels": n, "close": close, "seconds": round(dt, 1), "s_per_compile": round(dt / n, 3), "wrong": wrong,
-            "rss_kib_before": rss0, "maps_before": maps0, "samples": samples,
-            "cache_entries": info["entries"], "cache_bytes": info["bytes"], "cache_limit": limit,
-            "module_cache_bound": max_modules}
+    return {
+        "kernels": n,
+        "close": close,
+        "seconds": round(dt, 1),
+        "s_per_compile": round(dt / n, 3),
+        "wrong": wrong,
+        "rss_kib_before": rss0,
+        "maps_before": maps0,
+        "samples": samples,
+        "cache_entries": info["entries"],
+        "cache_bytes": info["bytes"],
+        "cache_limit": limit,
+        "module_cache_bound": max_modules,
+    }
 
 
 def threads(nthreads: int, seconds: float) -> dict:
+    import kernelbay as kb
     import numpy as np
 
-    import kernelbay as kb
-
     dev = kb.device("cpu")
-    srcs = [kb.Source(f"__global__ void t{j}(float* y, float a, int n) {{ int i = blockIdx.x * blockDim.x + threadIdx.x;"
-                      f" if (i < n) y[i] = a * y[i] + {j}.0f; }}", "cuda") for j in range(4)]
+    srcs = [
+        kb.Source(
+            f"__global__ void t{j}(float* y, float a, int n) {{ int i = blockIdx.x * blockDim.x + threadIdx.x;"
+            f" if (i < n) y[i] = a * y[i] + {j}.0f; }}",
+            "cuda",
+        )
+        for j in range(4)
+    ]
     for s in srcs:
         kb.compile(s, dev)
     counts = [0] * nthreads
@@ -127,8 +153,16 @@ def threads(nthreads: int, seconds: float) -> dict:
             mid = _rss_kib()
     for t in ts:
         t.join()
-    return {"threads": nthreads, "seconds": seconds, "iterations": sum(counts), "wrong": sum(wrong), "errors": errors[:5],
-            "rss_kib_start": rss0, "rss_kib_mid": mid, "rss_kib_end": _rss_kib()}
+    return {
+        "threads": nthreads,
+        "seconds": seconds,
+        "iterations": sum(counts),
+        "wrong": sum(wrong),
+        "errors": errors[:5],
+        "rss_kib_start": rss0,
+        "rss_kib_mid": mid,
+        "rss_kib_end": _rss_kib(),
+    }
 
 
 def _cold(d: str) -> tuple[int, float]:
@@ -155,8 +189,12 @@ def cold_processes(n: int) -> dict:
         pool.map(abs, range(n))  # interpreters started before the clock
         t0 = time.perf_counter()
         got = pool.map(_cold, [d] * n)
-    return {"processes": n, "compiles": sum(c for c, _ in got), "wall_s": round(time.perf_counter() - t0, 2),
-            "slowest_s": round(max(s for _, s in got), 2)}
+    return {
+        "processes": n,
+        "compiles": sum(c for c, _ in got),
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "slowest_s": round(max(s for _, s in got), 2),
+    }
 
 
 def main() -> None:

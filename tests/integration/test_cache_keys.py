@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import kernelbay as kb
+import pytest
 
 compiler = pytest.importorskip("kernelbay_cuda.compiler", reason="kernelbay-cuda is not installed")
 
@@ -16,8 +15,9 @@ def test_included_files_on_disk_are_part_of_the_key(tmp_path):
     (inc / "sub" / "b.h").write_text("#define B 1\n")
     absolute = tmp_path / "abs.h"
     absolute.write_text("#define A 1\n")
-    src = kb.Source(f'#include <a.h>\n#include "{absolute}"\n#include "given.h"\n', "cuda",
-                    headers={"given.h": "int given;"})
+    src = kb.Source(
+        f'#include <a.h>\n#include "{absolute}"\n#include "given.h"\n', "cuda", headers={"given.h": "int given;"}
+    )
     first = compiler.include_digests(src, [f"-I{inc}"])
     assert set(first) == {str(inc / "a.h"), str(inc / "sub" / "b.h"), str(absolute)}
     (inc / "sub" / "b.h").write_text("#define B 2\n")  # two levels down, through a relative include

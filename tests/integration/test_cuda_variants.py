@@ -7,10 +7,9 @@ which extra to add rather than fail on an import.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 

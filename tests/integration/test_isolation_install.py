@@ -77,9 +77,14 @@ PACKAGES = {
     "hangs": _pkg("kernelbay-hangs", "hangs", "kb_hangs", _backend("hangs", "time.sleep(60)")),
     "quits": _pkg("kernelbay-quits", "quits", "kb_quits", _backend("quits", "raise SystemExit(7)")),
     "noisy": _pkg(
-        "kernelbay-noisy", "noisy", "kb_noisy",
-        _backend("noisy", "print('probe says hi'); os.write(1, b'C-level hi\\\\n')",
-                 top="print('import says hi'); os.write(1, b'C-level import hi\\\\n')"),
+        "kernelbay-noisy",
+        "noisy",
+        "kb_noisy",
+        _backend(
+            "noisy",
+            "print('probe says hi'); os.write(1, b'C-level hi\\\\n')",
+            top="print('import says hi'); os.write(1, b'C-level import hi\\\\n')",
+        ),
     ),
     "twin-a": _pkg("kernelbay-twin-a", "twin", "kb_twin_a", _backend("twin", "pass")),
     "twin-b": _pkg("kernelbay-twin-b", "twin", "kb_twin_b", _backend("twin", "pass")),
@@ -90,8 +95,12 @@ PACKAGES = {
 def misbehaving(tmp_path_factory):
     src = tmp_path_factory.mktemp("bad-pkgs")
     paths = [str(write_package(src / n, files)) for n, files in PACKAGES.items()]
-    return make_venv(tmp_path_factory.mktemp("misbehaving") / "venv", str(ROOT / "core"),
-                     str(ROOT / "examples" / "plugins" / "kernelbay-pyref"), *paths)
+    return make_venv(
+        tmp_path_factory.mktemp("misbehaving") / "venv",
+        str(ROOT / "core"),
+        str(ROOT / "examples" / "plugins" / "kernelbay-pyref"),
+        *paths,
+    )
 
 
 def test_info_json_stays_valid_quick_and_reports_each(misbehaving):

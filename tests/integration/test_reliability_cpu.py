@@ -9,10 +9,9 @@ import subprocess
 import sys
 import textwrap
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 try:
     CPU = kb.device("cpu")
@@ -32,8 +31,13 @@ def _value_of(src: kb.Source) -> int:
 
 
 def _run(code: str, env: dict[str, str]) -> str:
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                       env={**os.environ, **env}, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
@@ -103,8 +107,13 @@ def test_processes_on_a_cold_cache_compile_once(tmp_path):
 def _maps() -> int:
     """How many kernel modules are mapped into this process now."""
     with open("/proc/self/maps") as f:
-        return len({line.split()[-2] if line.rstrip().endswith("(deleted)") else line.split()[-1]
-                    for line in f if "kernelbay-cpu-" in line})
+        return len(
+            {
+                line.split()[-2] if line.rstrip().endswith("(deleted)") else line.split()[-1]
+                for line in f
+                if "kernelbay-cpu-" in line
+            }
+        )
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps")

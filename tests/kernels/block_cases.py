@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 import kernelbay as kb
+import numpy as np
 
 Result = tuple[np.ndarray, np.ndarray, bool]
 
@@ -248,8 +247,11 @@ def tiled_matmul(dev: Any) -> Result:
     a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
     k = kb.compile(_src(TILED_MATMUL, "matmul"), dev)
     c = kb.zeros(M * N, device=dev)
-    k.launch(grid=(-(-N // 16), -(-M // 16)), block=(16, 16),
-             args=(kb.asarray(a.ravel(), device=dev), kb.asarray(b.ravel(), device=dev), c, M, N, K))
+    k.launch(
+        grid=(-(-N // 16), -(-M // 16)),
+        block=(16, 16),
+        args=(kb.asarray(a.ravel(), device=dev), kb.asarray(b.ravel(), device=dev), c, M, N, K),
+    )
     return c.numpy().reshape(M, N), a @ b, False
 
 
@@ -320,7 +322,9 @@ def transpose(dev: Any) -> Result:
     x = rng.standard_normal((rows, cols)).astype(np.float32)
     k = kb.compile(_src(TRANSPOSE, "transpose"), dev)
     y = kb.zeros(rows * cols, device=dev)
-    k.launch(grid=(-(-cols // 32), -(-rows // 32)), block=(32, 8), args=(kb.asarray(x.ravel(), device=dev), y, rows, cols))
+    k.launch(
+        grid=(-(-cols // 32), -(-rows // 32)), block=(32, 8), args=(kb.asarray(x.ravel(), device=dev), y, rows, cols)
+    )
     return y.numpy().reshape(cols, rows), x.T.copy(), True
 
 

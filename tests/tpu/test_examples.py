@@ -10,10 +10,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
@@ -37,8 +36,17 @@ def _interp() -> Any:
     return state.interpret_arg
 
 
-def check(dev: kb.Device, kernel: Any, args: list[Any], out: Any, ref: Any, meta: dict[str, Any],
-          tol: float = 0.0, launch: bool = True, **call: Any) -> None:
+def check(
+    dev: kb.Device,
+    kernel: Any,
+    args: list[Any],
+    out: Any,
+    ref: Any,
+    meta: dict[str, Any],
+    tol: float = 0.0,
+    launch: bool = True,
+    **call: Any,
+) -> None:
     """Run ``kernel`` through kernelbay (k.jax, and k.launch) and pl.pallas_call; compare with ``ref``.
 
     ``args`` are the Pallas operands (scalar prefetch first), ``out`` the output's
@@ -64,7 +72,7 @@ def _rand(*shape: int, seed: int = 0) -> Any:
 # --- the Pallas quickstart ----------------------------------------------------------------
 
 
-def add_vectors_kernel(x_ref, y_ref, o_ref):  # noqa: ANN001
+def add_vectors_kernel(x_ref, y_ref, o_ref):
     o_ref[...] = x_ref[...] + y_ref[...]
 
 
@@ -76,7 +84,7 @@ def test_quickstart_add_vectors(dev: kb.Device) -> None:
 # --- grids and BlockSpecs -----------------------------------------------------------------
 
 
-def matmul_kernel(x_ref, y_ref, z_ref):  # noqa: ANN001
+def matmul_kernel(x_ref, y_ref, z_ref):
     z_ref[...] = x_ref[...] @ y_ref[...]
 
 
@@ -85,14 +93,24 @@ def test_grid_and_blockspecs_matmul(dev: kb.Device) -> None:
     specs = [pl.BlockSpec((128, 128), lambda i, j: (i, 0)), pl.BlockSpec((128, 128), lambda i, j: (0, j))]
     zs = pl.BlockSpec((128, 128), lambda i, j: (i, j))
     meta = {"outputs": ("z_ref",), "block_specs": {"x_ref": specs[0], "y_ref": specs[1], "z_ref": zs}}
-    check(dev, matmul_kernel, [x, y], jax.ShapeDtypeStruct((256, 256), F32), x @ y, meta, tol=1e-4,
-          grid=(2, 2), in_specs=specs, out_specs=zs)
+    check(
+        dev,
+        matmul_kernel,
+        [x, y],
+        jax.ShapeDtypeStruct((256, 256), F32),
+        x @ y,
+        meta,
+        tol=1e-4,
+        grid=(2, 2),
+        in_specs=specs,
+        out_specs=zs,
+    )
 
 
 # --- the TPU matmul: a reduction axis, a VMEM accumulator, dimension semantics --------------
 
 
-def tpu_matmul_kernel(x_ref, y_ref, z_ref, acc_ref):  # noqa: ANN001
+def tpu_matmul_kernel(x_ref, y_ref, z_ref, acc_ref):
     @pl.when(pl.program_id(2) == 0)
     def _() -> None:
         acc_ref[...] = jnp.zeros_like(acc_ref)
@@ -112,14 +130,27 @@ def test_tpu_matmul_with_accumulator(dev: kb.Device) -> None:
     scratch = [pltpu.VMEM((bm, b), F32)]
     params = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
     meta = {"outputs": ("z_ref",), "block_specs": [*ins, outs], "scratch_shapes": scratch, "compiler_params": params}
-    check(dev, tpu_matmul_kernel, [x, y], jax.ShapeDtypeStruct((16, 256), F32), x @ y, meta, tol=1e-3, launch=False,
-          grid=(2, 2, 2), in_specs=ins, out_specs=outs, scratch_shapes=scratch, compiler_params=params)
+    check(
+        dev,
+        tpu_matmul_kernel,
+        [x, y],
+        jax.ShapeDtypeStruct((16, 256), F32),
+        x @ y,
+        meta,
+        tol=1e-3,
+        launch=False,
+        grid=(2, 2, 2),
+        in_specs=ins,
+        out_specs=outs,
+        scratch_shapes=scratch,
+        compiler_params=params,
+    )
 
 
 # --- pipelining: emit_pipeline over refs left in HBM ---------------------------------------
 
 
-def pipelined_add_kernel(x_hbm, y_hbm, o_hbm):  # noqa: ANN001
+def pipelined_add_kernel(x_hbm, y_hbm, o_hbm):
     spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
     pltpu.emit_pipeline(add_vectors_kernel, grid=(x_hbm.shape[0] // 8,), in_specs=[spec, spec], out_specs=[spec])(
         x_hbm, y_hbm, o_hbm
@@ -130,14 +161,23 @@ def test_emit_pipeline(dev: kb.Device) -> None:
     x, y = _rand(32, 128), _rand(32, 128, seed=1)
     hbm = pl.BlockSpec(memory_space=pl.ANY)
     meta = {"outputs": ("o_hbm",), "block_specs": [hbm, hbm, hbm]}
-    check(dev, pipelined_add_kernel, [x, y], jax.ShapeDtypeStruct((32, 128), F32), x + y, meta, launch=False,
-          in_specs=[hbm, hbm], out_specs=hbm)
+    check(
+        dev,
+        pipelined_add_kernel,
+        [x, y],
+        jax.ShapeDtypeStruct((32, 128), F32),
+        x + y,
+        meta,
+        launch=False,
+        in_specs=[hbm, hbm],
+        out_specs=hbm,
+    )
 
 
 # --- scalar prefetch: a block-sparse gather whose index map reads prefetched indices --------
 
 
-def gather_blocks_kernel(idx_ref, x_ref, o_ref):  # noqa: ANN001
+def gather_blocks_kernel(idx_ref, x_ref, o_ref):
     o_ref[...] = x_ref[...] * 2.0
 
 
@@ -150,15 +190,22 @@ def test_scalar_prefetch_block_sparse(dev: kb.Device) -> None:
         in_specs=[pl.BlockSpec((8, 128), lambda i, idx: (idx[i], 0))],
         out_specs=pl.BlockSpec((8, 128), lambda i, idx: (i, 0)),
     )
-    ref = jnp.concatenate([x[8 * int(j):8 * int(j) + 8] for j in idx]) * 2
-    check(dev, gather_blocks_kernel, [idx, x], jax.ShapeDtypeStruct((32, 128), F32), ref,
-          {"grid_spec": gs, "outputs": ("o_ref",)}, grid_spec=gs)
+    ref = jnp.concatenate([x[8 * int(j) : 8 * int(j) + 8] for j in idx]) * 2
+    check(
+        dev,
+        gather_blocks_kernel,
+        [idx, x],
+        jax.ShapeDtypeStruct((32, 128), F32),
+        ref,
+        {"grid_spec": gs, "outputs": ("o_ref",)},
+        grid_spec=gs,
+    )
 
 
 # --- DMA: an explicit async copy from HBM into VMEM scratch ---------------------------------
 
 
-def dma_kernel(x_hbm, o_ref, buf, sem):  # noqa: ANN001
+def dma_kernel(x_hbm, o_ref, buf, sem):
     copy = pltpu.make_async_copy(x_hbm, buf, sem)
     copy.start()
     copy.wait()
@@ -170,31 +217,41 @@ def test_dma_async_copy(dev: kb.Device) -> None:
     scratch = [pltpu.VMEM((16, 128), F32), pltpu.SemaphoreType.DMA]
     hbm = pl.BlockSpec(memory_space=pl.ANY)
     meta = {"outputs": ("o_ref",), "block_specs": {"x_hbm": hbm}, "scratch_shapes": scratch}
-    check(dev, dma_kernel, [x], jax.ShapeDtypeStruct((16, 128), F32), x + 1, meta, launch=False,
-          in_specs=[hbm], out_specs=pl.BlockSpec(memory_space=pltpu.VMEM), scratch_shapes=scratch)
+    check(
+        dev,
+        dma_kernel,
+        [x],
+        jax.ShapeDtypeStruct((16, 128), F32),
+        x + 1,
+        meta,
+        launch=False,
+        in_specs=[hbm],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        scratch_shapes=scratch,
+    )
 
 
 # --- flash attention forward (one head, online softmax over key blocks) ---------------------
 
 
-def flash_fwd_kernel(q_ref, k_ref, v_ref, o_ref, *, block_k: int):  # noqa: ANN001
+def flash_fwd_kernel(q_ref, k_ref, v_ref, o_ref, *, block_k: int):
     q = q_ref[...]
     n = k_ref.shape[0] // block_k
 
-    def step(j, carry):  # noqa: ANN001, ANN202
-        m, l, acc = carry
+    def step(j, carry):
+        m, denom, acc = carry
         k = k_ref[pl.ds(j * block_k, block_k), :]
         v = v_ref[pl.ds(j * block_k, block_k), :]
         s = q @ k.T
         m_new = jnp.maximum(m, s.max(axis=-1, keepdims=True))
         p = jnp.exp(s - m_new)
         scale = jnp.exp(m - m_new)
-        return m_new, l * scale + p.sum(axis=-1, keepdims=True), acc * scale + p @ v
+        return m_new, denom * scale + p.sum(axis=-1, keepdims=True), acc * scale + p @ v
 
     bq, d = q.shape
     init = (jnp.full((bq, 1), -jnp.inf, F32), jnp.zeros((bq, 1), F32), jnp.zeros((bq, d), F32))
-    _, l, acc = jax.lax.fori_loop(0, n, step, init)
-    o_ref[...] = acc / l
+    _, denom, acc = jax.lax.fori_loop(0, n, step, init)
+    o_ref[...] = acc / denom
 
 
 def test_flash_attention_forward(dev: kb.Device) -> None:
@@ -204,11 +261,21 @@ def test_flash_attention_forward(dev: kb.Device) -> None:
     whole = pl.BlockSpec((s, d), lambda i: (0, 0))
     ref = jax.nn.softmax(q @ k.T, axis=-1) @ v
     kernel = functools.partial(flash_fwd_kernel, block_k=bk)
-    direct = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((s, d), F32), grid=(s // bq,),
-                            in_specs=[qspec, whole, whole], out_specs=qspec, interpret=_interp())(q, k, v)
+    direct = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((s, d), F32),
+        grid=(s // bq,),
+        in_specs=[qspec, whole, whole],
+        out_specs=qspec,
+        interpret=_interp(),
+    )(q, k, v)
     # The kernelbay kernel takes block_k as a keyword argument, a static value per call.
-    kk = kb.compile(kb.Source(flash_fwd_kernel, lang="pallas", meta={
-        "outputs": ("o_ref",), "block_specs": [qspec, whole, whole, qspec]}), device=dev)
+    kk = kb.compile(
+        kb.Source(
+            flash_fwd_kernel, lang="pallas", meta={"outputs": ("o_ref",), "block_specs": [qspec, whole, whole, qspec]}
+        ),
+        device=dev,
+    )
     ours = kk.jax(q, k, v, jax.ShapeDtypeStruct((s, d), F32), grid=(s // bq,), block_k=bk)
     np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=2e-4, atol=2e-4)
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(direct))
@@ -217,7 +284,7 @@ def test_flash_attention_forward(dev: kb.Device) -> None:
 # --- grouped matmul (megablox's structure): tiles of rows, each tile's group prefetched -----
 
 
-def gmm_kernel(group_ref, lhs_ref, rhs_ref, out_ref):  # noqa: ANN001
+def gmm_kernel(group_ref, lhs_ref, rhs_ref, out_ref):
     out_ref[...] = jnp.dot(lhs_ref[...], rhs_ref[...], preferred_element_type=F32)
 
 
@@ -231,6 +298,15 @@ def test_grouped_matmul(dev: kb.Device) -> None:
         in_specs=[pl.BlockSpec((tm, kd), lambda i, g: (i, 0)), pl.BlockSpec((None, kd, n), lambda i, g: (g[i], 0, 0))],
         out_specs=pl.BlockSpec((tm, n), lambda i, g: (i, 0)),
     )
-    ref = jnp.concatenate([lhs[tm * t:tm * t + tm] @ rhs[int(g)] for t, g in enumerate(tile_group)])
-    check(dev, gmm_kernel, [tile_group, lhs, rhs], jax.ShapeDtypeStruct((4 * tm, n), F32), ref,
-          {"grid_spec": gs, "outputs": ("out_ref",)}, tol=1e-3, launch=False, grid_spec=gs)
+    ref = jnp.concatenate([lhs[tm * t : tm * t + tm] @ rhs[int(g)] for t, g in enumerate(tile_group)])
+    check(
+        dev,
+        gmm_kernel,
+        [tile_group, lhs, rhs],
+        jax.ShapeDtypeStruct((4 * tm, n), F32),
+        ref,
+        {"grid_spec": gs, "outputs": ("out_ref",)},
+        tol=1e-3,
+        launch=False,
+        grid_spec=gs,
+    )

@@ -8,10 +8,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
@@ -21,7 +20,7 @@ from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 F32 = jnp.float32
 
 
-def SDS(*shape: int) -> Any:  # noqa: N802
+def SDS(*shape: int) -> Any:
     return jax.ShapeDtypeStruct(shape, F32)
 
 
@@ -38,15 +37,15 @@ def pallas(fn: Any, **meta: Any) -> kb.Kernel:
     return kb.compile(kb.Source(fn, lang="pallas", meta=meta), device=kb.device("tpu"))
 
 
-def add_kernel(x_ref, y_ref, o_ref):  # noqa: ANN001
+def add_kernel(x_ref, y_ref, o_ref):
     o_ref[...] = x_ref[...] + y_ref[...]
 
 
-def square_kernel(x_ref, o_ref):  # noqa: ANN001
+def square_kernel(x_ref, o_ref):
     o_ref[...] = x_ref[...] * x_ref[...]
 
 
-def square_bwd_kernel(x_ref, g_ref, o_ref):  # noqa: ANN001
+def square_bwd_kernel(x_ref, g_ref, o_ref):
     o_ref[...] = 2.0 * x_ref[...] * g_ref[...]
 
 
@@ -76,7 +75,7 @@ def test_jax_with_custom_vjp_grad() -> None:
 
 
 def test_multiple_outputs_kwargs_and_pytrees() -> None:
-    def kernel(xs, s_ref, d_ref, *, scale):  # noqa: ANN001
+    def kernel(xs, s_ref, d_ref, *, scale):
         s_ref[...] = (xs["a"][...] + xs["b"][...]) * scale
         d_ref[...] = xs["a"][...] - xs["b"][...]
 
@@ -96,7 +95,7 @@ def test_multiple_outputs_kwargs_and_pytrees() -> None:
 # --- in place and aliasing, as Pallas on a TPU --------------------------------------------
 
 
-def inc_kernel(x_ref):  # noqa: ANN001
+def inc_kernel(x_ref):
     x_ref[...] += 1.0
 
 
@@ -108,7 +107,7 @@ def test_inplace_single_ref_reads_its_input_under_the_tpu_interpreter(tpu_interp
     np.testing.assert_array_equal(k.jax(jnp.zeros(16, F32)), np.ones(16, np.float32))
 
 
-def accumulate_kernel(x_ref, acc_ref):  # noqa: ANN001
+def accumulate_kernel(x_ref, acc_ref):
     acc_ref[...] += x_ref[...]
 
 
@@ -117,8 +116,13 @@ def test_inplace_accumulates_over_revisited_blocks(tpu_interp: kb.Device) -> Non
     # what the earlier steps added, as a Pallas output block does on a TPU.
     xs = np.random.default_rng(0).standard_normal((16, 384)).astype(np.float32)
     acc0 = np.full((16, 128), 5.0, np.float32)
-    meta = {"inplace": ("acc_ref",), "block_specs": {
-        "x_ref": pl.BlockSpec((8, 128), lambda i, j: (i, j)), "acc_ref": pl.BlockSpec((8, 128), lambda i, j: (i, 0))}}
+    meta = {
+        "inplace": ("acc_ref",),
+        "block_specs": {
+            "x_ref": pl.BlockSpec((8, 128), lambda i, j: (i, j)),
+            "acc_ref": pl.BlockSpec((8, 128), lambda i, j: (i, 0)),
+        },
+    }
     k = kb.compile(kb.Source(accumulate_kernel, lang="pallas", meta=meta), device=tpu_interp)
     x, acc = kb.asarray(xs, device=tpu_interp), kb.asarray(acc0, device=tpu_interp)
     k.launch(grid=(2, 3), args=(x, acc))
@@ -126,7 +130,7 @@ def test_inplace_accumulates_over_revisited_blocks(tpu_interp: kb.Device) -> Non
     np.testing.assert_allclose(acc.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
-def hbm_inc_kernel(x_hbm, buf, sem):  # noqa: ANN001
+def hbm_inc_kernel(x_hbm, buf, sem):
     copy = pltpu.make_async_copy(x_hbm, buf, sem)
     copy.start()
     copy.wait()
@@ -137,21 +141,28 @@ def hbm_inc_kernel(x_hbm, buf, sem):  # noqa: ANN001
 
 
 def test_inplace_in_hbm_is_one_buffer(tpu_interp: kb.Device) -> None:
-    meta = {"inplace": ("x_hbm",), "block_specs": {"x_hbm": pl.BlockSpec(memory_space=pl.ANY)},
-            "scratch_shapes": [pltpu.VMEM((8, 128), F32), pltpu.SemaphoreType.DMA]}
+    meta = {
+        "inplace": ("x_hbm",),
+        "block_specs": {"x_hbm": pl.BlockSpec(memory_space=pl.ANY)},
+        "scratch_shapes": [pltpu.VMEM((8, 128), F32), pltpu.SemaphoreType.DMA],
+    }
     k = kb.compile(kb.Source(hbm_inc_kernel, lang="pallas", meta=meta), device=tpu_interp)
     x = kb.asarray(np.ones((8, 128), np.float32), device=tpu_interp)
     k.launch(grid=(), args=(x,))
     np.testing.assert_array_equal(x.numpy(), np.full((8, 128), 2.0, np.float32))
 
 
-def double_kernel(x_ref, o_ref):  # noqa: ANN001
+def double_kernel(x_ref, o_ref):
     o_ref[...] = x_ref[...] * 2.0
 
 
 def test_input_output_aliases_between_arguments(tpu_interp: kb.Device) -> None:
-    k = kb.compile(kb.Source(double_kernel, lang="pallas", meta={
-        "outputs": ("o_ref",), "input_output_aliases": {"x_ref": "o_ref"}}), device=tpu_interp)
+    k = kb.compile(
+        kb.Source(
+            double_kernel, lang="pallas", meta={"outputs": ("o_ref",), "input_output_aliases": {"x_ref": "o_ref"}}
+        ),
+        device=tpu_interp,
+    )
     xs = np.arange(8, dtype=np.float32)
     # The same array for both: updated in place, its old storage donated.
     x = kb.asarray(xs, device=tpu_interp)
@@ -170,11 +181,11 @@ def test_input_output_aliases_between_arguments(tpu_interp: kb.Device) -> None:
 # --- statics and SMEM scalars -------------------------------------------------------------
 
 
-def scaled_kernel(x_ref, o_ref, a):  # noqa: ANN001
+def scaled_kernel(x_ref, o_ref, a):
     o_ref[...] = x_ref[...] * a
 
 
-def smem_scaled_kernel(x_ref, o_ref, a_ref):  # noqa: ANN001
+def smem_scaled_kernel(x_ref, o_ref, a_ref):
     o_ref[...] = x_ref[...] * a_ref[0]
 
 
@@ -252,7 +263,7 @@ def test_vmem_limit_above_capacity_is_rejected(dev: kb.Device) -> None:
 def test_a_launch_runs_the_kernel_once(dev: kb.Device) -> None:
     runs: list[int] = []
 
-    def counted(x_ref):  # noqa: ANN001
+    def counted(x_ref):
         jax.debug.callback(lambda: runs.append(1))
         x_ref[...] += 1.0
 
@@ -270,7 +281,7 @@ def test_a_launch_runs_the_kernel_once(dev: kb.Device) -> None:
 def test_a_failing_kernel_leaves_donated_input_intact_and_says_why(dev: kb.Device) -> None:
     traced: list[int] = []
 
-    def broken(x_ref):  # noqa: ANN001
+    def broken(x_ref):
         traced.append(1)
         raise ValueError("the kernel's own complaint")
 
@@ -285,7 +296,7 @@ def test_a_failing_kernel_leaves_donated_input_intact_and_says_why(dev: kb.Devic
 # --- pl.ds padding --------------------------------------------------------------------------
 
 
-def rows_kernel(x_ref, o_ref):  # noqa: ANN001
+def rows_kernel(x_ref, o_ref):
     i = pl.program_id(0)
     o_ref[...] = x_ref[pl.ds(i * 8, 8), :] * 2.0
 

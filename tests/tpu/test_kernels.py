@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import warnings
 
+import kernelbay as kb
 import numpy as np
 import pytest
 
-import kernelbay as kb
 
-
-def add_vectors_kernel(x_ref, y_ref, o_ref):  # noqa: ANN001
+def add_vectors_kernel(x_ref, y_ref, o_ref):
     o_ref[...] = x_ref[...] + y_ref[...]
 
 
@@ -29,7 +28,7 @@ def test_vector_add(dev: kb.Device) -> None:
     np.testing.assert_array_equal(o.numpy(), xs * 10 + ys)
 
 
-def matmul_kernel(x_ref, y_ref, z_ref):  # noqa: ANN001
+def matmul_kernel(x_ref, y_ref, z_ref):
     z_ref[...] = x_ref[...] @ y_ref[...]
 
 
@@ -59,7 +58,7 @@ def test_blocked_matmul_2d_grid(dev: kb.Device) -> None:
     np.testing.assert_allclose(z.numpy(), xs @ ys, rtol=1e-4, atol=1e-4)
 
 
-def add_one_inplace(x_ref):  # noqa: ANN001
+def add_one_inplace(x_ref):
     x_ref[...] = x_ref[...] + 1.0
 
 
@@ -75,7 +74,7 @@ def test_inplace_read_and_write(dev: kb.Device) -> None:
     np.testing.assert_array_equal(x.numpy(), xs + 3)
 
 
-def add_sub_kernel(x_ref, y_ref, s_ref, d_ref):  # noqa: ANN001
+def add_sub_kernel(x_ref, y_ref, s_ref, d_ref):
     x, y = x_ref[...], y_ref[...]
     s_ref[...] = x + y
     d_ref[...] = x - y
@@ -92,7 +91,7 @@ def test_two_output_only_results(dev: kb.Device) -> None:
     np.testing.assert_array_equal(d.numpy(), xs - ys)
 
 
-def scaled_copy(x_ref, o_ref, scale, acc_ref):  # noqa: ANN001
+def scaled_copy(x_ref, o_ref, scale, acc_ref):
     acc_ref[...] = x_ref[...] * scale
     o_ref[...] = acc_ref[...]
 
@@ -129,7 +128,7 @@ def test_empty_input_reads_as_zeros(dev: kb.Device) -> None:
 
 
 def test_trace_error_is_a_compile_error(dev: kb.Device) -> None:
-    def bad(x_ref, o_ref):  # noqa: ANN001
+    def bad(x_ref, o_ref):
         o_ref[...] = x_ref[...] @ x_ref[...]  # 1-D @ 1-D into a 1-D ref: shape error
 
     k = kb.compile(kb.Source(bad, lang="pallas", meta={"outputs": ("o_ref",)}), device=dev)

@@ -7,17 +7,16 @@ import re
 import subprocess
 import sys
 
+import kernelbay as kb
 import numpy as np
 import pytest
 
-import kernelbay as kb
 
-
-def add_kernel(x_ref, y_ref, o_ref):  # noqa: ANN001
+def add_kernel(x_ref, y_ref, o_ref):
     o_ref[...] = x_ref[...] + y_ref[...]
 
 
-def inc_kernel(x_ref):  # noqa: ANN001
+def inc_kernel(x_ref):
     x_ref[...] = x_ref[...] + 1.0
 
 

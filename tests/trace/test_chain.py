@@ -99,7 +99,10 @@ def test_nvtx_ranges_around_operations(fake_nvtx, tmp_path, kernel) -> None:
     assert Counter(op for op, _, _ in fake_nvtx) == {"push": 3, "pop": 3}
     assert {d for _, _, d in fake_nvtx} == {"kernelbay"}
     assert Counter(e["cat"] for e in spans(load(str(tmp_path / "t.json")))) == {
-        "launch": 1, "copy": 1, "synchronize": 1, "device": 2,
+        "launch": 1,
+        "copy": 1,
+        "synchronize": 1,
+        "device": 2,
     }
 
 
@@ -112,7 +115,7 @@ def test_nvtx_without_the_package_is_a_clear_error(monkeypatch) -> None:
 def test_a_backend_without_device_timer_gets_host_spans_only(tmp_path) -> None:
     pytest.importorskip("kernelbay_pyref", reason="the pyref example backend is not installed")
 
-    def double(t, y, n):  # noqa: ANN001 -- a pyref kernel: called once per thread
+    def double(t, y, n):
         i = t.threadIdx.x
         if i < n:
             y[i] = 2 * y[i]
@@ -124,7 +127,13 @@ def test_a_backend_without_device_timer_gets_host_spans_only(tmp_path) -> None:
         k.launch(1, 4, (y, 4))
         dev.synchronize()
     doc = load(str(tmp_path / "p.json"))
-    assert Counter(e["cat"] for e in spans(doc)) == {"compile": 1, "allocate": 1, "copy": 1, "launch": 1, "synchronize": 1}
+    assert Counter(e["cat"] for e in spans(doc)) == {
+        "compile": 1,
+        "allocate": 1,
+        "copy": 1,
+        "launch": 1,
+        "synchronize": 1,
+    }
     k = doc["kernelbay"]["kernels"]["double"]
     assert k["count"] == 1 and k["host_ns"] > 0 and k["device_count"] == 0 and k["device_min_ns"] is None
     assert spans(doc, "compile")[0]["args"]["cache"] == "uncached"  # pyref keeps no disk cache

@@ -39,7 +39,7 @@ def test_profile_prints_the_summary(tmp_path, cache_dir) -> None:
 def test_profile_json(tmp_path, cache_dir) -> None:
     proc = kernelbay("profile", "--json", "--", sys.executable, WORKLOAD, "cpu", "2")
     assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout[proc.stdout.index("{"):])
+    data = json.loads(proc.stdout[proc.stdout.index("{") :])
     (k,) = data["kernels"]
     assert k["kernel"] == "saxpy" and k["count"] == 3 and k["time"] == "device"
     assert k["min_us"] <= k["mean_us"] <= k["max_us"]
@@ -118,7 +118,9 @@ def test_precompiled_kernel_hits_the_cache_at_run_time(tmp_path, cache_dir) -> N
 def test_precompile_skips_languages_the_device_does_not_take(tmp_path, cache_dir) -> None:
     (tmp_path / "k.ptx").write_text(".version 7.0\n")
     (tmp_path / "h.cpp").write_text(GOOD_CPP)
-    (tmp_path / "kernelbay.toml").write_text('[sources."h.cpp"]\nname = "host_add"  # a c++ source names its function\n')
+    (tmp_path / "kernelbay.toml").write_text(
+        '[sources."h.cpp"]\nname = "host_add"  # a c++ source names its function\n'
+    )
     proc = kernelbay("precompile", "--no-progress", "--device", "cpu", str(tmp_path))
     assert proc.returncode == 0, proc.stdout
     assert "1 compiled, 0 failed, 1 skipped" in proc.stdout

@@ -3,7 +3,6 @@ stand-in for libcuda whose "device clock" runs 1 ms behind the host's."""
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import time
 
@@ -11,8 +10,8 @@ import pytest
 
 pytest.importorskip("kernelbay_cuda", reason="kernelbay-cuda is not installed")
 
-import kernelbay as kb  # noqa: E402
-from kernelbay_cuda import timing  # noqa: E402
+import kernelbay as kb
+from kernelbay_cuda import timing
 
 LAG_NS = 1_000_000
 
@@ -27,24 +26,24 @@ class FakeLibcuda:
         self.created = 0
         self.records: list[tuple[int, int]] = []
 
-    def cuStreamCreate(self, ref, flags):  # noqa: ANN001, N802
+    def cuStreamCreate(self, ref, flags):
         ref._obj.value = next(self.ids)
         return 0
 
-    def cuEventCreate(self, ref, flags):  # noqa: ANN001, N802
+    def cuEventCreate(self, ref, flags):
         self.created += 1
         ref._obj.value = next(self.ids)
         return 0
 
-    def cuEventRecord(self, ev, stream):  # noqa: ANN001, N802
+    def cuEventRecord(self, ev, stream):
         self.times[ev] = time.perf_counter_ns() - LAG_NS
         self.records.append((ev, stream))
         return 0
 
-    def cuEventSynchronize(self, ev):  # noqa: ANN001, N802
+    def cuEventSynchronize(self, ev):
         return 0
 
-    def cuEventElapsedTime(self, ref, a, b):  # noqa: ANN001, N802
+    def cuEventElapsedTime(self, ref, a, b):
         ref._obj.value = (self.times[b] - self.times[a]) / 1e6
         return 0
 
@@ -63,7 +62,7 @@ class _Stream:
 
 def test_spans_map_onto_the_host_clock_and_events_are_reused(timer) -> None:
     dev = kb.Device("cuda", 0, "fake")
-    for round_ in range(3):
+    for _round in range(3):
         marks = []
         for _ in range(4):
             t0 = time.perf_counter_ns()

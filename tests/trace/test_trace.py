@@ -40,8 +40,13 @@ def test_cpu_workload_trace_event_by_event(tmp_path, cache_dir) -> None:
     launch = spans(doc, "launch")[0]
     assert launch["name"] == "launch saxpy"
     assert launch["args"] | {"flow": 0} == {
-        "kernel": "saxpy", "device": "cpu:0", "grid": 1, "block": 256, "shared_mem": 0,
-        "stream": "default stream", "flow": 0,
+        "kernel": "saxpy",
+        "device": "cpu:0",
+        "grid": 1,
+        "block": 256,
+        "shared_mem": 0,
+        "stream": "default stream",
+        "flow": 0,
     }
     # Order on the main thread: compiles, then allocations and copies, then launches, sync.
     main = [e for e in spans(doc) if e["tid"] == 1]
@@ -130,7 +135,9 @@ def test_two_processes_writing_one_path_leave_one_whole_trace(tmp_path, cache_di
     env = dict(os.environ, KERNELBAY_TRACE=path)
     from .conftest import WORKLOAD
 
-    procs = [subprocess.Popen([sys.executable, WORKLOAD, "cpu", "300"], env=env, stdout=subprocess.DEVNULL) for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, WORKLOAD, "cpu", "300"], env=env, stdout=subprocess.DEVNULL) for _ in range(2)
+    ]
     assert [p.wait(timeout=300) for p in procs] == [0, 0]
     doc = load(path)  # valid JSON: one process's whole trace, not a mix
     assert {e["pid"] for e in doc["traceEvents"]} == {doc["kernelbay"]["pid"]}
@@ -148,9 +155,13 @@ def test_ring_buffer_bounds_the_timeline(tmp_path) -> None:
     from kernelbay import _trace
 
     dev = kb.device("cpu")
-    src = kb.Source(textwrap.dedent("""
+    src = kb.Source(
+        textwrap.dedent("""
         extern "C" __global__ void inc(float* y) { y[threadIdx.x] += 1.0f; }
-    """), lang="cuda", name="inc")
+    """),
+        lang="cuda",
+        name="inc",
+    )
     k = kb.compile(src, device=dev)
     y = kb.zeros(32, np.float32, device=dev)
     n = 5 * _trace.CHUNK

@@ -45,11 +45,14 @@ def main(argv: list[str]) -> int:
     y = kb.asarray(np.ones(N, np.float32), device=dev)
     z = kb.empty(N, np.float32, device=dev)
     if dev.backend == "tpu":
+
         def launch() -> None:
             k.launch(grid=1, args=(x, y, z))
     else:
+
         def launch() -> None:
             k.launch(grid=1, block=N, args=(x, y, np.float32(1.0), np.int32(N)))
+
     for _ in range(launches):
         launch()
     t = threading.Thread(target=launch, name="worker")

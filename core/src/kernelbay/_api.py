@@ -11,7 +11,6 @@ from ._select import _by_priority, device, devices, select  # noqa: F401  (devic
 from .errors import (
     ArgumentTypeError,
     InvalidArgumentError,
-    NoDeviceError,
     UnsupportedError,
 )
 from .types import Array, Buffer, Device, Kernel, Source
@@ -116,7 +115,9 @@ def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Arra
     for s in shp:
         n *= s
     if n > MAX_NBYTES:
-        raise InvalidArgumentError(f"an array of shape {shp} and dtype {dt} would take {n} bytes, more than any device holds")
+        raise InvalidArgumentError(
+            f"an array of shape {shp} and dtype {dt} would take {n} bytes, more than any device holds"
+        )
     h = b.allocate(dev, n)
     a = _new(Array)  # Array(dev, n, h, b, shp, dt) without the __init__ call (see buffer())
     a.device = dev
@@ -149,7 +150,7 @@ def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Arra
 
 def buffer(nbytes: int, device: DeviceLike = None) -> Buffer:
     """A new untyped buffer of ``nbytes`` bytes."""
-    if type(nbytes) is not int and not isinstance(nbytes, int) or nbytes < 0 or nbytes > MAX_NBYTES:
+    if (type(nbytes) is not int and not isinstance(nbytes, int)) or nbytes < 0 or nbytes > MAX_NBYTES:
         raise InvalidArgumentError(f"nbytes must be an int from 0 to {MAX_NBYTES}, got {nbytes!r}")
     # The allocation hot path: _resolve inlined, and Buffer(dev, nbytes, h, b) built without its
     # __init__ call (a Python frame, a third of the core's cost here); the slots are the same.
@@ -193,7 +194,9 @@ def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None) -> Array:
     if not isinstance(obj, np.ndarray) and (hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")):
         adopted = _adopt(obj, device)
         if adopted is not None:
-            return adopted if dtype is None or _dtype(dtype) == adopted.dtype else asarray(adopted, dtype, adopted.device)
+            return (
+                adopted if dtype is None or _dtype(dtype) == adopted.dtype else asarray(adopted, dtype, adopted.device)
+            )
         obj = _foreign_to_host(obj)
     if dtype is not None:
         dtype = _dtype(dtype)
@@ -351,7 +354,7 @@ def _desc(x: Any) -> str:
 # --- code -------------------------------------------------------------------------------
 
 
-def compile(source: Source | Sequence[Source], device: DeviceLike = None) -> Kernel:  # noqa: A001
+def compile(source: Source | Sequence[Source], device: DeviceLike = None) -> Kernel:
     """Compile a kernel for ``device``.
 
     :param source: one :class:`Source`, or alternatives in several languages; the first whose
@@ -389,4 +392,3 @@ def register(plugin: object, name: str | None = None) -> None:
 def unregister(plugin: object) -> None:
     """Remove an extension registered with :func:`register`."""
     runtime.unregister(plugin)
-

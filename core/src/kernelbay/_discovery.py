@@ -163,8 +163,13 @@ def _conflict(name: str, seen: list[tuple[str | None, str | None, str]]) -> Back
     def refuse() -> object:
         raise _Conflict(msg)
 
-    return Backend(name=name, distribution=" + ".join(d or "?" for d, _, _ in seen), version=None,
-                   target=" | ".join(t for _, _, t in seen), load=refuse)
+    return Backend(
+        name=name,
+        distribution=" + ".join(d or "?" for d, _, _ in seen),
+        version=None,
+        target=" | ".join(t for _, _, t in seen),
+        load=refuse,
+    )
 
 
 class _Conflict(Exception):

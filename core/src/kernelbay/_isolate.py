@@ -92,7 +92,7 @@ def call(fn: Callable[[], Any], seconds: float | None = None) -> Any:
         _divert(ident)
         try:
             box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - reported to the caller, whatever it is
+        except BaseException as exc:
             box["error"] = exc
         finally:
             _undivert(ident)

@@ -52,8 +52,19 @@ class Job:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("precompile", help="compile kernel sources into the disk cache, in parallel")
     p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="kernel sources, or directories searched for them")
-    p.add_argument("--device", action="append", default=None, help="device selector to compile for (repeatable; default: $KERNELBAY_DEVICE or the best)")
-    p.add_argument("--option", action="append", default=[], metavar="OPT", help="compiler option for every source (repeatable; write --option=-DN=4 for options that start with -)")
+    p.add_argument(
+        "--device",
+        action="append",
+        default=None,
+        help="device selector to compile for (repeatable; default: $KERNELBAY_DEVICE or the best)",
+    )
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="OPT",
+        help="compiler option for every source (repeatable; write --option=-DN=4 for options that start with -)",
+    )
     p.add_argument("--manifest", default=None, help=f"options per source (default: {MANIFEST} in each directory given)")
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: CPU count)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -110,9 +121,11 @@ def plan(args: argparse.Namespace) -> list[Job]:
     from . import _api
     from .types import _SUFFIX_LANG
 
-    manifests = [_manifest(args.manifest)] if args.manifest else [
-        _manifest(os.path.join(p, MANIFEST)) for p in args.paths if os.path.isfile(os.path.join(p, MANIFEST))
-    ]
+    manifests = (
+        [_manifest(args.manifest)]
+        if args.manifest
+        else [_manifest(os.path.join(p, MANIFEST)) for p in args.paths if os.path.isfile(os.path.join(p, MANIFEST))]
+    )
     devices = [_api.device(d) for d in (args.device or [None])]
     jobs = []
     for path in find_sources(args.paths):
@@ -135,8 +148,9 @@ def _observe(key: str, hit: bool) -> None:
         _found.append(hit)
 
 
-def compile_one(path: str, lang: str, name: str | None, options: tuple[str, ...], headers: tuple[str, ...],
-                device: str) -> tuple[str, str]:
+def compile_one(
+    path: str, lang: str, name: str | None, options: tuple[str, ...], headers: tuple[str, ...], device: str
+) -> tuple[str, str]:
     """Compile one source for one device here: ``(outcome, detail)``, outcome one of memory,
     disk, compiled, failed, skipped. Runs in a worker process (one compile at a time there)."""
     global _found

@@ -33,8 +33,6 @@ def _is_sub(name: str) -> bool:
     return len(name) == 2 and all(c in "0123456789abcdef" for c in name)
 
 
-
-
 def unlink_at(name: str, dir_fd: int) -> None:
     """Remove ``name`` (a link itself, never its target); a failure is ignored."""
     try:
@@ -85,7 +83,9 @@ class PrivateDir:
                 except FileExistsError:
                     pass
                 except OSError as exc:
-                    raise self._refuse(f"cannot create it: {exc.strerror}; set {ENV_DIR} to a writable directory") from exc
+                    raise self._refuse(
+                        f"cannot create it: {exc.strerror}; set {ENV_DIR} to a writable directory"
+                    ) from exc
                 continue
             except OSError as exc:
                 if os.path.islink(d):
@@ -135,4 +135,3 @@ class PrivateDir:
             os.close(fd)
             raise
         return fd
-

@@ -20,9 +20,13 @@ from .errors import InvalidArgumentError, UnsupportedError
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("profile", help="run a command under the tracer and summarise where the time went")
-    p.add_argument("--trace", default=None, metavar="OUT.json", help="also keep the merged timeline (Perfetto / chrome://tracing)")
+    p.add_argument(
+        "--trace", default=None, metavar="OUT.json", help="also keep the merged timeline (Perfetto / chrome://tracing)"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--png", default=None, metavar="OUT.png", help="draw the busiest stretch of the timeline (needs matplotlib)")
+    p.add_argument(
+        "--png", default=None, metavar="OUT.png", help="draw the busiest stretch of the timeline (needs matplotlib)"
+    )
     p.add_argument("--top", type=int, default=15, help="kernels to list (default 15)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run, after --")
     p.set_defaults(handler=cmd_profile)
@@ -37,7 +41,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        raise InvalidArgumentError("kernelbay profile needs a command after --, e.g. kernelbay profile -- python app.py")
+        raise InvalidArgumentError(
+            "kernelbay profile needs a command after --, e.g. kernelbay profile -- python app.py"
+        )
     if args.png:
         _need_matplotlib()
     from ._tracefile import check_path
@@ -54,7 +60,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if not docs:
         print(
             f"kernelbay profile: the command wrote no trace (exit status {rc}); it must be a Python program "
-            "that imports kernelbay", file=sys.stderr,
+            "that imports kernelbay",
+            file=sys.stderr,
         )
         return rc or 1
     doc = merge(docs)
@@ -113,18 +120,32 @@ def summarise(s: dict[str, Any]) -> dict[str, Any]:
         timed = k.get("device_count", 0) > 0
         n = k["device_count"] if timed else k["count"]
         total = k["device_ns"] if timed else k["host_ns"]
-        kernels.append({
-            "kernel": name, "count": k["count"], "time": "device" if timed else "host",
-            "total_ms": total / 1e6, "mean_us": total / n / 1e3 if n else 0.0,
-            "min_us": k["device_min_ns"] / 1e3 if timed else None, "max_us": k["device_max_ns"] / 1e3 if timed else None,
-        })
+        kernels.append(
+            {
+                "kernel": name,
+                "count": k["count"],
+                "time": "device" if timed else "host",
+                "total_ms": total / 1e6,
+                "mean_us": total / n / 1e3 if n else 0.0,
+                "min_us": k["device_min_ns"] / 1e3 if timed else None,
+                "max_us": k["device_max_ns"] / 1e3 if timed else None,
+            }
+        )
     kernels.sort(key=lambda r: -r["total_ms"])
     copies = []
     for d, c in sorted(s.get("copies", {}).items()):
         timed = c.get("device_count", 0) > 0
         ns, nbytes = (c["device_ns"], c["device_bytes"]) if timed else (c["host_ns"], c["bytes"])
-        copies.append({"direction": d, "count": c["count"], "bytes": c["bytes"], "time_ms": ns / 1e6,
-                       "GBps": nbytes / ns if ns else None, "time": "device" if timed else "host"})
+        copies.append(
+            {
+                "direction": d,
+                "count": c["count"],
+                "bytes": c["bytes"],
+                "time_ms": ns / 1e6,
+                "GBps": nbytes / ns if ns else None,
+                "time": "device" if timed else "host",
+            }
+        )
     comp = s.get("compiles", {})
     count = lambda k: comp.get(k, {}).get("count", 0)
     hits, misses = count("memory") + count("disk"), count("miss")
@@ -164,14 +185,18 @@ def render(s: dict[str, Any], top: int = 15) -> str:
     for k in s["kernels"][:top]:
         mn = "-" if k["min_us"] is None else f"{k['min_us']:.1f}"
         mx = "-" if k["max_us"] is None else f"{k['max_us']:.1f}"
-        out.append(f"{k['kernel'][:32]:<32} {k['count']:>8} {k['total_ms']:>10.3f} {k['mean_us']:>10.2f} {mn:>9} {mx:>9}  {k['time']}")
+        out.append(
+            f"{k['kernel'][:32]:<32} {k['count']:>8} {k['total_ms']:>10.3f} {k['mean_us']:>10.2f} {mn:>9} {mx:>9}  {k['time']}"
+        )
     if not s["kernels"]:
         out.append("(no launches)")
     out.append("")
     out.append(f"{'copy':<8} {'count':>8} {'bytes':>12} {'time ms':>10} {'GB/s':>8}  time")
     for c in s["copies"]:
         gb = "-" if c["GBps"] is None else f"{c['GBps']:.2f}"
-        out.append(f"{c['direction']:<8} {c['count']:>8} {_bytes(c['bytes']):>12} {c['time_ms']:>10.3f} {gb:>8}  {c['time']}")
+        out.append(
+            f"{c['direction']:<8} {c['count']:>8} {_bytes(c['bytes']):>12} {c['time_ms']:>10.3f} {gb:>8}  {c['time']}"
+        )
     if not s["copies"]:
         out.append("(no copies)")
     c = s["compiles"]
@@ -230,14 +255,24 @@ def draw(events: list[dict[str, Any]], png: str) -> None:
     import matplotlib.pyplot as plt
 
     t0, t1 = busiest(events)
-    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    names = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
+    }
     rows: dict[tuple[int, int], list[tuple[float, float, str]]] = {}
     for e in events:
         if e.get("ph") == "X" and e["ts"] < t1 and e["ts"] + e["dur"] > t0:
             rows.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["dur"], e.get("cat", "")))
     keys = sorted(rows)
-    colours = {"launch": "tab:blue", "device": "tab:orange", "copy": "tab:green", "compile": "tab:red",
-               "synchronize": "tab:gray", "allocate": "tab:purple", "free": "tab:pink", "memset": "tab:olive"}
+    colours = {
+        "launch": "tab:blue",
+        "device": "tab:orange",
+        "copy": "tab:green",
+        "compile": "tab:red",
+        "synchronize": "tab:gray",
+        "allocate": "tab:purple",
+        "free": "tab:pink",
+        "memset": "tab:olive",
+    }
     fig, ax = plt.subplots(figsize=(12, 1 + 0.5 * max(1, len(keys))))
     for y, key in enumerate(keys):
         for cat in sorted({c for _, _, c in rows[key]}):

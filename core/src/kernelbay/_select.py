@@ -21,7 +21,14 @@ from typing import Any
 import attrs
 
 from ._plugins import Binding, runtime
-from .errors import ArgumentTypeError, BackendBrokenError, BackendError, InvalidArgumentError, NoDeviceError, SettingError
+from .errors import (
+    ArgumentTypeError,
+    BackendBrokenError,
+    BackendError,
+    InvalidArgumentError,
+    NoDeviceError,
+    SettingError,
+)
 from .types import Device
 
 ENV_DEVICE = "KERNELBAY_DEVICE"

@@ -41,7 +41,15 @@ _active: Tracer | None = None
 _active_lock = threading.Lock()
 
 # Record kinds (the first item of every record tuple).
-LAUNCH, COPY, ALLOC, FREE, COMPILE, SYNC, MEMSET = "launch", "copy", "allocate", "free", "compile", "synchronize", "memset"
+LAUNCH, COPY, ALLOC, FREE, COMPILE, SYNC, MEMSET = (
+    "launch",
+    "copy",
+    "allocate",
+    "free",
+    "compile",
+    "synchronize",
+    "memset",
+)
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -62,7 +70,9 @@ class Tracer:
     :raises InvalidArgumentError: when ``path`` cannot be written (checked now, not at exit).
     """
 
-    def __init__(self, path: str | os.PathLike[str], max_events: int | None = None, device_timing: bool | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], max_events: int | None = None, device_timing: bool | None = None
+    ) -> None:
         from . import _tracefile  # json, tempfile: only once a trace is asked for
 
         self.path = _tracefile.check_path(os.fspath(path))
@@ -94,8 +104,7 @@ class Tracer:
         with _active_lock:
             if _active is not None:
                 raise InvalidArgumentError(
-                    f"a kernelbay trace is already recording to {_active.path!r}; stop it first "
-                    f"(or unset {ENV_TRACE})"
+                    f"a kernelbay trace is already recording to {_active.path!r}; stop it first (or unset {ENV_TRACE})"
                 )
             _active = self
         self.log.start_ns = perf_counter_ns()
@@ -196,7 +205,22 @@ class Tracer:
         try:
             handle = yield
         except BaseException as exc:
-            self.buf.append((COMPILE, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), self._ref(source), "failed", None, None, None, None, _err(exc)))
+            self.buf.append(
+                (
+                    COMPILE,
+                    t0,
+                    perf_counter_ns(),
+                    threading.get_ident(),
+                    self._ref(device),
+                    self._ref(source),
+                    "failed",
+                    None,
+                    None,
+                    None,
+                    None,
+                    _err(exc),
+                )
+            )
             raise
         finally:
             self._tls.lookups = outer
@@ -210,7 +234,22 @@ class Tracer:
             how = "uncached"  # no disk lookup: kept from before the trace, or a backend without a disk cache
         self._seen.add(key)
         self._seen.add(id(handle))
-        self.buf.append((COMPILE, t0, t1, threading.get_ident(), self._ref(device), self._ref(source), how, None, None, None, None, None))
+        self.buf.append(
+            (
+                COMPILE,
+                t0,
+                t1,
+                threading.get_ident(),
+                self._ref(device),
+                self._ref(source),
+                how,
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
+        )
         return handle
 
     @hookimpl(wrapper=True)
@@ -219,16 +258,61 @@ class Tracer:
         try:
             r = yield
         except BaseException as exc:
-            self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), self._ref(stream), None, None, None, None, None, _err(exc)))
+            self.buf.append(
+                (
+                    SYNC,
+                    t0,
+                    perf_counter_ns(),
+                    threading.get_ident(),
+                    self._ref(device),
+                    self._ref(stream),
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    _err(exc),
+                )
+            )
             raise
-        self.buf.append((SYNC, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), self._ref(stream), None, None, None, None, None, None))
+        self.buf.append(
+            (
+                SYNC,
+                t0,
+                perf_counter_ns(),
+                threading.get_ident(),
+                self._ref(device),
+                self._ref(stream),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
+        )
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_memset(self, dst: Any, value: int, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((MEMSET, t0, perf_counter_ns(), threading.get_ident(), self._ref(dst.device), nbytes, self._ref(stream), None, None, None, None, None))
+        self.buf.append(
+            (
+                MEMSET,
+                t0,
+                perf_counter_ns(),
+                threading.get_ident(),
+                self._ref(dst.device),
+                nbytes,
+                self._ref(stream),
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
+        )
         return r
 
     # --- the hot path: pluggy wrappers (used when another extension without a positional
@@ -238,28 +322,87 @@ class Tracer:
     def kernelbay_launch(self, kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((LAUNCH, t0, perf_counter_ns(), threading.get_ident(), self._ref(kernel), grid, block, shared_mem, self._ref(stream), None, None, None))
+        self.buf.append(
+            (
+                LAUNCH,
+                t0,
+                perf_counter_ns(),
+                threading.get_ident(),
+                self._ref(kernel),
+                grid,
+                block,
+                shared_mem,
+                self._ref(stream),
+                None,
+                None,
+                None,
+            )
+        )
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_copy(self, dst: Any, src: Any, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((COPY, t0, perf_counter_ns(), threading.get_ident(), *self._copy_ends(dst, src), nbytes, self._ref(stream), None, None, None, None))
+        self.buf.append(
+            (
+                COPY,
+                t0,
+                perf_counter_ns(),
+                threading.get_ident(),
+                *self._copy_ends(dst, src),
+                nbytes,
+                self._ref(stream),
+                None,
+                None,
+                None,
+                None,
+            )
+        )
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_allocate(self, device: Any, nbytes: int) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((ALLOC, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), nbytes, id(r), None, None, None, None, None))
+        self.buf.append(
+            (
+                ALLOC,
+                t0,
+                perf_counter_ns(),
+                threading.get_ident(),
+                self._ref(device),
+                nbytes,
+                id(r),
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
+        )
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_free(self, device: Any, handle: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append((FREE, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), id(handle), None, None, None, None, None, None))
+        self.buf.append(
+            (
+                FREE,
+                t0,
+                perf_counter_ns(),
+                threading.get_ident(),
+                self._ref(device),
+                id(handle),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
+        )
         return r
 
 
@@ -293,7 +436,7 @@ def _memory_stats() -> dict[str, Any]:
 
 
 # The positional forms live in _tracehot (kept apart: they are the code that runs per call).
-from ._tracehot import install as _install
+from ._tracehot import install as _install  # noqa: E402
 
 _install(Tracer)
 

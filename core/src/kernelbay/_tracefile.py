@@ -93,7 +93,11 @@ class Log:
         for t in threading.enumerate():
             if t.ident is not None:
                 self.thread_names.setdefault(t.ident, t.name)
-        resolve = [n for n, t in timers.items() if t is not None and not (getattr(t, "host_clock", False) or getattr(t, "synchronous", False))]
+        resolve = [
+            n
+            for n, t in timers.items()
+            if t is not None and not (getattr(t, "host_clock", False) or getattr(t, "synchronous", False))
+        ]
         if resolve:
             for i, r in enumerate(chunk):
                 if r[9] is not None:
@@ -242,7 +246,14 @@ class Log:
             for n, k in by_name.items()
         }
         copies = {
-            d: {"count": c[0], "bytes": c[1], "host_ns": c[2], "device_count": c[3], "device_ns": c[4], "device_bytes": c[5]}
+            d: {
+                "count": c[0],
+                "bytes": c[1],
+                "host_ns": c[2],
+                "device_count": c[3],
+                "device_ns": c[4],
+                "device_bytes": c[5],
+            }
             for d, c in self.copies.items()
         }
         return {
@@ -286,7 +297,18 @@ class Log:
             if kind == "free" and self._freed and id(r) in self._freed:
                 args["bytes"] = self._freed[id(r)]
             ts = round((t0 - t00) / 1000, 3)
-            out.append({"name": title, "cat": kind, "ph": "X", "ts": ts, "dur": round((t1 - t0) / 1000, 3), "pid": pid, "tid": t, "args": args})
+            out.append(
+                {
+                    "name": title,
+                    "cat": kind,
+                    "ph": "X",
+                    "ts": ts,
+                    "dur": round((t1 - t0) / 1000, 3),
+                    "pid": pid,
+                    "tid": t,
+                    "args": args,
+                }
+            )
             if span is None or track is None:
                 continue
             if span[1] > span[0] and kind == "copy":
@@ -294,12 +316,31 @@ class Log:
             dt = tracks.get(track)
             if dt is None:
                 dt = tracks[track] = DEVICE_TID0 + len(tracks)
-                out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": dt, "args": {"name": f"{track[0]} {track[1]}"}})
+                out.append(
+                    {
+                        "name": "thread_name",
+                        "ph": "M",
+                        "pid": pid,
+                        "tid": dt,
+                        "args": {"name": f"{track[0]} {track[1]}"},
+                    }
+                )
                 out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": dt, "args": {"sort_index": dt}})
             flow += 1
             args["flow"] = flow
             ds = round((span[0] - t00) / 1000, 3)
-            out.append({"name": args.get("kernel", title), "cat": "device", "ph": "X", "ts": ds, "dur": round((span[1] - span[0]) / 1000, 3), "pid": pid, "tid": dt, "args": {"flow": flow}})
+            out.append(
+                {
+                    "name": args.get("kernel", title),
+                    "cat": "device",
+                    "ph": "X",
+                    "ts": ds,
+                    "dur": round((span[1] - span[0]) / 1000, 3),
+                    "pid": pid,
+                    "tid": dt,
+                    "args": {"flow": flow},
+                }
+            )
             out.append({"name": kind, "cat": "flow", "ph": "s", "id": flow, "ts": ts, "pid": pid, "tid": t})
             out.append({"name": kind, "cat": "flow", "ph": "f", "bp": "e", "id": flow, "ts": ds, "pid": pid, "tid": dt})
         return out
@@ -312,7 +353,14 @@ def _describe(r: tuple, reg: dict[int, Any]) -> tuple[str, dict[str, Any], tuple
     track = None
     if kind == "launch":
         name = dev.name
-        args: dict[str, Any] = {"kernel": name, "device": str(dev.device), "grid": _dims(a), "block": _dims(b), "shared_mem": c, "stream": stream_label(reg.get(d))}
+        args: dict[str, Any] = {
+            "kernel": name,
+            "device": str(dev.device),
+            "grid": _dims(a),
+            "block": _dims(b),
+            "shared_mem": c,
+            "stream": stream_label(reg.get(d)),
+        }
         title, track = f"launch {name}", (str(dev.device), args["stream"])
     elif kind == "copy":
         args = {"direction": a, "bytes": b, "device": str(dev), "stream": stream_label(reg.get(c))}

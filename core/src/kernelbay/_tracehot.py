@@ -36,13 +36,43 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
                 keep(kernel)
                 if stream is not None:
                     keep(stream)
-                append((LAUNCH, t0, clock(), get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), None, None, _err(exc)))
+                append(
+                    (
+                        LAUNCH,
+                        t0,
+                        clock(),
+                        get_ident(),
+                        id(kernel),
+                        grid,
+                        block,
+                        shared_mem,
+                        None if stream is None else id(stream),
+                        None,
+                        None,
+                        _err(exc),
+                    )
+                )
                 raise
             t1 = clock()
             keep(kernel)
             if stream is not None:
                 keep(stream)
-            append((LAUNCH, t0, t1, get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), t0, t1, None))
+            append(
+                (
+                    LAUNCH,
+                    t0,
+                    t1,
+                    get_ident(),
+                    id(kernel),
+                    grid,
+                    block,
+                    shared_mem,
+                    None if stream is None else id(stream),
+                    t0,
+                    t1,
+                    None,
+                )
+            )
             if len(buf) > CHUNK:
                 fold()
             return r
@@ -58,12 +88,42 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
                 keep(kernel)
                 if stream is not None:
                     keep(stream)
-                append((LAUNCH, t0, clock(), get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), None, None, _err(exc)))
+                append(
+                    (
+                        LAUNCH,
+                        t0,
+                        clock(),
+                        get_ident(),
+                        id(kernel),
+                        grid,
+                        block,
+                        shared_mem,
+                        None if stream is None else id(stream),
+                        None,
+                        None,
+                        _err(exc),
+                    )
+                )
                 raise
             keep(kernel)
             if stream is not None:
                 keep(stream)
-            append((LAUNCH, t0, clock(), get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), None, None, None))
+            append(
+                (
+                    LAUNCH,
+                    t0,
+                    clock(),
+                    get_ident(),
+                    id(kernel),
+                    grid,
+                    block,
+                    shared_mem,
+                    None if stream is None else id(stream),
+                    None,
+                    None,
+                    None,
+                )
+            )
             if len(buf) > CHUNK:
                 fold()
             return r
@@ -81,13 +141,43 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
             keep(kernel)
             if stream is not None:
                 keep(stream)
-            append((LAUNCH, t0, clock(), get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), None, None, _err(exc)))
+            append(
+                (
+                    LAUNCH,
+                    t0,
+                    clock(),
+                    get_ident(),
+                    id(kernel),
+                    grid,
+                    block,
+                    shared_mem,
+                    None if stream is None else id(stream),
+                    None,
+                    None,
+                    _err(exc),
+                )
+            )
             raise
         m1 = mark(dev, stream)
         keep(kernel)
         if stream is not None:
             keep(stream)
-        append((LAUNCH, t0, clock(), get_ident(), id(kernel), grid, block, shared_mem, None if stream is None else id(stream), m0, m1, None))
+        append(
+            (
+                LAUNCH,
+                t0,
+                clock(),
+                get_ident(),
+                id(kernel),
+                grid,
+                block,
+                shared_mem,
+                None if stream is None else id(stream),
+                m0,
+                m1,
+                None,
+            )
+        )
         if len(buf) > CHUNK:
             fold()
         return r
@@ -116,20 +206,65 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
             keep(dev)
             if stream is not None:
                 keep(stream)
-            append((COPY, t0, clock(), get_ident(), id(dev), direction, nbytes, None if stream is None else id(stream), None, None, None, _err(exc)))
+            append(
+                (
+                    COPY,
+                    t0,
+                    clock(),
+                    get_ident(),
+                    id(dev),
+                    direction,
+                    nbytes,
+                    None if stream is None else id(stream),
+                    None,
+                    None,
+                    None,
+                    _err(exc),
+                )
+            )
             raise
         if sync:
             t1 = clock()
             keep(dev)
             if stream is not None:
                 keep(stream)
-            append((COPY, t0, t1, get_ident(), id(dev), direction, nbytes, None if stream is None else id(stream), None, t0, t1, None))
+            append(
+                (
+                    COPY,
+                    t0,
+                    t1,
+                    get_ident(),
+                    id(dev),
+                    direction,
+                    nbytes,
+                    None if stream is None else id(stream),
+                    None,
+                    t0,
+                    t1,
+                    None,
+                )
+            )
         else:
             m1 = mark(dev, stream) if mark is not None else None
             keep(dev)
             if stream is not None:
                 keep(stream)
-            append((COPY, t0, clock(), get_ident(), id(dev), direction, nbytes, None if stream is None else id(stream), None, m0, m1, None))
+            append(
+                (
+                    COPY,
+                    t0,
+                    clock(),
+                    get_ident(),
+                    id(dev),
+                    direction,
+                    nbytes,
+                    None if stream is None else id(stream),
+                    None,
+                    m0,
+                    m1,
+                    None,
+                )
+            )
         if len(buf) > CHUNK:
             tr.fold()
         return r

@@ -82,8 +82,14 @@ PARAM: dict[tuple[str, int], DType] = {(d.kind, d.size): d for d in DTYPES if d.
 
 _FLOAT_MAX = {2: 65504.0, 4: 3.4028234663852886e38, 8: float("inf")}
 _KIND_NAME = {
-    "i": "signed integer", "u": "unsigned integer", "n": "integer", "f": "floating-point", "b": "bool",
-    "p": "pointer", "o": "value", "": "value",
+    "i": "signed integer",
+    "u": "unsigned integer",
+    "n": "integer",
+    "f": "floating-point",
+    "b": "bool",
+    "p": "pointer",
+    "o": "value",
+    "": "value",
 }
 # numpy dtype kinds a parameter kind takes (sizes must match too).
 _NUMPY_KINDS = {"i": "iub", "u": "iub", "n": "iub", "f": "f", "b": "b"}
@@ -135,7 +141,11 @@ def check_scalar(value: Any, kind: str, size: int, where: str) -> str:
     if value is None:
         raise _fail(ArgumentTypeError, where, kind, size, value, "; None is not a value: pass a number")
     raise _fail(
-        ArgumentTypeError, where, kind, size, value,
+        ArgumentTypeError,
+        where,
+        kind,
+        size,
+        value,
         "; pass a numpy scalar (np.float32(2.0)) or a Python number of a matching kind",
     )
 
@@ -149,14 +159,20 @@ def _python_int(value: int, kind: str, size: int, where: str) -> str:
         return _python_float(float(value), kind, size, where)
     if kind == "" and size not in (4, 8):
         raise _fail(
-            ArgumentTypeError, where, kind, size, value,
+            ArgumentTypeError,
+            where,
+            kind,
+            size,
+            value,
             "; a Python int is ambiguous for a parameter of this size: pass a numpy scalar (np.int16(...), np.uint8(...))",
         )
     if kind not in ("i", "u", "n", ""):
         raise _fail(ArgumentTypeError, where, kind, size, value, "")
     lo, hi = int_range(kind or "n", size)
     if not lo <= value <= hi:
-        raise _fail(InvalidArgumentError, where, kind, size, value, f"; it is out of range [{lo}, {hi}] (it does not fit)")
+        raise _fail(
+            InvalidArgumentError, where, kind, size, value, f"; it is out of range [{lo}, {hi}] (it does not fit)"
+        )
     if kind == "u" or (kind in ("n", "") and value > (1 << (8 * size - 1)) - 1):
         return PARAM["u", size].struct
     return PARAM["i", size].struct
@@ -165,25 +181,39 @@ def _python_int(value: int, kind: str, size: int, where: str) -> str:
 def _python_float(value: float, kind: str, size: int, where: str) -> str:
     if kind not in ("f", ""):
         raise _fail(
-            ArgumentTypeError, where, kind, size, value,
+            ArgumentTypeError,
+            where,
+            kind,
+            size,
+            value,
             "; a Python float converts only to a floating-point parameter (pass an int or a numpy scalar)",
         )
     row = PARAM.get(("f", size))
     if row is None or (kind == "" and size == 2):
         raise _fail(
-            ArgumentTypeError, where, kind, size, value,
+            ArgumentTypeError,
+            where,
+            kind,
+            size,
+            value,
             "; a Python float is ambiguous for a parameter of this size: pass a numpy scalar (np.float16(...))",
         )
     m = _FLOAT_MAX[size]
     if (value > m or value < -m) and math.isfinite(value):  # inf and nan pass
-        raise _fail(InvalidArgumentError, where, kind, size, value, f"; it is out of range (at most {m:g} in magnitude)")
+        raise _fail(
+            InvalidArgumentError, where, kind, size, value, f"; it is out of range (at most {m:g} in magnitude)"
+        )
     return row.struct
 
 
 def _numpy(value: Any, dt: Any, kind: str, size: int, where: str) -> str:
     if dt.itemsize != size:
         raise _fail(
-            ArgumentTypeError, where, kind, size, value,
+            ArgumentTypeError,
+            where,
+            kind,
+            size,
+            value,
             f" ({dt.itemsize} bytes); pass a numpy scalar of {size} bytes",
         )
     row = BY_NAME.get(dt.name)
@@ -195,7 +225,9 @@ def _numpy(value: Any, dt: Any, kind: str, size: int, where: str) -> str:
         lo, hi = int_range(kind, size)
         v = int(value)
         if not lo <= v <= hi:
-            raise _fail(InvalidArgumentError, where, kind, size, value, f"; it is out of range [{lo}, {hi}] (it does not fit)")
+            raise _fail(
+                InvalidArgumentError, where, kind, size, value, f"; it is out of range [{lo}, {hi}] (it does not fit)"
+            )
         if kind == "n":
             return row.struct if row is not None else PARAM["i", size].struct
     return PARAM[kind if kind != "n" else "i", size].struct

@@ -162,18 +162,28 @@ class Graph:
         self.steps.append(step)
         return step
 
-    def _record_launch(self, kernel: Kernel, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any,
-                       reads: Any, writes: Any) -> Step:
+    def _record_launch(
+        self, kernel: Kernel, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any, reads: Any, writes: Any
+    ) -> Step:
         if grid is None:
             raise InvalidArgumentError(f"launch of {kernel.name!r} needs grid= (or config=)")
-        step = Step(len(self.steps), "launch", stream, kernel=kernel, grid=grid, block=block, args=tuple(args),
-                    shared_mem=shared_mem)
+        step = Step(
+            len(self.steps),
+            "launch",
+            stream,
+            kernel=kernel,
+            grid=grid,
+            block=block,
+            args=tuple(args),
+            shared_mem=shared_mem,
+        )
         self._set_access(step, reads, writes)
         return self._add(step)
 
     def _record_copy(self, dst: Any, src: Any, nbytes: int, stream: Any) -> Step:
-        return self._add(Step(len(self.steps), "copy", stream, reads=(src,), writes=(dst,), dst=dst, src=src,
-                              nbytes=nbytes))
+        return self._add(
+            Step(len(self.steps), "copy", stream, reads=(src,), writes=(dst,), dst=dst, src=src, nbytes=nbytes)
+        )
 
     def _record_memset(self, dst: Buffer, value: int, nbytes: int, stream: Any) -> Step:
         return self._add(Step(len(self.steps), "memset", stream, writes=(dst,), dst=dst, nbytes=nbytes, value=value))
@@ -308,7 +318,9 @@ class Graph:
         if self.closed:
             raise InvalidArgumentError("this kb.Graph was closed")
         if self._recording:
-            raise InvalidArgumentError("a kb.Graph cannot be replayed or changed while it records; leave the `with` first")
+            raise InvalidArgumentError(
+                "a kb.Graph cannot be replayed or changed while it records; leave the `with` first"
+            )
         if not self._built:
             raise InvalidArgumentError("replay of an empty kb.Graph: record with `with dev.graph() as g:` first")
         for x, s in self._buffers:
@@ -348,7 +360,9 @@ class Graph:
         else:
             ks = self.kernels
             if type(kernel_index) is not int or not 0 <= kernel_index < len(ks):
-                raise InvalidArgumentError(f"the graph has launches 0..{len(ks) - 1}; there is no launch {kernel_index!r}")
+                raise InvalidArgumentError(
+                    f"the graph has launches 0..{len(ks) - 1}; there is no launch {kernel_index!r}"
+                )
             step = ks[kernel_index]
         old = (step.args, step.reads, step.writes, step.explicit)
         step.args = tuple(args)

@@ -596,7 +596,7 @@ def kernelbay_device_timer() -> Any:
     buffer's or kernel's device.
 
     :return: the timer object, or ``None`` when the backend cannot time device work here.
-    :raises: nothing; a timer that cannot work returns ``None``. A timer method that raises
+    A timer that cannot work returns ``None`` (this hook raises nothing). A timer method that raises
         drops device timing for the rest of the trace (logged on ``kernelbay.trace``).
 
     .. versionadded:: 0.2

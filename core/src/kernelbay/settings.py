@@ -36,11 +36,20 @@ def env_int(name: str, *, default: int, minimum: int, maximum: int, what: str) -
 
 
 _UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "kib": 1 << 10,
-    "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
-    "g": 1000**3, "gb": 1000**3, "gib": 1 << 30,
-    "t": 1000**4, "tb": 1000**4, "tib": 1 << 40,
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1 << 20,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1 << 30,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1 << 40,
 }
 
 
@@ -75,7 +84,9 @@ def env_seconds(name: str, *, default: float, minimum: float = 0.0, maximum: flo
     except ValueError:
         v = math.nan
     if not minimum <= v <= maximum:  # also false for nan
-        raise SettingError(f"{name}={_show(raw)} must be a number of seconds from {minimum:g} to {maximum:g} (or unset)")
+        raise SettingError(
+            f"{name}={_show(raw)} must be a number of seconds from {minimum:g} to {maximum:g} (or unset)"
+        )
     return v
 
 

@@ -93,7 +93,9 @@ def end_capture(graph: Graph) -> None:
         _bump(-1)
 
 
-def launch(kernel: Kernel, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any, reads: Any, writes: Any) -> Any:
+def launch(
+    kernel: Kernel, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any, reads: Any, writes: Any
+) -> Any:
     """``Kernel.launch`` while a stream is current or a graph records (the slow path)."""
     st = _state()
     dev = kernel.device
@@ -202,7 +204,9 @@ class Stream:
         """
         self._live()
         if capturing(self.device) is not None:
-            raise InvalidArgumentError(f"cannot synchronize {self.device} while a graph records it; leave the `with` first")
+            raise InvalidArgumentError(
+                f"cannot synchronize {self.device} while a graph records it; leave the `with` first"
+            )
         self._b.synchronize(self.device, self if self.handle is not None else None)
 
     def query(self) -> bool:
@@ -214,7 +218,9 @@ class Stream:
         """Make work queued on this stream from now on wait until ``event`` has completed."""
         self._live()
         if not isinstance(event, Event):
-            raise InvalidArgumentError(f"Stream.wait takes a kb.Event (from stream.record()), not {type(event).__name__}")
+            raise InvalidArgumentError(
+                f"Stream.wait takes a kb.Event (from stream.record()), not {type(event).__name__}"
+            )
         _check_device("the event", event, self.device)
         g = capturing(self.device)
         if g is not None:

@@ -327,8 +327,8 @@ class Array(Buffer):
 
 
 def _array_from_host(host: Any, device: Device) -> Array:
-    from ._select import device as pick  # the receiving process's own device of that name
     from ._plugins import binding
+    from ._select import device as pick  # the receiving process's own device of that name
 
     dev = pick(str(device))
     b = binding(dev.backend)
@@ -373,10 +373,16 @@ def _check_headers(_inst: object, _attr: attrs.Attribute, value: Mapping[str, An
     """Header names are relative paths inside the build directory: no absolute or ``..`` names."""
     for name, text in value.items():
         if not isinstance(name, str) or not isinstance(text, str):
-            raise ArgumentTypeError(f"Source headers map names (str) to text (str), got {name!r}: {type(text).__name__}")
+            raise ArgumentTypeError(
+                f"Source headers map names (str) to text (str), got {name!r}: {type(text).__name__}"
+            )
         parts = name.replace("\\", "/").split("/")
-        if not name or "\0" in name or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or any(
-            p in ("", ".", "..") for p in parts
+        if (
+            not name
+            or "\0" in name
+            or name.startswith(("/", "\\"))
+            or (len(name) > 1 and name[1] == ":")
+            or any(p in ("", ".", "..") for p in parts)
         ):
             raise InvalidArgumentError(
                 f"Source header name {name!r} is not a plain relative path: header names are what "
@@ -407,16 +413,16 @@ class Source:
     lang: str = attrs.field(converter=_lang)
     name: str | None = None
     options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    headers: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False, validator=_check_headers)
+    headers: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_frozen_mapping, hash=False, validator=_check_headers
+    )
     name_expressions: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     meta: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False)
 
     @code.validator
     def _check_code(self, _attr: attrs.Attribute, value: object) -> None:
         if not isinstance(value, (str, bytes)) and not callable(value):
-            raise ArgumentTypeError(
-                f"Source code must be str, bytes or a function, not {type(value).__name__}"
-            )
+            raise ArgumentTypeError(f"Source code must be str, bytes or a function, not {type(value).__name__}")
         if isinstance(value, str):
             _check_text(value, "Source code")
 
@@ -450,8 +456,10 @@ class Source:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a value: pickles with its mappings as plain dicts (a Pallas function by reference)
-        return (_make_source, (self.code, self.lang, self.name, self.options, dict(self.headers),
-                               self.name_expressions, dict(self.meta)))
+        return (
+            _make_source,
+            (self.code, self.lang, self.name, self.options, dict(self.headers), self.name_expressions, dict(self.meta)),
+        )
 
     @property
     def text(self) -> str:
@@ -492,7 +500,9 @@ def _index(v: Any) -> int:
     return operator.index(v)
 
 
-def _make_source(code: Any, lang: str, name: Any, options: Any, headers: Any, name_expressions: Any, meta: Any) -> Source:
+def _make_source(
+    code: Any, lang: str, name: Any, options: Any, headers: Any, name_expressions: Any, meta: Any
+) -> Source:
     return Source(code, lang, name, options, headers, name_expressions, meta)
 
 
@@ -574,7 +584,9 @@ class Kernel:
         if fn is None:
             from .errors import UnsupportedError
 
-            raise UnsupportedError(f"kernel {self.name!r} on {self.device} has no JAX function; launch it with .launch()")
+            raise UnsupportedError(
+                f"kernel {self.name!r} on {self.device} has no JAX function; launch it with .launch()"
+            )
         return fn
 
     def launch(
@@ -613,7 +625,9 @@ class Kernel:
         if self.handle is None:
             raise UseAfterFreeError(f"kernel {self.name!r} on {self.device} was launched after close()")
         if args is None:
-            raise ArgumentTypeError(f"launch of {self.name!r}: args must be a sequence of arguments (use () for none), not None")
+            raise ArgumentTypeError(
+                f"launch of {self.name!r}: args must be a sequence of arguments (use () for none), not None"
+            )
         if _streams.intercept:  # some thread has a current stream or records a graph
             return _streams.launch(self, grid, block, args, shared_mem, stream, reads, writes)
         return self._b.launch(self, grid, block, args, shared_mem, stream)
@@ -650,6 +664,7 @@ class Kernel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
 
 # Last: streams imports this module's classes (the hot path reads _streams.intercept).
 from . import streams as _streams  # noqa: E402

@@ -66,8 +66,10 @@ def scalar_kernel_cuda() -> str:
         n[slot] += 1
     return (
         'extern "C" __global__ void scalars(long long* i, unsigned long long* u, double* f, '
-        + ", ".join(params) + ") {\n    if (blockIdx.x == 0 && threadIdx.x == 0) {\n        "
-        + "\n        ".join(stores) + "\n    }\n}\n"
+        + ", ".join(params)
+        + ") {\n    if (blockIdx.x == 0 && threadIdx.x == 0) {\n        "
+        + "\n        ".join(stores)
+        + "\n    }\n}\n"
     )
 
 
@@ -341,7 +343,7 @@ class BackendConformance:
         out: dict[str, list] = {"i": [], "u": [], "f": []}
         for d, v in zip(SCALAR_DTYPES, values):
             out["u" if d.kind in "ub" else d.kind].append(v)
-        pad = lambda xs: [*xs, *[0] * (8 - len(xs))]  # noqa: E731
+        pad = lambda xs: [*xs, *[0] * (8 - len(xs))]
         return pad([int(v) for v in out["i"]]), pad([int(v) for v in out["u"]]), pad([float(v) for v in out["f"]])
 
     @pytest.mark.parametrize("python", [False, True], ids=["numpy", "python"])
@@ -372,7 +374,11 @@ class BackendConformance:
     def _scalar_args(self, device: kb.Device, j: int, value: Any) -> tuple:
         vals: list[Any] = [np.dtype(d.name).type(1) for d in SCALAR_DTYPES]
         vals[j] = value
-        bufs = (kb.zeros(8, "int64", device=device), kb.zeros(8, "uint64", device=device), kb.zeros(8, "float64", device=device))
+        bufs = (
+            kb.zeros(8, "int64", device=device),
+            kb.zeros(8, "uint64", device=device),
+            kb.zeros(8, "float64", device=device),
+        )
         return (*bufs, *vals)
 
     def _position(self, name: str) -> int:
@@ -380,9 +386,16 @@ class BackendConformance:
 
     @pytest.mark.parametrize(
         ("param", "value"),
-        [("int32", np.uint32(4_000_000_000)), ("uint32", np.int32(-1)), ("int64", np.uint64(2**63)), ("uint8", np.int8(-1))],
+        [
+            ("int32", np.uint32(4_000_000_000)),
+            ("uint32", np.int32(-1)),
+            ("int64", np.uint64(2**63)),
+            ("uint8", np.int8(-1)),
+        ],
     )
-    def test_numpy_scalar_value_out_of_range(self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any) -> None:
+    def test_numpy_scalar_value_out_of_range(
+        self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any
+    ) -> None:
         j = self._position(param)
         with pytest.raises(kb.InvalidArgumentError, match="out of range"):
             scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, value))
@@ -396,19 +409,35 @@ class BackendConformance:
 
     @pytest.mark.parametrize(
         ("param", "value"),
-        [("int32", np.int64(1)), ("int32", np.int16(1)), ("float32", np.float64(1)), ("float64", np.float32(1)),
-         ("uint16", np.uint32(1))],
+        [
+            ("int32", np.int64(1)),
+            ("int32", np.int16(1)),
+            ("float32", np.float64(1)),
+            ("float64", np.float32(1)),
+            ("uint16", np.uint32(1)),
+        ],
     )
-    def test_scalar_of_the_wrong_size_is_rejected(self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any) -> None:
+    def test_scalar_of_the_wrong_size_is_rejected(
+        self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any
+    ) -> None:
         with pytest.raises(kb.ArgumentTypeError, match=f"argument {3 + self._position(param)}"):
             scalars.launch(grid=1, block=1, args=self._scalar_args(device, self._position(param), value))
 
     @pytest.mark.parametrize(
         ("param", "value"),
-        [("int32", np.float32(1)), ("int32", 1.0), ("float32", np.int32(1)), ("bool", 1), ("bool", np.uint8(1)),
-         ("int32", "1"), ("float64", 1j)],
+        [
+            ("int32", np.float32(1)),
+            ("int32", 1.0),
+            ("float32", np.int32(1)),
+            ("bool", 1),
+            ("bool", np.uint8(1)),
+            ("int32", "1"),
+            ("float64", 1j),
+        ],
     )
-    def test_scalar_of_the_wrong_kind_is_rejected(self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any) -> None:
+    def test_scalar_of_the_wrong_kind_is_rejected(
+        self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any
+    ) -> None:
         with pytest.raises(kb.ArgumentTypeError, match=f"argument {3 + self._position(param)}"):
             scalars.launch(grid=1, block=1, args=self._scalar_args(device, self._position(param), value))
 

@@ -20,7 +20,6 @@ import threading
 from typing import Any
 
 import attrs
-
 from kernelbay.errors import BackendUnavailableError, CompileError, LaunchError
 
 ENV_CXX = "CXX"
@@ -161,7 +160,7 @@ def _version(argv: tuple[str, ...]) -> str:
 
 
 _last_probe_log = ""
-_PROBE_SRC = "#include <cstdio>\nextern \"C\" int kb_probe(int x) {\n#pragma omp parallel for\nfor (int i = 0; i < x; ++i) {}\nreturn x; }\n"
+_PROBE_SRC = '#include <cstdio>\nextern "C" int kb_probe(int x) {\n#pragma omp parallel for\nfor (int i = 0; i < x; ++i) {}\nreturn x; }\n'
 
 
 def _works(argv: tuple[str, ...], flags: list[str]) -> bool:
@@ -195,7 +194,9 @@ def threads() -> int:
     """``KERNELBAY_CPU_THREADS`` (0: OpenMP's default), at most :func:`max_threads`."""
     from kernelbay.settings import env_int
 
-    return env_int(ENV_THREADS, default=0, minimum=0, maximum=max_threads(), what="the threads a launch uses (0: all cores)")
+    return env_int(
+        ENV_THREADS, default=0, minimum=0, maximum=max_threads(), what="the threads a launch uses (0: all cores)"
+    )
 
 
 def max_threads() -> int:

@@ -150,7 +150,7 @@ class Worker:
         if not os.path.exists(rt):
             with open(rt, "wb") as f:
                 f.write(_runtime.image())
-        log = open(self.log, "ab")  # noqa: SIM115 - handed to the child
+        log = open(self.log, "ab")
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kernelbay_cpu._worker", str(child.fileno()), rt],

@@ -55,8 +55,10 @@ _HEADERS = (
 
 _UNSUPPORTED = [
     (r"\b(?:this_grid|grid_group|this_multi_grid|multi_grid_group)\b", "grid-wide cooperative groups (this_grid)"),
-    (r"\b(?:coalesced_threads|coalesced_group|labeled_partition|binary_partition)\b",
-     "coalesced/labeled cooperative groups"),
+    (
+        r"\b(?:coalesced_threads|coalesced_group|labeled_partition|binary_partition)\b",
+        "coalesced/labeled cooperative groups",
+    ),
     (r"\b(?:tex[123]D\w*|texture\s*<|surf[123]D\w*|cudaTextureObject_t|cudaSurfaceObject_t)", "textures and surfaces"),
     (r"\basm\b|\b__asm__\b", "inline PTX assembly (asm)"),
     (r"<<<", "launching kernels from device code (<<< >>>)"),
@@ -501,8 +503,15 @@ def _build(source: Source) -> Module:
 
 
 def _image(
-    tc: _driver.Toolchain, argv: Sequence[str], fl: list[str], source: Source, text: str, names: list[str],
-    fname: str, main: str, pre: dict[str, str],
+    tc: _driver.Toolchain,
+    argv: Sequence[str],
+    fl: list[str],
+    source: Source,
+    text: str,
+    names: list[str],
+    fname: str,
+    main: str,
+    pre: dict[str, str],
 ) -> tuple[bytes, dict[str, str]]:
     key = make_key(
         backend="cpu",

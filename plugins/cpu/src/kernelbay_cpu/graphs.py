@@ -76,8 +76,13 @@ def _build_runner() -> Any:
     from kernelbay.cache import lookup, make_key, store
 
     tc = _driver.toolchain()
-    key = make_key(backend="cpu-graph-runner", compiler=" ".join(tc.argv), compiler_version=tc.version,
-                   arch=os.uname().machine, source=RUNNER_SRC)
+    key = make_key(
+        backend="cpu-graph-runner",
+        compiler=" ".join(tc.argv),
+        compiler_version=tc.version,
+        arch=os.uname().machine,
+        source=RUNNER_SRC,
+    )
     cache, hit = lookup(key)
     image = hit.payload if hit is not None else None
     if image is None:
@@ -117,8 +122,13 @@ class CpuGraph:
         if s.kind == "launch":
             assert s.kernel is not None
             fn, argv, geom, shm, keep = streams.pack(s.kernel, s.grid, s.block, s.args, s.shared_mem)
-            t.kind, t.fn, t.a, t.b, t.n = 0, ctypes.cast(fn, ctypes.c_void_p).value, ctypes.addressof(argv), \
-                ctypes.addressof(geom), shm
+            t.kind, t.fn, t.a, t.b, t.n = (
+                0,
+                ctypes.cast(fn, ctypes.c_void_p).value,
+                ctypes.addressof(argv),
+                ctypes.addressof(geom),
+                shm,
+            )
             self.keep[s.index] = (argv, keep)
             self.names[s.index] = (s.kernel.handle.lib, s.kernel.handle.name)
         elif s.kind == "copy":

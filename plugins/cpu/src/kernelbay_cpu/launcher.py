@@ -29,10 +29,15 @@ MAX_SHARED_MEMORY_PER_BLOCK = 48 * 1024
 
 # ctypes slot per scalar (kind, size) of the core's table; a dtype ctypes lacks (float16) gets
 # a raw slot.
-_CTYPES = {"b": lambda n: ctypes.c_bool, "i": lambda n: getattr(ctypes, f"c_int{8 * n}", None),
-           "u": lambda n: getattr(ctypes, f"c_uint{8 * n}", None),
-           "f": lambda n: {4: ctypes.c_float, 8: ctypes.c_double}.get(n)}
+_CTYPES = {
+    "b": lambda n: ctypes.c_bool,
+    "i": lambda n: getattr(ctypes, f"c_int{8 * n}", None),
+    "u": lambda n: getattr(ctypes, f"c_uint{8 * n}", None),
+    "f": lambda n: {4: ctypes.c_float, 8: ctypes.c_double}.get(n),
+}
 _INT_TYPES = {(k, n): t for (k, n) in PARAM if (t := _CTYPES[k](n)) is not None}
+
+
 class KernelHandle:
     """One entry of a compiled module: its native launcher and its parameters."""
 
@@ -77,15 +82,13 @@ class KernelHandle:
 def _bad(pos: int, name: str, kind: str, size: int, value: Any, why: str = "") -> InvalidArgumentError:
     cls = ArgumentTypeError if not why else InvalidArgumentError
     return cls(
-        f"argument {pos} of kernel {name!r} expects {_describe(kind, size)}, got {type(value).__name__} "
-        f"{value!r}{why}"
+        f"argument {pos} of kernel {name!r} expects {_describe(kind, size)}, got {type(value).__name__} {value!r}{why}"
     )
 
 
 def _converter(pos: int, kind: str, size: int, device: Any, name: str) -> Callable[[Any, Any], None]:
     """A function ``(value, slot)`` writing argument ``pos`` into its ctypes slot, or raising."""
     import numpy as np
-
     from kernelbay.types import Array
 
     generic = np.generic
@@ -139,7 +142,11 @@ def _converter(pos: int, kind: str, size: int, device: Any, name: str) -> Callab
             ctypes.memmove(slot, a.tobytes(), size)
             return
         raise _bad(
-            pos, name, "o", size, a,
+            pos,
+            name,
+            "o",
+            size,
+            a,
             f"; a parameter of this type takes a numpy scalar of exactly {size} bytes (e.g. a structured np.void)",
         )
 

@@ -37,5 +37,8 @@ def install_hint(driver_major: int | None) -> str:
         oldest = min(EXTRAS)
         return f"the driver (CUDA {driver_major}.x) is older than CUDA {oldest}: upgrade the NVIDIA driver"
     if extra is None:
-        return " or ".join(f"pip install 'kernelbay-cuda[{e}]'" for e, _ in EXTRAS.values()) + " (by your driver's CUDA major)"
+        return (
+            " or ".join(f"pip install 'kernelbay-cuda[{e}]'" for e, _ in EXTRAS.values())
+            + " (by your driver's CUDA major)"
+        )
     return f"pip install 'kernelbay-cuda[{extra}]' (the driver supports CUDA {driver_major}.x)"

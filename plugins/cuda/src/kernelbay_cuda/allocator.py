@@ -32,7 +32,7 @@ from kernelbay.errors import InvalidArgumentError, OutOfMemoryError
 from kernelbay.types import MemoryStats
 
 from . import _driver, native
-from .native import PAGE, SMALL
+from .native import SMALL
 from .native import size_class as round_size
 
 __all__ = ["DeviceAllocator", "allocator", "set_memory_limit", "ExternalPointer"]

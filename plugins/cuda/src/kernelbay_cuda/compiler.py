@@ -31,7 +31,16 @@ from .triton_kernels import compile_triton
 
 log = logging.getLogger("kernelbay.cuda")
 
-__all__ = ["Image", "Module", "compile_kernel", "compile_image", "choose_arch", "nvrtc_version", "parse_ptx_params", "load_module"]
+__all__ = [
+    "Image",
+    "Module",
+    "compile_kernel",
+    "compile_image",
+    "choose_arch",
+    "nvrtc_version",
+    "parse_ptx_params",
+    "load_module",
+]
 
 
 _version: tuple[int, int] | None = None
@@ -239,8 +248,17 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
         # which also reports the user's own errors as they are.
         log.debug("kernelbay.cuda: signature probe failed for %r; compiling without it", entry)
         img = _nvrtc(source, exprs, opts, kind, arch)
-    log.info("compiled %s with NVRTC %d.%d in %.0f ms: %s", entry, *ver, (time.perf_counter() - t0) * 1e3, " ".join(opts))
-    meta = {"kind": img.kind, "arch": img.arch, "lowered": img.lowered, "params": img.params, "log": img.log, "kinds": img.kinds}
+    log.info(
+        "compiled %s with NVRTC %d.%d in %.0f ms: %s", entry, *ver, (time.perf_counter() - t0) * 1e3, " ".join(opts)
+    )
+    meta = {
+        "kind": img.kind,
+        "arch": img.arch,
+        "lowered": img.lowered,
+        "params": img.params,
+        "log": img.log,
+        "kinds": img.kinds,
+    }
     store(cache, key, img.data, meta)
     return img
 
@@ -390,7 +408,7 @@ class Module:
         h = self.handle
         if h is not None and _driver.dead_reason(self.device_index) is None:
             try:
-                        _driver.libcuda().cuModuleUnload(ctypes.c_void_p(h))
+                _driver.libcuda().cuModuleUnload(ctypes.c_void_p(h))
             except Exception:
                 pass
 
@@ -454,7 +472,9 @@ def _image_for(device: Any, source: Any) -> tuple[Image, str, dict[str, Any]]:
         if len(params) == 1:
             name = next(iter(params))
         else:
-            raise InvalidArgumentError(f"a {lang} source needs Source(..., name='kernel_symbol') to say which kernel to launch")
+            raise InvalidArgumentError(
+                f"a {lang} source needs Source(..., name='kernel_symbol') to say which kernel to launch"
+            )
     return Image(data=data, kind=lang, params=params), name, {}
 
 

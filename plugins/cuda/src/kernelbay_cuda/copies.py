@@ -330,7 +330,7 @@ class _Stager:
     def _drain(self, w: _Worker, b: int, off: int, n: int, hptr: int) -> None:
         rc = _lib().cuEventSynchronize(w.events[b])
         if rc:
-                sync_failed(self.index, rc)
+            sync_failed(self.index, rc)
         _memmove(hptr + off, w.bufs[b].ptr, n)
 
 

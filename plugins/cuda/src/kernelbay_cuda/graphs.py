@@ -27,8 +27,12 @@ from . import _driver
 class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS (v1)
     _fields_ = [
         ("func", ctypes.c_void_p),
-        ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
-        ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+        ("gridDimX", ctypes.c_uint),
+        ("gridDimY", ctypes.c_uint),
+        ("gridDimZ", ctypes.c_uint),
+        ("blockDimX", ctypes.c_uint),
+        ("blockDimY", ctypes.c_uint),
+        ("blockDimZ", ctypes.c_uint),
         ("sharedMemBytes", ctypes.c_uint),
         ("kernelParams", ctypes.c_void_p),
         ("extra", ctypes.c_void_p),
@@ -37,22 +41,42 @@ class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS (v1)
 
 class MemsetNodeParams(ctypes.Structure):  # CUDA_MEMSET_NODE_PARAMS
     _fields_ = [
-        ("dst", ctypes.c_uint64), ("pitch", ctypes.c_size_t), ("value", ctypes.c_uint),
-        ("elementSize", ctypes.c_uint), ("width", ctypes.c_size_t), ("height", ctypes.c_size_t),
+        ("dst", ctypes.c_uint64),
+        ("pitch", ctypes.c_size_t),
+        ("value", ctypes.c_uint),
+        ("elementSize", ctypes.c_uint),
+        ("width", ctypes.c_size_t),
+        ("height", ctypes.c_size_t),
     ]
 
 
 class Memcpy3D(ctypes.Structure):  # CUDA_MEMCPY3D
     _fields_ = [
-        ("srcXInBytes", ctypes.c_size_t), ("srcY", ctypes.c_size_t), ("srcZ", ctypes.c_size_t),
-        ("srcLOD", ctypes.c_size_t), ("srcMemoryType", ctypes.c_int), ("srcHost", ctypes.c_void_p),
-        ("srcDevice", ctypes.c_uint64), ("srcArray", ctypes.c_void_p), ("reserved0", ctypes.c_void_p),
-        ("srcPitch", ctypes.c_size_t), ("srcHeight", ctypes.c_size_t),
-        ("dstXInBytes", ctypes.c_size_t), ("dstY", ctypes.c_size_t), ("dstZ", ctypes.c_size_t),
-        ("dstLOD", ctypes.c_size_t), ("dstMemoryType", ctypes.c_int), ("dstHost", ctypes.c_void_p),
-        ("dstDevice", ctypes.c_uint64), ("dstArray", ctypes.c_void_p), ("reserved1", ctypes.c_void_p),
-        ("dstPitch", ctypes.c_size_t), ("dstHeight", ctypes.c_size_t),
-        ("WidthInBytes", ctypes.c_size_t), ("Height", ctypes.c_size_t), ("Depth", ctypes.c_size_t),
+        ("srcXInBytes", ctypes.c_size_t),
+        ("srcY", ctypes.c_size_t),
+        ("srcZ", ctypes.c_size_t),
+        ("srcLOD", ctypes.c_size_t),
+        ("srcMemoryType", ctypes.c_int),
+        ("srcHost", ctypes.c_void_p),
+        ("srcDevice", ctypes.c_uint64),
+        ("srcArray", ctypes.c_void_p),
+        ("reserved0", ctypes.c_void_p),
+        ("srcPitch", ctypes.c_size_t),
+        ("srcHeight", ctypes.c_size_t),
+        ("dstXInBytes", ctypes.c_size_t),
+        ("dstY", ctypes.c_size_t),
+        ("dstZ", ctypes.c_size_t),
+        ("dstLOD", ctypes.c_size_t),
+        ("dstMemoryType", ctypes.c_int),
+        ("dstHost", ctypes.c_void_p),
+        ("dstDevice", ctypes.c_uint64),
+        ("dstArray", ctypes.c_void_p),
+        ("reserved1", ctypes.c_void_p),
+        ("dstPitch", ctypes.c_size_t),
+        ("dstHeight", ctypes.c_size_t),
+        ("WidthInBytes", ctypes.c_size_t),
+        ("Height", ctypes.c_size_t),
+        ("Depth", ctypes.c_size_t),
     ]
 
 
@@ -224,4 +248,3 @@ def kernel_access(kernel: Any) -> tuple[str | None, ...] | None:
     if modes is None or k.visible is None or len(modes) != len(k.visible):
         return None
     return modes
-

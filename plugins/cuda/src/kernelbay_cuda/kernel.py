@@ -46,10 +46,41 @@ class CudaKernel:
     """The handle the CUDA backend keeps for a compiled kernel (``Kernel.handle``)."""
 
     __slots__ = (
-        "device", "index", "name", "symbol", "module", "fn", "fn_c", "params", "block", "packer",
-        "tid", "max_threads", "max_gx", "max_gy", "max_gz", "max_bx", "max_by", "max_bz", "static_shared",
-        "dyn_limit", "optin", "auto_block", "other_threads", "lock", "fast", "memo", "visible", "arg_names",
-        "fixed_block", "shm_base", "scratch", "scratch_buf", "inner", "tail", "__weakref__",
+        "device",
+        "index",
+        "name",
+        "symbol",
+        "module",
+        "fn",
+        "fn_c",
+        "params",
+        "block",
+        "packer",
+        "tid",
+        "max_threads",
+        "max_gx",
+        "max_gy",
+        "max_gz",
+        "max_bx",
+        "max_by",
+        "max_bz",
+        "static_shared",
+        "dyn_limit",
+        "optin",
+        "auto_block",
+        "other_threads",
+        "lock",
+        "fast",
+        "memo",
+        "visible",
+        "arg_names",
+        "fixed_block",
+        "shm_base",
+        "scratch",
+        "scratch_buf",
+        "inner",
+        "tail",
+        "__weakref__",
     )
 
     def __init__(self, device: Any, module: Module, expr: str, symbol: str, params: list[ParamSpec] | None) -> None:
@@ -207,5 +238,3 @@ class CudaKernel:
             return None
         _driver.check(rc, f"launch of kernel {self.name!r} (grid {g}, block {b}, shared_mem {shm})", self.index)
         raise LaunchError(f"launch of kernel {self.name!r} failed with CUDA error {rc}")
-
-

@@ -63,7 +63,7 @@ def fill_scratch(k: CudaKernel, grid: Any) -> None:
     ``k.tail``, which graph nodes copy) at them."""
     g = (grid, 1, 1) if type(grid) is int else dim3(grid, "grid")
     programs = g[0] * g[1] * g[2]
-    hidden = k.params[len(k.visible):]
+    hidden = k.params[len(k.visible) :]
     bufs = k.scratch_buf
     for j, ((size, align), (_s, _a, _t, off)) in enumerate(zip(k.scratch, hidden)):
         if not size:
@@ -154,7 +154,9 @@ def _stream_arg(stream: Any, k: CudaKernel) -> Any:
     return stream.cvp
 
 
-def launch_other_thread(k: CudaKernel, g: tuple[int, int, int], b: tuple[int, int, int], args: Sequence[Any], shm: int, s: Any) -> None:
+def launch_other_thread(
+    k: CudaKernel, g: tuple[int, int, int], b: tuple[int, int, int], args: Sequence[Any], shm: int, s: Any
+) -> None:
     """A launch from a thread other than the kernel's first: its own parameter block, so
     two threads never pack into one buffer."""
     tid = _get_ident()
@@ -199,7 +201,9 @@ def failed_fast(k: CudaKernel, rc: int, grid: Any, block: Any, args: Sequence[An
     return k.failed(rc, dim3(grid, "grid"), b, shm)
 
 
-def _raw_launch(k: CudaKernel, g: tuple[int, int, int], b: tuple[int, int, int], shm: int, s: Any, blk: ParamBlock) -> None:
+def _raw_launch(
+    k: CudaKernel, g: tuple[int, int, int], b: tuple[int, int, int], shm: int, s: Any, blk: ParamBlock
+) -> None:
     """Launch with ``blk`` (already packed) in the kernel's context; raise for a failure."""
     _driver.ensure_current(k.index)
     launch = _cu_launch()
@@ -283,10 +287,27 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
         if kinds is not None:  # the whole fast path in C (see FastLaunch in _launch.c)
             k.memo = [STALE]
             return nat.FastLaunch(
-                int(k.fn), k.block.addr, ctypes.addressof(k.block.buf), k.tid, (k.max_gx, k.max_gy, k.max_gz),
-                (k.max_bx, k.max_by, k.max_bz), k.max_threads, k.dyn_limit, Stream, k.index, k.device, tuple(type(a) for a in args), kinds,
-                tuple(off for *_, off in k.visible), slow_launch, k, functools.partial(failed_fast, k), last_cell(k.index), k.name,
-                k.fixed_block, k.shm_base,
+                int(k.fn),
+                k.block.addr,
+                ctypes.addressof(k.block.buf),
+                k.tid,
+                (k.max_gx, k.max_gy, k.max_gz),
+                (k.max_bx, k.max_by, k.max_bz),
+                k.max_threads,
+                k.dyn_limit,
+                Stream,
+                k.index,
+                k.device,
+                tuple(type(a) for a in args),
+                kinds,
+                tuple(off for *_, off in k.visible),
+                slow_launch,
+                k,
+                functools.partial(failed_fast, k),
+                last_cell(k.index),
+                k.name,
+                k.fixed_block,
+                k.shm_base,
             )
     # Skip re-packing when every value is the one packed last time: array handles are compared
     # as ints (no reference to an array is kept, so none outlives its user), immutable scalars
@@ -301,20 +322,38 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
         memocheck, memostore, memo = "False", "pass", [STALE]
     k.memo = memo
     ns: dict[str, Any] = {
-        "get_ident": _get_ident, "FAILED": failed_fast, "TID": k.tid, "IDX": k.index, "K": k,
-        "slow": slow_launch, "MGX": k.max_gx, "BUF": k.block.buf, "ADDR": k.block.addr,
+        "get_ident": _get_ident,
+        "FAILED": failed_fast,
+        "TID": k.tid,
+        "IDX": k.index,
+        "K": k,
+        "slow": slow_launch,
+        "MGX": k.max_gx,
+        "BUF": k.block.buf,
+        "ADDR": k.block.addr,
         "pack_into": struct.Struct(fmt).pack_into,
-        "CELL": last_cell(k.index), "M": memo, "STALE": STALE, "NAME": k.name, "OK": d.CUresult.CUDA_SUCCESS, "DEV": k.device,
+        "CELL": last_cell(k.index),
+        "M": memo,
+        "STALE": STALE,
+        "NAME": k.name,
+        "OK": d.CUresult.CUDA_SUCCESS,
+        "DEV": k.device,
     }
     ns["StreamT"] = Stream
     if nat is not None:
         ns.update(S0=0, LAUNCH=nat.launch, FN=int(k.fn))
-        how = {"stream_attr": "handle", "launch_call": "LAUNCH(FN, grid, 1, 1, block, 1, 1, shared_mem, s, ADDR)",
-               "ok_check": "not rc"}
+        how = {
+            "stream_attr": "handle",
+            "launch_call": "LAUNCH(FN, grid, 1, 1, block, 1, 1, shared_mem, s, ADDR)",
+            "ok_check": "not rc",
+        }
     else:
         ns.update(S0=d.CUstream(0), LAUNCH=d.cuLaunchKernel, FN=d.CUfunction(k.fn))
-        how = {"stream_attr": "bobj", "launch_call": "LAUNCH(FN, grid, 1, 1, block, 1, 1, shared_mem, s, ADDR, 0)[0]",
-               "ok_check": "rc is OK"}
+        how = {
+            "stream_attr": "bobj",
+            "launch_call": "LAUNCH(FN, grid, 1, 1, block, 1, 1, shared_mem, s, ADDR, 0)[0]",
+            "ok_check": "rc is OK",
+        }
     for i, a in enumerate(args):
         ns[f"T{i}"] = type(a)
     unpack = (", ".join(f"a{i}" for i in range(n)) + ", = args") if n else "if args: raise ValueError"
@@ -323,8 +362,14 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
     hlines = "; ".join(f"h{i} = a{i}.handle" for i in hs) or "pass"
     hcheck = " and ".join(f"h{i} is not None and (a{i}.device is DEV or a{i}.device == DEV)" for i in hs) or "True"
     src = _FAST_TEMPLATE.format(
-        unpack=unpack, typecheck=typecheck, handles=hlines, handlecheck=hcheck, values=", ".join(values) or "",
-        memocheck=memocheck, memostore=memostore, **how,
+        unpack=unpack,
+        typecheck=typecheck,
+        handles=hlines,
+        handlecheck=hcheck,
+        values=", ".join(values) or "",
+        memocheck=memocheck,
+        memostore=memostore,
+        **how,
     )
     if not values:
         src = src.replace("pack_into(BUF, 0, )", "pass")

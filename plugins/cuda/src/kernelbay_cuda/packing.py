@@ -100,7 +100,8 @@ def pack_plan(
             if size != 8 or kind in ("i", "u", "f", "b"):
                 raise ArgumentTypeError(
                     f"{where} is a device array (an 8-byte pointer), but the parameter is {describe(kind, size)}"
-                    + (f" ({ptype})" if ptype else "") + "; a buffer goes only to a pointer parameter"
+                    + (f" ({ptype})" if ptype else "")
+                    + "; a buffer goes only to a pointer parameter"
                 )
             fmt += "Q"
             handles.append(f"a{i}")
@@ -108,7 +109,9 @@ def pack_plan(
             ckinds.append("P")
         elif hasattr(a, "__cuda_array_interface__"):
             if size != 8 or kind in ("i", "u", "f", "b"):
-                raise ArgumentTypeError(f"{where} is a device array (an 8-byte pointer), but the parameter is {describe(kind, size)}")
+                raise ArgumentTypeError(
+                    f"{where} is a device array (an 8-byte pointer), but the parameter is {describe(kind, size)}"
+                )
             fmt += "Q"
             # torch's data_ptr() is much quicker than building its __cuda_array_interface__
             values.append(f"a{i}.data_ptr()" if hasattr(a, "data_ptr") else f"a{i}.__cuda_array_interface__['data'][0]")
@@ -163,7 +166,8 @@ def make_packer(
     if handles:
         lines.append("    if " + " or ".join(f"h{h[1:]} is None" for h in handles) + ": raise Replan")
         lines.append(
-            "    if " + " or ".join(f"(a{h[1:]}.device is not dev and a{h[1:]}.device != dev)" for h in handles)
+            "    if "
+            + " or ".join(f"(a{h[1:]}.device is not dev and a{h[1:]}.device != dev)" for h in handles)
             + ": raise Replan"
         )
     if values:

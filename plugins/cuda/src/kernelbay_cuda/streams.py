@@ -155,7 +155,9 @@ def as_stream(obj: Any, device: Any) -> Stream:
         _version, handle = got
         handle = int(handle)
     except (TypeError, ValueError):
-        raise ArgumentTypeError(f"{type(obj).__name__}.__cuda_stream__ returned {got!r}, not (version, handle)") from None
+        raise ArgumentTypeError(
+            f"{type(obj).__name__}.__cuda_stream__ returned {got!r}, not (version, handle)"
+        ) from None
     return Stream._wrap(device, handle, owner=obj)
 
 
@@ -206,7 +208,9 @@ class Event:
         """Milliseconds from ``start`` to this event (both recorded, this one completed)."""
         ms = ctypes.c_float()
         _driver.check(
-            _driver.libcuda().cuEventElapsedTime(ctypes.byref(ms), start.cvp, self.cvp), "cuEventElapsedTime", self.index
+            _driver.libcuda().cuEventElapsedTime(ctypes.byref(ms), start.cvp, self.cvp),
+            "cuEventElapsedTime",
+            self.index,
         )
         return ms.value
 

@@ -33,9 +33,21 @@ __all__ = ["compile_triton"]
 
 # Triton's scalar types -> the table's dtype names (kernelbay.argrules).
 _SCALARS = {
-    "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "u1": "bool", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
-    "fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "f32": "float32", "fp64": "float64",
+    "i1": "bool",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u1": "bool",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp32": "float32",
+    "f32": "float32",
+    "fp64": "float64",
 }
 
 
@@ -74,7 +86,9 @@ def _signature(fn: Any, meta: Any) -> tuple[list[str], dict[str, str], dict[str,
             )
     unknown = [n for n in [*sig, *constexprs] if n not in names]
     if unknown:
-        raise InvalidArgumentError(f"{fn.__name__} has no argument(s) {', '.join(unknown)} (it takes {', '.join(names)})")
+        raise InvalidArgumentError(
+            f"{fn.__name__} has no argument(s) {', '.join(unknown)} (it takes {', '.join(names)})"
+        )
     missing = [n for n in runtime if n not in sig or sig[n] == "constexpr"]
     if missing:
         raise InvalidArgumentError(
@@ -92,7 +106,9 @@ def _ptype(t: str) -> str:
     name = _SCALARS.get(t)
     row = BY_NAME.get(name or "")
     if row is None:
-        raise InvalidArgumentError(f"kernelbay cannot pass a Triton argument of type {t!r} (tensor descriptors and the like)")
+        raise InvalidArgumentError(
+            f"kernelbay cannot pass a Triton argument of type {t!r} (tensor descriptors and the like)"
+        )
     return (row.c or row.name) if row.param else "other"
 
 
@@ -130,7 +146,11 @@ def compile_triton(source: Any, cc: tuple[int, int]) -> tuple[Image, str, dict[s
     if hit is not None:
         m = hit.meta
         params = {k: [tuple(p) for p in v] for k, v in m["params"].items()}
-        return Image(data=hit.payload, kind="cubin", arch=f"sm_{arch}", params=params, from_cache="disk"), m["name"], m["launch"]
+        return (
+            Image(data=hit.payload, kind="cubin", arch=f"sm_{arch}", params=params, from_cache="disk"),
+            m["name"],
+            m["launch"],
+        )
     compiled = _compile(triton, fn, sig, constexprs, opts, arch)
     md = compiled.metadata
     name = md.name
@@ -140,7 +160,9 @@ def compile_triton(source: Any, cc: tuple[int, int]) -> tuple[Image, str, dict[s
     if raw is None or len(raw) < len(runtime):
         raise CompileError(f"Triton's PTX for {name!r} does not show its parameters; cannot launch it", log="")
     hidden = len(raw) - len(runtime)
-    typed = [(s, a, _ptype(sig[n])) for (s, a, _), n in zip(raw, runtime)] + [(s, a, "pointer") for s, a, _ in raw[len(runtime):]]
+    typed = [(s, a, _ptype(sig[n])) for (s, a, _), n in zip(raw, runtime)] + [
+        (s, a, "pointer") for s, a, _ in raw[len(runtime) :]
+    ]
     scratch = [
         (int(getattr(md, "global_scratch_size", 0) or 0), int(getattr(md, "global_scratch_align", 1) or 1)),
         (int(getattr(md, "profile_scratch_size", 0) or 0), int(getattr(md, "profile_scratch_align", 1) or 1)),
@@ -148,7 +170,9 @@ def compile_triton(source: Any, cc: tuple[int, int]) -> tuple[Image, str, dict[s
     scratch += [(0, 1)] * (hidden - len(scratch))
     scratch = [[size, align] for size, align in scratch]  # as the disk cache gives it back
     launch = {
-        "block": 32 * int(md.num_warps) if getattr(md, "warp_size", 32) == 32 else int(md.warp_size) * int(md.num_warps),
+        "block": 32 * int(md.num_warps)
+        if getattr(md, "warp_size", 32) == 32
+        else int(md.warp_size) * int(md.num_warps),
         "shared": int(md.shared),
         "hidden": hidden,
         "scratch": scratch,
@@ -156,13 +180,17 @@ def compile_triton(source: Any, cc: tuple[int, int]) -> tuple[Image, str, dict[s
         "arg_names": runtime,
     }
     if launch["num_ctas"] != 1:
-        raise CompileError(f"Triton kernel {name!r} uses thread-block clusters (num_ctas > 1), which kernelbay does not launch", log="")
+        raise CompileError(
+            f"Triton kernel {name!r} uses thread-block clusters (num_ctas > 1), which kernelbay does not launch", log=""
+        )
     image = Image(data=compiled.asm["cubin"], kind="cubin", arch=f"sm_{arch}", params={name: typed})
     store(cache, key, image.data, {"name": name, "params": image.params, "launch": launch})
     return image, name, launch
 
 
-def _compile(triton: Any, fn: Any, sig: dict[str, str], constexprs: dict[str, Any], opts: dict[str, int], arch: int) -> Any:
+def _compile(
+    triton: Any, fn: Any, sig: dict[str, str], constexprs: dict[str, Any], opts: dict[str, int], arch: int
+) -> Any:
     from triton.backends.compiler import GPUTarget  # deferred: optional, and heavy
     from triton.compiler import ASTSource  # deferred: optional, and heavy
 

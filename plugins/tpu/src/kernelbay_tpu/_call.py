@@ -80,7 +80,11 @@ def index_rank(k: Any) -> int | None:
 
 def _index_rank(k: Any) -> int | None:
     ranks = set()
-    specs = list(k.specs.values()) + list(_seq(getattr(k.grid_spec, "in_specs", None))) + list(_seq(getattr(k.grid_spec, "out_specs", None)))
+    specs = (
+        list(k.specs.values())
+        + list(_seq(getattr(k.grid_spec, "in_specs", None)))
+        + list(_seq(getattr(k.grid_spec, "out_specs", None)))
+    )
     for s in specs:
         im = getattr(s, "index_map", None)
         im = getattr(im, "index_map", im)  # jax wraps it
@@ -132,11 +136,15 @@ def scalar_dtype(v: Any) -> Any:
         return np.dtype(np.float32)
     dt = getattr(v, "dtype", None)
     if dt is None:
-        raise ArgumentTypeError(f"a Source.meta['scalars'] argument is a number or a 0-d/1-element array, not {type(v).__name__}")
+        raise ArgumentTypeError(
+            f"a Source.meta['scalars'] argument is a number or a 0-d/1-element array, not {type(v).__name__}"
+        )
     return np.dtype(dt)
 
 
-def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[str, Any], ...], donate_pos: frozenset[int]) -> Entry:
+def build(
+    k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[str, Any], ...], donate_pos: frozenset[int]
+) -> Entry:
     """Validate one call signature and build its pure function (the slow path)."""
     import jax
     import jax.numpy as jnp
@@ -171,7 +179,7 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
             if p in k.inplace:
                 outs.append(p)
         if kind == "a":
-            for a in (s[2] if s[1] is not None else (s[2],)):
+            for a in s[2] if s[1] is not None else (s[2],):
                 if str(a.dtype) not in TPU_DTYPES:
                     raise InvalidArgumentError(
                         f"argument {k._label(p)} of {k.name!r} has dtype {a.dtype}, which TPU Pallas kernels "
@@ -180,7 +188,9 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
     outs.sort()
     for p in k.specs:
         if p >= len(sig) or p in statics:
-            raise InvalidArgumentError(f"meta['block_specs'] gives a BlockSpec for {k._label(p)}, which is not an array")
+            raise InvalidArgumentError(
+                f"meta['block_specs'] gives a BlockSpec for {k._label(p)}, which is not an array"
+            )
     kwstat = dict(kw)
     statics.update(kwstat)
     note_statics(k, statics)
@@ -204,7 +214,10 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
 
     # Specs in Pallas order. grid_spec's own in/out specs cover the array arguments that are
     # not scalar prefetch, not SMEM scalars and have no entry in meta['block_specs'].
-    gs_in, gs_out = list(_seq(getattr(k.grid_spec, "in_specs", None))), list(_seq(getattr(k.grid_spec, "out_specs", None)))
+    gs_in, gs_out = (
+        list(_seq(getattr(k.grid_spec, "in_specs", None))),
+        list(_seq(getattr(k.grid_spec, "out_specs", None))),
+    )
     if k.grid_spec is not None and getattr(k.grid_spec, "out_specs", None) is not None and not gs_out:
         gs_out = [k.grid_spec.out_specs]
     smem = pl.BlockSpec(memory_space=pltpu.SMEM)
@@ -225,12 +238,21 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
     in_index = {p: n_pre + j for j, p in enumerate(ins)}
     aliases = {in_index[p]: outs.index(p) for p in ins if p in k.inplace}
     aliases.update({in_index[i]: outs.index(o) for i, o in k.aliases.items() if i in in_index and o in outs})
-    check_vmem(k, grid, [(p, padded(p), in_specs[j]) for j, p in enumerate(ins)], [(p, out_shape[j], out_specs[j]) for j, p in enumerate(outs)])
+    check_vmem(
+        k,
+        grid,
+        [(p, padded(p), in_specs[j]) for j, p in enumerate(ins)],
+        [(p, out_shape[j], out_specs[j]) for j, p in enumerate(outs)],
+    )
 
     kwargs: dict[str, Any] = {}
     if n_pre:
         kwargs["grid_spec"] = pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=n_pre, grid=grid, in_specs=in_specs, out_specs=tuple(out_specs), scratch_shapes=k.scratch
+            num_scalar_prefetch=n_pre,
+            grid=grid,
+            in_specs=in_specs,
+            out_specs=tuple(out_specs),
+            scratch_shapes=k.scratch,
         )
     else:
         kwargs.update(grid=grid, scratch_shapes=k.scratch)
@@ -242,7 +264,12 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
         kwargs["cost_estimate"] = k.cost_estimate
     body = _body(k, grid, len(sig), pre, ins, outs, statics, kwstat, in_specs, out_specs)
     call = pl.pallas_call(
-        body, out_shape=out_shape, input_output_aliases=aliases, interpret=_driver.state.interpret_arg, name=k.name, **kwargs
+        body,
+        out_shape=out_shape,
+        input_output_aliases=aliases,
+        interpret=_driver.state.interpret_arg,
+        name=k.name,
+        **kwargs,
     )
     passed = tuple(pre + ins)
     scalars = {j: sig[p][1] for j, p in enumerate(passed) if sig[p][0] == "x"}
@@ -278,8 +305,18 @@ def build(k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[s
 TPU_DTYPES = frozenset(d.name for d in DTYPES if d.size <= 4 and d.kind != "c")
 
 
-def _body(k: Any, grid: tuple[int, ...], nargs: int, pre: list[int], ins: list[int], outs: list[int],
-          statics: dict[Any, Any], kwstat: dict[str, Any], in_specs: list[Any], out_specs: list[Any]) -> Any:
+def _body(
+    k: Any,
+    grid: tuple[int, ...],
+    nargs: int,
+    pre: list[int],
+    ins: list[int],
+    outs: list[int],
+    statics: dict[Any, Any],
+    kwstat: dict[str, Any],
+    in_specs: list[Any],
+    out_specs: list[Any],
+) -> Any:
     """The kernel pallas_call runs: its refs put back in the user kernel's own argument order.
 
     An in-place argument is one buffer in HBM (aliased input and output); the kernel sees its

@@ -125,7 +125,7 @@ def register_interpret_tpu_info() -> int:
     try:
         chip = getattr(tpu_info.ChipVersion, INTERPRET_CHIP)
         info = tpu_info.get_tpu_info_for_chip(chip, 1)
-    except Exception as exc:  # noqa: BLE001 - an older table: leave interpret mode as jax has it
+    except Exception as exc:
         log.info("kernelbay-tpu: no %s description in this jax (%s); emit_pipeline needs a TPU", INTERPRET_CHIP, exc)
         return 0
     tpu_info.registry.setdefault("cpu", lambda: info)

@@ -56,7 +56,12 @@ def describe(k: Any, p: int, v: Any) -> tuple[Any, bool]:
     elif hasattr(v, "shape") and hasattr(v, "dtype"):
         return ("a", None, _aval(v)), p not in k.outputs
     leaves, treedef = jax.tree_util.tree_flatten(v)
-    if not isinstance(v, np.generic) and leaves and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves) and treedef != jax.tree_util.tree_structure(0):
+    if (
+        not isinstance(v, np.generic)
+        and leaves
+        and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves)
+        and treedef != jax.tree_util.tree_structure(0)
+    ):
         return ("a", treedef, tuple(_aval(x) for x in leaves)), p not in k.outputs
     if p in k.outputs:
         raise ArgumentTypeError(

@@ -46,7 +46,9 @@ def _leaves(aval_tree: Any, spec: Any) -> list[tuple[Any, Any]]:
     return list(zip(avals, specs)) if len(specs) == len(avals) else [(a, None) for a in avals]
 
 
-def check_vmem(k: Any, grid: tuple[int, ...], ins: Sequence[tuple[int, Any, Any]], outs: Sequence[tuple[int, Any, Any]]) -> None:
+def check_vmem(
+    k: Any, grid: tuple[int, ...], ins: Sequence[tuple[int, Any, Any]], outs: Sequence[tuple[int, Any, Any]]
+) -> None:
     """Estimate the VMEM the kernel's blocks need (each as many times as it is buffered, two
     by default) plus VMEM scratch, and reject what cannot fit; reject a ``vmem_limit_bytes``
     above the chip's capacity."""

@@ -195,4 +195,3 @@ def to_dlpack(array: Array, stream: Any) -> Any:
 
 def dlpack_device(array: Array) -> tuple[int, int]:
     return jax_storage(array).__dlpack_device__()
-

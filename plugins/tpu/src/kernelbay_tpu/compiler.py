@@ -15,10 +15,20 @@ from typing import Any
 from kernelbay.errors import CompileError
 from kernelbay.types import Device, Source
 
-META_KEYS = frozenset({
-    "outputs", "inplace", "block_specs", "scratch_shapes", "compiler_params", "cost_estimate",
-    "grid_spec", "input_output_aliases", "scalars", "pad",
-})
+META_KEYS = frozenset(
+    {
+        "outputs",
+        "inplace",
+        "block_specs",
+        "scratch_shapes",
+        "compiler_params",
+        "cost_estimate",
+        "grid_spec",
+        "input_output_aliases",
+        "scalars",
+        "pad",
+    }
+)
 
 
 class PallasKernel:
@@ -136,7 +146,9 @@ class PallasKernel:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            raise self._error("meta['input_output_aliases'] maps an input argument to the output argument it shares memory with")
+            raise self._error(
+                "meta['input_output_aliases'] maps an input argument to the output argument it shares memory with"
+            )
         out: dict[int, int] = {}
         for src, dst in value.items():
             i, o = self._position(src, "input_output_aliases"), self._position(dst, "input_output_aliases")
@@ -177,9 +189,13 @@ class PallasKernel:
                 raise self._error(f"meta['pad'][{arg!r}] must be a mapping {{dim: multiple}}, not {dims!r}")
             entry: dict[int, tuple[int, int]] = {}
             for d, m in dims.items():
-                mult, extra = (m if isinstance(m, tuple) else (m, 0))
-                if not (isinstance(d, int) and isinstance(mult, int) and mult >= 1 and isinstance(extra, int) and extra >= 0):
-                    raise self._error(f"meta['pad'][{arg!r}] entry {d!r}: {m!r} must be dim: multiple >= 1 (or (multiple, extra >= 0))")
+                mult, extra = m if isinstance(m, tuple) else (m, 0)
+                if not (
+                    isinstance(d, int) and isinstance(mult, int) and mult >= 1 and isinstance(extra, int) and extra >= 0
+                ):
+                    raise self._error(
+                        f"meta['pad'][{arg!r}] entry {d!r}: {m!r} must be dim: multiple >= 1 (or (multiple, extra >= 0))"
+                    )
                 entry[d] = (mult, extra)
             out[p] = entry
         return out
@@ -218,5 +234,5 @@ class PallasKernel:
         return e.fn.lower(*avals)
 
 
-def compile(device: Device, source: Source) -> PallasKernel:  # noqa: A001
+def compile(device: Device, source: Source) -> PallasKernel:
     return PallasKernel(device, source)

@@ -139,8 +139,11 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
     for p, r in zip(e.outs, res):
         vals[p].handle = r
     _last.results = res
-    if k.fast is None and not kw and isinstance(args, (tuple, list)) and all(
-        type(a) is Array or not isinstance(a, Buffer) for a in args
+    if (
+        k.fast is None
+        and not kw
+        and isinstance(args, (tuple, list))
+        and all(type(a) is Array or not isinstance(a, Buffer) for a in args)
     ):
         k.fast = _specialise(k, args)
 
@@ -160,7 +163,9 @@ def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any]) -> Any:
         raise
     except Exception as exc:
         shapes = ", ".join(
-            f"{k._label(i)}: {getattr(a, 'shape', None)} {getattr(a, 'dtype', '')}" if isinstance(a, Buffer) else f"{k._label(i)}: {a!r}"
+            f"{k._label(i)}: {getattr(a, 'shape', None)} {getattr(a, 'dtype', '')}"
+            if isinstance(a, Buffer)
+            else f"{k._label(i)}: {a!r}"
             for i, a in enumerate(vals)
         )
         raise CompileError(
@@ -229,7 +234,7 @@ def fast(grid, args):
     global MEMO
     if len(args) != {n}:
         return False
-    {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = args
+    {", ".join(f"a{i}" for i in range(n))}{"," if n == 1 else ""} = args
     m = MEMO
     if {same} and grid == m[0]:
         e = m[1]  # the very arguments of the last launch: the same signature
@@ -237,12 +242,12 @@ def fast(grid, args):
         if type(args) is dict or not ({check}):
             return False
         try:
-            e = cache.get(({', '.join(key)},))
+            e = cache.get(({", ".join(key)},))
         except TypeError:
             return False
         if e is None:
             return False
-        MEMO = (grid, e, {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''})
+        MEMO = (grid, e, {", ".join(f"a{i}" for i in range(n))}{"," if n == 1 else ""})
     try:
         r = e.fn({operands})
     except Exception as exc:
@@ -251,9 +256,15 @@ def fast(grid, args):
     last.results = r
     return True
 """
-    scope: dict[str, Any] = {"Array": Array, "cache": k.cache, "last": _last, "recover": _recover, "k": k,
-                             "MEMO": (_NOTHING, None) + (_NOTHING,) * n}
-    exec(src, scope)  # noqa: S102 - generated from argument positions only
+    scope: dict[str, Any] = {
+        "Array": Array,
+        "cache": k.cache,
+        "last": _last,
+        "recover": _recover,
+        "k": k,
+        "MEMO": (_NOTHING, None) + (_NOTHING,) * n,
+    }
+    exec(src, scope)
     return scope["fast"]
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 import kernelbay as kb
+import numpy as np
 
 
 def allocate(nbytes: int) -> bytearray:

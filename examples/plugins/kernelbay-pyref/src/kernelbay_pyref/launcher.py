@@ -6,9 +6,8 @@ import inspect
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
-
 import kernelbay as kb
+import numpy as np
 from kernelbay.types import dim3
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -76,11 +75,11 @@ def launch(kernel: kb.Kernel, grid: Any, block: Any, args: Sequence[Any]) -> Non
     g = dim3(grid, "grid")
     b = dim3(block if block is not None else 1, "block")
     if b[0] * b[1] * b[2] > MAX_THREADS_PER_BLOCK:
-        raise kb.InvalidArgumentError(f"block {b} has {b[0] * b[1] * b[2]} threads; pyref allows at most {MAX_THREADS_PER_BLOCK}")
-    if len(args) != compiled.nparams:
         raise kb.InvalidArgumentError(
-            f"{kernel.name!r} takes {compiled.nparams} arguments, got {len(args)}"
+            f"block {b} has {b[0] * b[1] * b[2]} threads; pyref allows at most {MAX_THREADS_PER_BLOCK}"
         )
+    if len(args) != compiled.nparams:
+        raise kb.InvalidArgumentError(f"{kernel.name!r} takes {compiled.nparams} arguments, got {len(args)}")
     conv = _convert(kernel, args)
     fn = compiled.fn
     gd, bd = Dim3(*g), Dim3(*b)
