@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 MIN_PY := 3.11
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
-TEST_DEPS  := "pytest>=8" "ruff==0.17.5" "mypy>=1.11" "mkdocs>=1.6" "mkdocstrings[python]>=0.26"
+TEST_DEPS  := "pytest>=8" "ruff==0.17.6" "mypy>=1.11" "mkdocs>=1.6" "mkdocstrings[python]>=0.26"
 BENCH_DEPS := matplotlib
 DEMO_MEMBERS := -e ./core -e ./plugins/cpu
 MEMBERS := $(DEMO_MEMBERS) -e "./plugins/cuda[cu13]" -e ./plugins/tpu -e ./examples/plugins/kernelbay-pyref
