@@ -9,13 +9,15 @@ diagnosed, never repeated, except where it failed before running (an unwritten i
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, UseAfterFreeError
+from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, LaunchError, UseAfterFreeError
 from kernelbay.types import Array, Buffer, Device, Kernel
 
-from . import _call
+from . import _call, _driver
 from .allocator import Unset, layout, materialize
 
 _NOTHING = object()
@@ -28,6 +30,20 @@ class _Last:
 
 
 _last = _Last()
+
+
+#: Kernels with a generated fast path: a fork()ed child drops them all (see _after_fork_in_child).
+_specialised: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The fast paths would call JAX without asking; the generic path meets the driver's refusal.
+    for k in list(_specialised):
+        k.fast = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
@@ -107,6 +123,8 @@ def _bind(k: Any, args: Any) -> tuple[Sequence[Any], dict[str, Any]]:
 
 
 def _generic(k: Any, grid: Any, args: Any) -> None:
+    if isinstance(_driver.state.jax_devices, _driver._ForkedDevices):
+        raise LaunchError(_driver.FORKED)
     vals, kw = _bind(k, args)
     try:
         key = _key(k, grid, vals, kw)
@@ -146,6 +164,7 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
         and all(type(a) is Array or not isinstance(a, Buffer) for a in args)
     ):
         k.fast = _specialise(k, args)
+        _specialised.add(k)
 
 
 def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any]) -> Any:
