@@ -280,6 +280,39 @@ class BackendConformance:
         with pytest.raises(kb.UseAfterFreeError):
             saxpy.launch(**self.saxpy_launch(4), args=(x, y, np.float32(1), np.int32(4)))
 
+    def test_closed_kernel_refuses_launches_and_compiles_again(self, device: kb.Device) -> None:
+        """``Kernel.close()`` (the optional ``kernelbay_close_kernel`` hook, or its fallback)."""
+        k = kb.compile(self.saxpy_source(), device=device)
+        k.close()
+        assert k.closed
+        x, y = kb.zeros(4, "float32", device=device), kb.zeros(4, "float32", device=device)
+        with pytest.raises(kb.UseAfterFreeError):
+            k.launch(**self.saxpy_launch(4), args=(x, y, np.float32(1), np.int32(4)))
+        k.close()  # twice is harmless
+        again = kb.compile(self.saxpy_source(), device=device)
+        xs, ys = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
+        np.testing.assert_allclose(self._run_saxpy(again, device, 2.0, xs, ys), 2.0 * xs + ys, rtol=1e-6)
+
+    def test_trace_records_this_backends_work(self, device: kb.Device, saxpy: kb.Kernel, tmp_path: Any) -> None:
+        """A trace (the core's tracer, and the optional ``kernelbay_device_timer`` hook, whose
+        fallback is host spans only) has host spans for the launch and copies, and any device
+        span belongs to one of them."""
+        import json
+
+        path = tmp_path / "trace.json"
+        xs, ys = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
+        with kb.trace(path):
+            self._run_saxpy(saxpy, device, 2.0, xs, ys)
+        with open(path, encoding="utf-8") as f:
+            events = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+        cats = [e.get("cat") for e in events]
+        assert cats.count("launch") == 1, cats
+        assert "copy" in cats, cats
+        host = [e for e in events if e.get("cat") != "device"]
+        flows = {e["args"].get("flow") for e in host if "flow" in e.get("args", {})}
+        for d in (e for e in events if e.get("cat") == "device"):
+            assert d["args"].get("flow") in flows, d
+
     def test_synchronize(self, device: kb.Device) -> None:
         device.synchronize()
         kb.device(str(device)).synchronize()
