@@ -108,6 +108,7 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
 
     stream = kc.Stream(dev)
     foreign = _ForeignStream(stream.handle)
+    kst = dev.stream()  # the portable form: a kb.Stream holding a kc.Stream
     kcfg = kb.LaunchConfig(grid=(1,), block=(32,))
     cases = {
         # one row per call form (the tuple form is the README's, the headline)
@@ -118,6 +119,7 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         "kernelbay-keywords": lambda: k.launch(grid=(1,), block=(32,), args=args),
         "kernelbay-call": lambda: k((1,), (32,), args),
         "kernelbay-stream": lambda: k.launch((1,), (32,), args, stream=stream),
+        "kernelbay-kb-stream": lambda: k.launch((1,), (32,), args, stream=kst),
         "kernelbay-foreign-stream": lambda: k.launch((1,), (32,), args, stream=foreign),
         "driver-prepacked": lambda: d.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, s0, addr, 0),
         "driver-tuple": lambda: d.cuLaunchKernel(
@@ -432,6 +434,7 @@ def goals(records: list[dict]) -> list[dict]:
         "kernelbay-keywords",
         "kernelbay-call",
         "kernelbay-stream",
+        "kernelbay-kb-stream",
         "kernelbay-foreign-stream",
         "kernelbay-torch-stream",
     )

@@ -76,8 +76,9 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * FastLaunch(...)(grid, block, args, shared_mem, stream) does in C what launcher.py's generated
  * Python fast path does, for every call form the core hands over: grid and block as ints or
  * tuples of 1 to 3 ints (a LaunchConfig arrives as 3-tuples) within the kernel's limits; the
- * default stream, a kernelbay Stream of the kernel's device, or a foreign stream (an object
- * with __cuda_stream__, or a PyTorch stream's int .cuda_stream); arguments of exactly the types
+ * default stream, a kb.Stream or kernelbay_cuda.Stream of the kernel's device, or a foreign
+ * stream (an object with __cuda_stream__, or a PyTorch stream's int .cuda_stream: its handle is
+ * read once per object, the last one kept by weak reference); arguments of exactly the types
  * seen when it was made, launched from the kernel's first thread. It writes every argument
  * value into the kernel's parameter buffer and calls cuLaunchKernel. Anything else -- and any
  * value that does not fit its parameter -- goes to the Python slow path, which validates fully
@@ -103,7 +104,10 @@ typedef struct {
     unsigned long tid;
     long long max_g[3], max_b[3], max_threads, dyn_limit;
     long long fixed_b[3], shm_base; /* fixed_b[0] == 0: the caller gives the block */
-    PyObject *stream_type;
+    PyObject *stream_type;    /* kernelbay_cuda.Stream */
+    PyObject *kb_stream_type; /* kernelbay.Stream: its .handle is a kernelbay_cuda.Stream */
+    PyObject *fs_ref;         /* weak reference to the last foreign stream object, or NULL */
+    void *fs_handle;          /* its CUstream, read once from it */
     long long index;
     PyObject *dev;
     PyObject *types; /* tuple of exact types, one per argument */
@@ -174,6 +178,73 @@ static int foreign_stream(PyObject *o, void **out) {
     Py_DECREF(h);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
     *out = (void *)(uintptr_t)v;
+    return 0;
+}
+
+/* The CUstream of a kernelbay_cuda.Stream of this kernel's device. 0: ok; -1: the slow path
+ * decides (another device, a closed stream, the default stream's wrapper). */
+static int own_stream(FastLaunch *self, PyObject *s, void **out) {
+    PyObject *idx = PyObject_GetAttr(s, s_index);
+    long long si = -1;
+    int bad = idx == NULL || as_ll(idx, &si) || si != self->index;
+    Py_XDECREF(idx);
+    if (bad) return -1;
+    PyObject *h = PyObject_GetAttr(s, s_handle);
+    if (h == NULL || !PyLong_Check(h)) {
+        Py_XDECREF(h);
+        return -1;
+    }
+    unsigned long long hv = PyLong_AsUnsignedLongLong(h);
+    Py_DECREF(h);
+    /* 0: a closed stream (or the default stream's wrapper): the slow path tells them apart */
+    if (hv == 0 || (hv == (unsigned long long)-1 && PyErr_Occurred())) return -1;
+    *out = (void *)(uintptr_t)hv;
+    return 0;
+}
+
+/* The object a weak reference points to (borrowed), or NULL when it is gone. */
+static PyObject *weak_target(PyObject *ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(ref, &o) <= 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(o); /* the caller compares identity only, while it holds the object itself */
+    return o;
+#else
+    PyObject *o = PyWeakref_GET_OBJECT(ref);
+    return o == Py_None ? NULL : o;
+#endif
+}
+
+/* The CUstream of any stream= value but None. 0: ok; -1: the slow path decides.
+ * A foreign stream's handle is read once per object: the last one is remembered through a
+ * weak reference (an object that cannot be weakly referenced is asked every launch). */
+static int stream_handle(FastLaunch *self, PyObject *stream, void **out) {
+    PyObject *t = (PyObject *)Py_TYPE(stream);
+    if (t == self->stream_type) return own_stream(self, stream, out);
+    if (t == self->kb_stream_type) {
+        PyObject *h = PyObject_GetAttr(stream, s_handle);
+        if (h == NULL) return -1;
+        int rc = (PyObject *)Py_TYPE(h) == self->stream_type ? own_stream(self, h, out) : -1;
+        Py_DECREF(h);
+        return rc;
+    }
+    if (self->fs_ref != NULL && weak_target(self->fs_ref) == stream) {
+        *out = self->fs_handle;
+        return 0;
+    }
+    if (PyLong_Check(stream) || PyObject_TypeCheck(stream, (PyTypeObject *)self->stream_type) ||
+        PyObject_TypeCheck(stream, (PyTypeObject *)self->kb_stream_type) || foreign_stream(stream, out))
+        return -1;
+    PyObject *ref = PyWeakref_NewRef(stream, NULL);
+    if (ref == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_XSETREF(self->fs_ref, ref);
+    self->fs_handle = *out;
     return 0;
 }
 
@@ -248,27 +319,7 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
     sm += self->shm_base;
     if (b[0] * b[1] * b[2] > self->max_threads || sm > self->dyn_limit) return fl_slow(self, a);
     void *sh = NULL;
-    if (stream == Py_None) {
-    } else if ((PyObject *)Py_TYPE(stream) == self->stream_type) {
-        PyObject *idx = PyObject_GetAttr(stream, s_index);
-        long long si = -1;
-        int bad = idx == NULL || as_ll(idx, &si) || si != self->index;
-        Py_XDECREF(idx);
-        if (bad) return fl_slow(self, a);
-        PyObject *h = PyObject_GetAttr(stream, s_handle);
-        if (h == NULL || !PyLong_Check(h)) {
-            Py_XDECREF(h);
-            return fl_slow(self, a);
-        }
-        unsigned long long hv = PyLong_AsUnsignedLongLong(h);
-        Py_DECREF(h);
-        /* 0: a closed stream (or the default stream's wrapper): the slow path tells them apart */
-        if (hv == 0 || (hv == (unsigned long long)-1 && PyErr_Occurred())) return fl_slow(self, a);
-        sh = (void *)(uintptr_t)hv;
-    } else if (PyLong_Check(stream) || PyObject_TypeCheck(stream, (PyTypeObject *)self->stream_type) ||
-               foreign_stream(stream, &sh)) {
-        return fl_slow(self, a);
-    }
+    if (stream != Py_None && stream_handle(self, stream, &sh)) return fl_slow(self, a);
     PyObject *const *items;
     Py_ssize_t len;
     if (PyTuple_CheckExact(args)) {
@@ -353,9 +404,9 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
     Py_ssize_t nkinds;
     PyObject *offsets, *fixed = Py_None;
     self->shm_base = 0;
-    if (!PyArg_ParseTuple(args, "KKKk(LLL)(LLL)LLOLOOs#OOOOOO|OL", &fn, &params, &buf, &tid, &self->max_g[0],
+    if (!PyArg_ParseTuple(args, "KKKk(LLL)(LLL)LL(OO)LOOs#OOOOOO|OL", &fn, &params, &buf, &tid, &self->max_g[0],
                           &self->max_g[1], &self->max_g[2], &self->max_b[0], &self->max_b[1], &self->max_b[2],
-                          &self->max_threads, &self->dyn_limit, &self->stream_type, &self->index, &self->dev,
+                          &self->max_threads, &self->dyn_limit, &self->stream_type, &self->kb_stream_type, &self->index, &self->dev,
                           &self->types, &kinds, &nkinds, &offsets, &self->slow, &self->kernel, &self->failed,
                           &self->cell, &self->name, &fixed, &self->shm_base))
         return -1;
@@ -364,7 +415,8 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
         return -1;
     if (!PyTuple_Check(self->types) || !PyTuple_Check(offsets) || !PyList_Check(self->cell) ||
         PyList_GET_SIZE(self->cell) < 3 || PyTuple_GET_SIZE(self->types) != nkinds ||
-        PyTuple_GET_SIZE(offsets) != nkinds || nkinds > 256 || !PyType_Check(self->stream_type)) {
+        PyTuple_GET_SIZE(offsets) != nkinds || nkinds > 256 || !PyType_Check(self->stream_type) ||
+        !PyType_Check(self->kb_stream_type)) {
         PyErr_SetString(PyExc_ValueError, "FastLaunch: inconsistent arguments");
         return -1;
     }
@@ -386,6 +438,9 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
     self->buf = (char *)(uintptr_t)buf;
     self->tid = tid;
     Py_INCREF(self->stream_type);
+    Py_INCREF(self->kb_stream_type);
+    Py_CLEAR(self->fs_ref);
+    self->fs_handle = NULL;
     Py_INCREF(self->dev);
     Py_INCREF(self->types);
     Py_INCREF(self->slow);
@@ -399,6 +454,7 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
 
 static int FastLaunch_traverse(FastLaunch *self, visitproc visit, void *arg) {
     Py_VISIT(self->stream_type);
+    Py_VISIT(self->kb_stream_type);
     Py_VISIT(self->dev);
     Py_VISIT(self->types);
     Py_VISIT(self->slow);
@@ -411,6 +467,8 @@ static int FastLaunch_traverse(FastLaunch *self, visitproc visit, void *arg) {
 
 static int FastLaunch_clear(FastLaunch *self) {
     Py_CLEAR(self->stream_type);
+    Py_CLEAR(self->kb_stream_type);
+    Py_CLEAR(self->fs_ref);
     Py_CLEAR(self->dev);
     Py_CLEAR(self->types);
     Py_CLEAR(self->slow);

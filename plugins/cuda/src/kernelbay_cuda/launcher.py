@@ -20,6 +20,7 @@ from typing import Any
 
 import kernelbay as kb
 from kernelbay.errors import InvalidArgumentError
+from kernelbay.streams import Stream as KbStream
 from kernelbay.types import dim3
 
 from . import _driver, native
@@ -242,10 +243,12 @@ def fast(grid, block, args, shared_mem, stream):
     if type(grid) is int and type(block) is int and get_ident() == TID:
         if stream is None:
             s = S0
-        elif type(stream) is StreamT and stream.index == IDX and stream.handle:
-            s = stream.{stream_attr}
         else:
-            return slow(K, grid, block, args, shared_mem, stream)
+            st = stream.handle if type(stream) is KbStreamT else stream
+            if type(st) is StreamT and st.index == IDX and st.handle:
+                s = st.{stream_attr}
+            else:
+                return slow(K, grid, block, args, shared_mem, stream)
         if 0 < grid <= MGX and 0 < block <= K.max_threads and 0 <= shared_mem <= K.dyn_limit:
             try:
                 {unpack}
@@ -295,7 +298,7 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
                 (k.max_bx, k.max_by, k.max_bz),
                 k.max_threads,
                 k.dyn_limit,
-                Stream,
+                (Stream, KbStream),
                 k.index,
                 k.device,
                 tuple(type(a) for a in args),
@@ -340,6 +343,7 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
         "DEV": k.device,
     }
     ns["StreamT"] = Stream
+    ns["KbStreamT"] = KbStream
     if nat is not None:
         ns.update(S0=0, LAUNCH=nat.launch, FN=int(k.fn))
         how = {
