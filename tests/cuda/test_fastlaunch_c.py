@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+from kernelbay.streams import Stream as KbStream
 from kernelbay_cuda import kernel, launcher, native, packing
 from kernelbay_cuda.streams import Stream
 
@@ -69,7 +70,7 @@ class Rig:
             (1024, 1024, 64),
             1024,
             49152,
-            Stream,
+            (Stream, KbStream),
             0,
             DEV,
             tuple(type(a) for a in sample),
@@ -147,21 +148,36 @@ def _stream(handle: int, index: int = 0) -> Stream:
     return s
 
 
+def _core(inner: object) -> KbStream:
+    """A kb.Stream (what dev.stream() gives) holding ``inner`` as its backend handle."""
+    return KbStream(device=DEV, handle=inner, binding=None)
+
+
 @pytest.mark.parametrize(
     ("stream", "handle"),
-    [(None, 0), (Foreign(0xABC), 0xABC), (OldTorchStream(0xDEF), 0xDEF), (Foreign(0), 0), ("kb", 0x77)],
+    [(None, 0), (Foreign(0xABC), 0xABC), (OldTorchStream(0xDEF), 0xDEF), (Foreign(0), 0), ("kb", 0x77), ("core", 0x88)],
 )
 def test_stream_forms(stream, handle) -> None:
     rig = Rig(SAXPY, (Arr(1), Arr(2), 1.0, 1), "PPfi")
-    stream = _stream(0x77) if stream == "kb" else stream
+    stream = (
+        {"kb": _stream(0x77), "core": _core(_stream(0x88))}.get(stream, stream) if isinstance(stream, str) else stream
+    )
     call = rig((2,), (64,), (Arr(1), Arr(2), 1.0, 1), 0, stream)
     assert call is not None and call[3] == handle
 
 
-@pytest.mark.parametrize("stream", [object(), 5, "kb-other-device", "kb-closed"])
+@pytest.mark.parametrize(
+    "stream", [object(), 5, "kb-other-device", "kb-closed", "core-other-device", "core-closed", "core-foreign"]
+)
 def test_other_streams_go_to_the_slow_path(stream) -> None:
     rig = Rig(SAXPY, (Arr(1), Arr(2), 1.0, 1), "PPfi")
-    stream = {"kb-other-device": _stream(0x77, index=1), "kb-closed": _stream(0)}.get(stream, stream)
+    stream = {
+        "kb-other-device": lambda: _stream(0x77, index=1),
+        "kb-closed": lambda: _stream(0),
+        "core-other-device": lambda: _core(_stream(0x77, index=1)),
+        "core-closed": lambda: _core(_stream(0)),
+        "core-foreign": lambda: _core(Foreign(0x77)),  # not a handle of this backend's
+    }.get(stream, lambda: stream)()
     assert rig(1, 64, (Arr(1), Arr(2), 1.0, 1), 0, stream) is None
     assert len(rig.slow) == 1
 
@@ -225,3 +241,50 @@ def test_failed_launch_reports_through_the_python_handler() -> None:
     rig = Rig(SAXPY, (Arr(1), Arr(2), 1.0, 1), "PPfi", rc=700)
     rig((4, 2), (32,), (Arr(1), Arr(2), 1.0, 1))
     assert rig.failed and rig.failed[0][:3] == (700, (4, 2), (32,))
+
+
+class Counting:
+    """A foreign stream that counts how often its handle is asked for."""
+
+    def __init__(self, handle: int) -> None:
+        self.h, self.asked = handle, 0
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        self.asked += 1
+        return (0, self.h)
+
+
+class NoWeakref:
+    __slots__ = ("h", "asked")
+
+    def __init__(self, handle: int) -> None:
+        self.h, self.asked = handle, 0
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        self.asked += 1
+        return (0, self.h)
+
+
+def test_a_foreign_streams_handle_is_read_once_per_object() -> None:
+    rig = Rig(SAXPY, (Arr(1), Arr(2), 1.0, 1), "PPfi")
+    args = (Arr(1), Arr(2), 1.0, 1)
+    a, b = Counting(0xA0), Counting(0xB0)
+    got = [rig(1, 64, args, 0, s)[3] for s in (a, a, a, b, b, a)]
+    assert got == [0xA0, 0xA0, 0xA0, 0xB0, 0xB0, 0xA0]
+    assert (a.asked, b.asked) == (2, 1)  # a again after b: asked once more
+    assert rig.slow == []
+    # A new object (even one at the address of a dead one) is asked for its own handle.
+    del a, b
+    for h in range(0xC0, 0xC8):
+        c = Counting(h)
+        assert rig(1, 64, args, 0, c)[3] == h
+        assert c.asked == 1
+        del c
+
+
+def test_a_foreign_stream_without_weak_references_is_asked_every_launch() -> None:
+    rig = Rig(SAXPY, (Arr(1), Arr(2), 1.0, 1), "PPfi")
+    s = NoWeakref(0xD0)
+    for _ in range(3):
+        assert rig(1, 64, (Arr(1), Arr(2), 1.0, 1), 0, s)[3] == 0xD0
+    assert s.asked == 3 and rig.slow == []
