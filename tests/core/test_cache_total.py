@@ -74,3 +74,16 @@ def test_info_says_whether_usable(tmp_path) -> None:
     bad = DiskCache(str(shared)).info()
     assert bad["usable"] is False and "writable by group and others" in bad["problem"]
     assert bad["owner_ok"] is False and bad["writable"] is True
+
+
+def test_a_store_right_after_the_scan_does_not_scan_again(tmp_path, scans, monkeypatch) -> None:
+    # The scan time is written rounded to the millisecond: read back it can lie up to half a
+    # millisecond in the future of the next store (seen on a fast machine as a second scan).
+    c = DiskCache(str(tmp_path / "c"), max_bytes=1 << 30)
+    c.put(_key(1), b"z")
+    assert scans[0] == 1
+    total, scanned = (tmp_path / "c" / ".size").read_text().split()
+    (tmp_path / "c" / ".size").write_text(f"{total} {float(scanned) + 0.0005:.3f}\n")
+    monkeypatch.setattr(cache_mod.time, "time", lambda: float(scanned))
+    c.put(_key(2), b"z")
+    assert scans[0] == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 
@@ -69,7 +70,9 @@ def test_help_documents_exit_codes(capsys):
 def test_malformed_kernelbay_log_is_a_clear_error():
     r = subprocess.run(
         [sys.executable, "-m", "kernelbay", "info"],
-        env={"KERNELBAY_LOG": "verbose", "PATH": "/usr/bin:/bin"},
+        # PYTHONPATH carried: where the packages are installed with --target (the GPU machine)
+        env={"KERNELBAY_LOG": "verbose", "PATH": "/usr/bin:/bin"}
+        | ({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
         capture_output=True,
         text=True,
         timeout=120,

@@ -355,7 +355,10 @@ class DiskCache(PrivateDir):
         """The running total after adding ``nbytes``; None when a full scan is due."""
         with self._lock:
             got = self._read_total(root)
-            if got is None or not 0 <= time.time() - got[1] < RESCAN_SECONDS:
+            # The scan time is written to the millisecond, rounded: a store within half a
+            # millisecond of the scan reads it as slightly in the future, which is no reason to
+            # rescan; one more than a second ahead (a clock set back) is.
+            if got is None or not -1.0 < time.time() - got[1] < RESCAN_SECONDS:
                 return None
             total = got[0] + nbytes
             self._write_total(root, total, got[1])
