@@ -28,7 +28,7 @@ class _Foreign:
         return (0, self.s.handle)
 
 
-def _forms(k, x, y, stream):
+def _forms(k, x, y, stream, core_stream=None):
     a = (x, y, np.float32(1), np.int32(N))
     cfg = kb.LaunchConfig(grid=(1,), block=(N,))
     return {
@@ -41,10 +41,22 @@ def _forms(k, x, y, stream):
         "call": lambda: k((1,), (N,), a),
         "kb-stream": lambda: k.launch((1,), (N,), a, stream=stream),
         "foreign-stream": lambda: k.launch((1,), (N,), a, stream=_Foreign(stream)),
+        "core-stream": lambda: k.launch((1,), (N,), a, stream=core_stream),  # dev.stream(): portable
     }
 
 
-FORMS = ["ints", "tuples", "3-tuples", "2-d", "config", "keywords", "call", "kb-stream", "foreign-stream"]
+FORMS = [
+    "ints",
+    "tuples",
+    "3-tuples",
+    "2-d",
+    "config",
+    "keywords",
+    "call",
+    "kb-stream",
+    "foreign-stream",
+    "core-stream",
+]
 
 
 @pytest.fixture(params=["native", "python"])
@@ -71,7 +83,7 @@ def test_every_call_form(form, launcher) -> None:
     k = kb.compile(kb.Source(SAXPY, "cuda", name="saxpy", options=(tag,)), dev)
     x, y = kb.asarray(np.ones(N, np.float32), device=dev), kb.zeros(N, "float32", device=dev)
     s = Stream(dev)
-    launch = _forms(k, x, y, s)[form]
+    launch = _forms(k, x, y, s, dev.stream())[form]
     for _ in range(3):
         launch()
     s.synchronize()
