@@ -13,7 +13,7 @@ import importlib
 import os
 import sys as _sys
 import types as _pytypes
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 import attrs
@@ -42,6 +42,11 @@ def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return _pytypes.MappingProxyType(dict(value or {}))
 
 
+def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    # converter=tuple, typed (type checkers cannot infer tuple's element type as a converter)
+    return tuple(value)
+
+
 # --- backend and device -----------------------------------------------------------------
 
 
@@ -59,7 +64,7 @@ class BackendSpec:
 
     name: str
     priority: int
-    languages: tuple[str, ...] = attrs.field(converter=tuple)
+    languages: tuple[str, ...] = attrs.field(converter=_str_tuple)
     api_version: int
     description: str = ""
 
@@ -427,11 +432,11 @@ class Source:
     code: str | bytes | Callable[..., Any] = attrs.field(validator=_check_code)
     lang: str = attrs.field(converter=_lang, validator=_check_lang)
     name: str | None = None
-    options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    options: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     headers: Mapping[str, str] = attrs.field(
         factory=dict, converter=_frozen_mapping, hash=False, validator=_check_headers
     )
-    name_expressions: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    name_expressions: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     meta: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False)
 
     @classmethod
