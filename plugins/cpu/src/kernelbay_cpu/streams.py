@@ -42,12 +42,12 @@ class _Queue:
 
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
-        self.jobs: deque[Callable[[], None] | None] = deque()
+        self.jobs: deque[Callable[[], object] | None] = deque()  # results are dropped
         self.queued = 0  # jobs not yet finished
         self.error: BaseException | None = None
         self.__weakref__: Any
 
-    def put(self, job: Callable[[], None]) -> None:
+    def put(self, job: Callable[[], object]) -> None:
         global pending
         with _lock:
             pending += 1
