@@ -161,8 +161,8 @@ def make_packer(
     else:
         lines.append("    if args: raise Replan")
     for h in handles:
-        i = h[1:]
-        lines.append(f"    h{i} = a{i}.handle")
+        k = h[1:]
+        lines.append(f"    h{k} = a{k}.handle")
     if handles:
         lines.append("    if " + " or ".join(f"h{h[1:]} is None" for h in handles) + ": raise Replan")
         lines.append(
