@@ -55,6 +55,7 @@ def describe(k: Any, p: int, v: Any) -> tuple[Any, bool]:
         pass
     elif hasattr(v, "shape") and hasattr(v, "dtype"):
         return ("a", None, _aval(v)), p not in k.outputs
+    treedef: Any  # jaxlib's PyTreeDef (compiled, without type stubs)
     leaves, treedef = jax.tree_util.tree_flatten(v)
     if (
         not isinstance(v, np.generic)
