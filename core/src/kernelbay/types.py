@@ -224,7 +224,7 @@ class Array(Buffer):
     """A C-contiguous typed array in device memory (a :class:`Buffer` with shape and dtype)."""
 
     shape: tuple[int, ...] = ()
-    dtype: np.dtype = None  # type: ignore[assignment]
+    dtype: np.dtype = None  # type: ignore[assignment]  # always given: a default only to follow shape's
 
     @property
     def size(self) -> int:

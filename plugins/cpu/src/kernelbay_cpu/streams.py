@@ -99,7 +99,7 @@ class CpuStream:
 
     def __init__(self, device: Device) -> None:
         self.device = device
-        self.queue = _Queue()
+        self.queue: _Queue | None = _Queue()  # None once closed
         self.thread = threading.Thread(target=self.queue.work, name="kernelbay-cpu-stream", daemon=True)
         self.thread.start()
         _queues.add(self.queue)
@@ -107,7 +107,7 @@ class CpuStream:
     def close(self) -> None:
         q = self.queue
         if q is not None:
-            self.queue = None  # type: ignore[assignment]
+            self.queue = None
             q.stop()
 
     def __del__(self) -> None:

@@ -48,7 +48,8 @@ class CudaError(KernelbayError):
 def driver() -> Any:
     m = _mods.get("driver")
     if m is None:
-        from cuda.bindings import driver as mod  # deferred for speed
+        # deferred for speed; a compiled module without type stubs
+        from cuda.bindings import driver as mod  # pyright: ignore[reportAttributeAccessIssue]
 
         m = _mods["driver"] = mod
     return m
@@ -57,7 +58,8 @@ def driver() -> Any:
 def nvrtc() -> Any:
     m = _mods.get("nvrtc")
     if m is None:
-        from cuda.bindings import nvrtc as mod  # deferred for speed
+        # deferred for speed; a compiled module without type stubs
+        from cuda.bindings import nvrtc as mod  # pyright: ignore[reportAttributeAccessIssue]
 
         m = _mods["nvrtc"] = mod
     return m

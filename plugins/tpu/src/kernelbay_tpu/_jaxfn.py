@@ -74,6 +74,7 @@ def describe(k: Any, p: int, v: Any) -> tuple[Any, bool]:
 
 def call_jax(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any) -> Any:
     import jax
+    import jax.core  # jax.core.Tracer below (import jax loads it; this says so)
 
     vals, kw = bind(k, args, kwargs)
     grid_t = _call.normalise_grid(k, grid)
