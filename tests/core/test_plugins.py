@@ -196,3 +196,21 @@ def test_remove_backend_unregisters_it(add_backend):
     assert all(name != "backend:gone" for name, _ in runtime.pm.list_name_plugin())
     with pytest.raises(kb.BackendNotInstalledError):
         kb.device("gone")
+
+
+def test_binding_attributes_are_typed_as_their_hookspecs():
+    # Binding declares each bound hook with the spec's signature so type checkers check the
+    # core's calls; a hook added or changed in hookspecs.py without its Binding line fails here.
+    import typing
+
+    from kernelbay import _binding, graphs, hookspecs, streams, types
+
+    ns = {**vars(_binding), **vars(types), "np": np, "Step": graphs.Step, "Stream": streams.Stream}
+    ns["Event"] = streams.Event
+    declared = typing.get_type_hints(_binding.Binding, globalns=ns)
+    for hook in _binding.ALL_HOOKS:
+        spec = typing.get_type_hints(getattr(hookspecs, hook), globalns=ns)
+        ret = spec.pop("return")
+        params, bound_ret = typing.get_args(declared[_binding._hook_attr(hook)])
+        bound_ret = type(None) if bound_ret is None else bound_ret  # get_type_hints' spelling of None
+        assert (list(params), bound_ret) == (list(spec.values()), ret), hook

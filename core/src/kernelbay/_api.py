@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import streams as _streams
 from ._plugins import Backend, Binding, binding, runtime
@@ -14,6 +14,9 @@ from .errors import (
     UnsupportedError,
 )
 from .types import Array, Buffer, Device, Kernel, Source
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 _new = object.__new__
 
@@ -238,8 +241,7 @@ def _adopt(obj: Any, device_like: DeviceLike) -> Array | None:
     import numpy as np
 
     if device_like is not None:
-        dev, b = _resolve(device_like)
-        candidates = [(dev, b)]
+        candidates: list[tuple[Device | None, Binding]] = [_resolve(device_like)]
     else:
         candidates = [(None, b) for b in _by_priority() if isinstance(b, Binding)]
     for dev, b in candidates:
@@ -259,7 +261,7 @@ def _adopt(obj: Any, device_like: DeviceLike) -> Array | None:
     return None
 
 
-def to_numpy(array: Array):
+def to_numpy(array: Array) -> np.ndarray:
     """``array``'s contents on the host: a shared view where the backend allows, else a copy."""
     return array.numpy()
 

@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -23,6 +23,13 @@ from . import graphs as _graphs
 from . import streams as _streams
 from .errors import BackendBrokenError, BackendUnavailableError, InvalidArgumentError, UnsupportedError
 from .types import BackendSpec, Device
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+    from .graphs import Step
+    from .streams import Event, Stream
+    from .types import Array, Buffer, Kernel, MemoryStats, Source
 
 ENV_BACKENDS = "KERNELBAY_BACKENDS"
 log = logging.getLogger("kernelbay.plugins")
@@ -49,6 +56,41 @@ class Binding:
     __slots__ = ("name", "plugin", "spec", "distribution", "_devices", "_devices_error", "_lock", "wrapped") + tuple(
         _hook_attr(n) for n in ALL_HOOKS
     )
+
+    # The hooks as bound by bind(), typed as their specs in hookspecs.py (same order; a test
+    # checks that every hook has one).
+    backend: Callable[[], BackendSpec]
+    devices_hook: Callable[[], Sequence[Device]]
+    allocate: Callable[[Device, int], Any]
+    free: Callable[[Device, Any], None]
+    copy: Callable[[Buffer | np.ndarray, Buffer | np.ndarray, int, Any], None]
+    memset: Callable[[Buffer, int, int, Any], None]
+    compile: Callable[[Device, Source], Any]
+    launch: Callable[[Kernel, Any, Any, Sequence[Any], int, Any], Any]
+    synchronize: Callable[[Device, Any], None]
+    host_view: Callable[[Array], np.ndarray | None]
+    close_kernel: Callable[[Kernel], None]
+    memory_stats: Callable[[Device], MemoryStats]
+    clear_cache: Callable[[Device], None]
+    from_external: Callable[[Any, Device | None], tuple[Any, tuple[int, ...], Any] | None]
+    to_dlpack: Callable[[Array, Any, tuple[int, int] | None], Any]
+    dlpack_device: Callable[[Array], tuple[int, int]]
+    cuda_array_interface: Callable[[Array], dict[str, Any]]
+    default_stream: Callable[[Device], Any]
+    stream_create: Callable[[Device, int], Any]
+    stream_destroy: Callable[[Device, Any], None]
+    stream_query: Callable[[Device, Stream], bool]
+    stream_wait: Callable[[Device, Stream, Event], None]
+    event_record: Callable[[Device, Stream], Any]
+    event_synchronize: Callable[[Device, Event], None]
+    event_query: Callable[[Device, Event], bool]
+    event_elapsed: Callable[[Device, Event, Event], float]
+    kernel_access: Callable[[Kernel], Sequence[str | None] | None]
+    graph_build: Callable[[Device, Sequence[Step]], Any]
+    graph_replay: Callable[[Device, Any, Any], None]
+    graph_update: Callable[[Device, Any, Step], bool]
+    graph_destroy: Callable[[Device, Any], None]
+    device_timer: Callable[[], Any]
 
     def __init__(self, name: str, plugin: object, distribution: str | None) -> None:
         self.name = name

@@ -51,7 +51,7 @@ class Backend:
     distribution: str | None
     version: str | None
     target: str
-    _load: Callable[[], object] = attrs.field(repr=False)
+    _load: Callable[[], object] = attrs.field(repr=False, alias="load")
     _binding: Binding | None = attrs.field(default=None, repr=False, init=False)
     _error: BaseException | None = attrs.field(default=None, repr=False, init=False)
 

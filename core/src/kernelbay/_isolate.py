@@ -64,7 +64,7 @@ def _divert(ident: int) -> None:
     with _route_lock:
         out = sys.stdout
         if not isinstance(out, _Routed):
-            out = sys.stdout = _Routed(out)  # type: ignore[assignment]
+            out = sys.stdout = _Routed(out)
         out.diverted.add(ident)
 
 

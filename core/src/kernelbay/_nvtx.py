@@ -101,10 +101,15 @@ def _copy_label(dst: Any, src: Any, nbytes: int, stream: Any) -> str:
     return f"copy {copy_ends(dst, src)[1]}"
 
 
-NvtxRanges.kernelbay_launch.kernelbay_positional = _positional(lambda k, *a: f"launch {k.name}")
-NvtxRanges.kernelbay_copy.kernelbay_positional = _positional(_copy_label)
-NvtxRanges.kernelbay_allocate.kernelbay_positional = _positional(lambda *a: "allocate")
-NvtxRanges.kernelbay_free.kernelbay_positional = _positional(lambda *a: "free")
+def _install(cls: Any) -> None:
+    """Attach the positional forms to the hook implementations (as _tracehot.install does)."""
+    cls.kernelbay_launch.kernelbay_positional = _positional(lambda k, *a: f"launch {k.name}")
+    cls.kernelbay_copy.kernelbay_positional = _positional(_copy_label)
+    cls.kernelbay_allocate.kernelbay_positional = _positional(lambda *a: "allocate")
+    cls.kernelbay_free.kernelbay_positional = _positional(lambda *a: "free")
+
+
+_install(NvtxRanges)
 
 
 def enable() -> NvtxRanges:

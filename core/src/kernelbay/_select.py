@@ -111,7 +111,7 @@ def _by_priority() -> list[Binding | BackendBrokenError]:
             out.append(runtime.load(name))
         except BackendBrokenError as exc:
             out.append(exc)
-    return sorted(out, key=lambda b: -(b.spec.priority) if isinstance(b, Binding) else 0)
+    return sorted(out, key=lambda b: -(b.spec.priority) if isinstance(b, Binding) and b.spec is not None else 0)
 
 
 def devices() -> list[Device]:
@@ -156,7 +156,7 @@ def device(selector: str | Device | None = None) -> Device:
 def select(sel: Selector, source: str = ENV_DEVICE) -> Device:
     """Resolve a parsed selector to a device."""
     records = runtime.records()
-    failures: list[tuple[str, BaseException | str]] = []
+    failures: list[tuple[str, BackendError | str]] = []
     for term in sel.terms:
         if term.backend is None:
             for b in _by_priority():
@@ -194,7 +194,7 @@ def select(sel: Selector, source: str = ENV_DEVICE) -> Device:
     raise _no_device(sel, source, failures)
 
 
-def _no_device(sel: Selector, source: str, failures: list[tuple[str, BaseException | str]]) -> BackendError:
+def _no_device(sel: Selector, source: str, failures: list[tuple[str, BackendError | str]]) -> BackendError:
     records = runtime.records()
     what = f"{source}={sel.text!r}" if sel.text else "the default selection"
     if not records:
@@ -206,7 +206,7 @@ def _no_device(sel: Selector, source: str, failures: list[tuple[str, BaseExcepti
             )
         return NoDeviceError(f"no kernelbay backend is installed; {_install_hint()}")
     # One explicit term: raise its own error, cause chained, so callers can catch the kind.
-    if len(failures) == 1 and isinstance(failures[0][1], BaseException) and len(sel.terms) == 1:
+    if len(failures) == 1 and isinstance(failures[0][1], BackendError) and len(sel.terms) == 1:
         exc = failures[0][1]
         err = type(exc)(f"{exc}\n{_summary()}")
         err.__cause__ = exc.__cause__ or exc

@@ -200,7 +200,8 @@ class Tracer:
     @hookimpl(wrapper=True)
     def kernelbay_compile(self, device: Any, source: Any) -> Any:
         outer = getattr(self._tls, "lookups", None)
-        self._tls.lookups = found = []
+        found: list[bool] = []
+        self._tls.lookups = found
         t0 = perf_counter_ns()
         try:
             handle = yield

@@ -210,7 +210,7 @@ class Graph:
         r, w = [], []
         for i, a in enumerate(step.args):
             if isinstance(a, Buffer):
-                mode = modes[i] if modes is not None and i < len(modes) and modes[i] else "rw"
+                mode = (modes[i] if modes is not None and i < len(modes) else None) or "rw"
                 if "r" in mode:
                     r.append(a)
                 if "w" in mode:
@@ -408,6 +408,7 @@ def replay_steps(b: Binding, steps: Sequence[Step], stream: Any) -> None:
     # All on ``stream``, in recorded order: a valid order of the dependencies.
     for s in steps:
         if s.kind == "launch":
+            assert s.kernel is not None  # a launch step always has its kernel
             b.launch(s.kernel, s.grid, s.block, s.args, s.shared_mem, stream)
         elif s.kind == "copy":
             b.copy(s.dst, s.src, s.nbytes, stream)

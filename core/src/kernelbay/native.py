@@ -26,6 +26,7 @@ build backend, as CuPy and numba do); this module is the fallback for installs t
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -170,7 +171,8 @@ def _load(name: str, source: str, flags: tuple[str, ...]) -> ModuleType:
     from .cache import locked, lookup, make_key, recheck, store
 
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    parts = dict(
+    key_of = functools.partial(
+        make_key,
         backend="native-extension",
         compiler=" ".join(argv),
         compiler_version=f"{os.path.realpath(argv[0])}:{st.st_size}:{st.st_mtime_ns}",
@@ -179,8 +181,8 @@ def _load(name: str, source: str, flags: tuple[str, ...]) -> ModuleType:
         source=source,
         entries=[name],
     )
-    key = make_key(**parts)  # type: ignore[arg-type]
-    failed_key = make_key(**parts, extra={"outcome": "build-failed"})  # type: ignore[arg-type]
+    key = key_of()
+    failed_key = key_of(extra={"outcome": "build-failed"})
     cache, hit = lookup(key)
     if hit is not None:
         mod = _try_import(name, hit.payload, suffix)

@@ -9,11 +9,12 @@ dtype or contents are touched, so ``import kernelbay`` stays cheap.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import sys as _sys
 import types as _pytypes
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Self
 
 import attrs
 
@@ -41,6 +42,11 @@ def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return _pytypes.MappingProxyType(dict(value or {}))
 
 
+def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    # converter=tuple, typed (type checkers cannot infer tuple's element type as a converter)
+    return tuple(value)
+
+
 # --- backend and device -----------------------------------------------------------------
 
 
@@ -58,7 +64,7 @@ class BackendSpec:
 
     name: str
     priority: int
-    languages: tuple[str, ...] = attrs.field(converter=tuple)
+    languages: tuple[str, ...] = attrs.field(converter=_str_tuple)
     api_version: int
     description: str = ""
 
@@ -89,9 +95,7 @@ class Device:
         """Block until all work queued on every stream of this device (or on ``stream``) has finished."""
         # A sys.modules lookup, not an import statement: `from . import _plugins` costs about
         # 2 µs, more than a wait with nothing in flight should.
-        _plugins = _sys.modules.get("kernelbay._plugins")
-        if _plugins is None:
-            from . import _plugins
+        _plugins = _sys.modules.get("kernelbay._plugins") or importlib.import_module("kernelbay._plugins")
         if _streams.intercept and _streams.capturing(self) is not None:
             from .errors import InvalidArgumentError
 
@@ -178,7 +182,7 @@ class Buffer:
             self.handle = None
             self._b.free(self.device, h)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -220,7 +224,7 @@ class Array(Buffer):
     """A C-contiguous typed array in device memory (a :class:`Buffer` with shape and dtype)."""
 
     shape: tuple[int, ...] = ()
-    dtype: np.dtype = None  # type: ignore[assignment]
+    dtype: np.dtype = None  # type: ignore[assignment]  # always given: a default only to follow shape's
 
     @property
     def size(self) -> int:
@@ -233,7 +237,7 @@ class Array(Buffer):
     def ndim(self) -> int:
         return len(self.shape)
 
-    def numpy(self):
+    def numpy(self) -> np.ndarray:
         """The contents as a numpy array.
 
         Backends whose memory the host can address (cpu) return a view that shares memory;
@@ -262,7 +266,7 @@ class Array(Buffer):
         b.copy(out, self, self.nbytes, None)
         return out
 
-    def __array__(self, dtype: Any = None, copy: bool | None = None):
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """NumPy's protocol (NumPy 2 semantics, as ``np.asarray``/``np.array`` call it).
 
         ``copy=None``: a view where the host can address the memory (cpu), else a copy;
@@ -292,7 +296,9 @@ class Array(Buffer):
             raise TypeError("len() of a 0-d kernelbay Array")
         return self.shape[0]
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None):
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
         """Export through DLPack (the array API's protocol): zero-copy unless ``copy=True``, or
         ``dl_device`` asks for the host (``(1, 0)``, a copy unless the array lives there)."""
         src: Any = self
@@ -392,6 +398,20 @@ def _check_headers(_inst: object, _attr: attrs.Attribute, value: Mapping[str, An
         _check_text(text, f"Source header {name!r}")
 
 
+# Validators as functions passed to attrs.field(), not @field.validator methods: type checkers
+# see a field as its value's type and cannot follow the decorator.
+def _check_code(_inst: object, _attr: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, (str, bytes)) and not callable(value):
+        raise ArgumentTypeError(f"Source code must be str, bytes or a function, not {type(value).__name__}")
+    if isinstance(value, str):
+        _check_text(value, "Source code")
+
+
+def _check_lang(_inst: object, _attr: attrs.Attribute, value: str) -> None:
+    if not value:
+        raise InvalidArgumentError("Source lang must be a language name such as 'cuda' or 'c++'")
+
+
 @attrs.frozen
 class Source:
     """Kernel source in one language.
@@ -409,27 +429,15 @@ class Source:
         specs...), read-only.
     """
 
-    code: str | bytes | Callable[..., Any] = attrs.field()
-    lang: str = attrs.field(converter=_lang)
+    code: str | bytes | Callable[..., Any] = attrs.field(validator=_check_code)
+    lang: str = attrs.field(converter=_lang, validator=_check_lang)
     name: str | None = None
-    options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    options: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     headers: Mapping[str, str] = attrs.field(
         factory=dict, converter=_frozen_mapping, hash=False, validator=_check_headers
     )
-    name_expressions: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    name_expressions: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     meta: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping, hash=False)
-
-    @code.validator
-    def _check_code(self, _attr: attrs.Attribute, value: object) -> None:
-        if not isinstance(value, (str, bytes)) and not callable(value):
-            raise ArgumentTypeError(f"Source code must be str, bytes or a function, not {type(value).__name__}")
-        if isinstance(value, str):
-            _check_text(value, "Source code")
-
-    @lang.validator
-    def _check_lang(self, _attr: attrs.Attribute, value: str) -> None:
-        if not value:
-            raise InvalidArgumentError("Source lang must be a language name such as 'cuda' or 'c++'")
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], lang: str | None = None, **kwargs: Any) -> Source:
@@ -479,8 +487,8 @@ class Source:
             h.update(b"s" + code.encode())
         elif isinstance(code, bytes):
             h.update(b"b" + code)
-        elif self.lang == "triton" and isinstance(getattr(code, "src", None), str):
-            h.update(b"t" + code.src.encode() + repr(sorted(self.meta.items())).encode())
+        elif self.lang == "triton" and isinstance(src := getattr(code, "src", None), str):
+            h.update(b"t" + src.encode() + repr(sorted(self.meta.items())).encode())
         else:
             h.update(f"f{getattr(code, '__module__', '')}.{getattr(code, '__qualname__', '')}:{id(code)}".encode())
         for part in (
@@ -534,6 +542,19 @@ def dim3(value: Any, what: str = "grid") -> tuple[int, int, int]:
     return (x, y, z)
 
 
+def _grid(value: Any) -> tuple[int, int, int]:
+    return dim3(value, "grid")
+
+
+def _block(value: Any) -> tuple[int, int, int] | None:
+    return None if value is None else dim3(value, "block")
+
+
+def _check_shared(_inst: object, _attr: attrs.Attribute, value: int) -> None:
+    if not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"shared_mem must be an int >= 0, got {value!r}")
+
+
 @attrs.frozen
 class LaunchConfig:
     """A validated launch geometry, reusable across launches: ``k.launch(config=cfg, args=...)``.
@@ -543,16 +564,9 @@ class LaunchConfig:
     :ivar shared_mem: dynamic shared memory per block, in bytes.
     """
 
-    grid: tuple[int, int, int] = attrs.field(converter=lambda v: dim3(v, "grid"))
-    block: tuple[int, int, int] | None = attrs.field(
-        default=None, converter=lambda v: None if v is None else dim3(v, "block")
-    )
-    shared_mem: int = attrs.field(default=0)
-
-    @shared_mem.validator
-    def _check_shared(self, _attr: attrs.Attribute, value: int) -> None:
-        if not isinstance(value, int) or value < 0:
-            raise InvalidArgumentError(f"shared_mem must be an int >= 0, got {value!r}")
+    grid: tuple[int, int, int] = attrs.field(converter=_grid)
+    block: tuple[int, int, int] | None = attrs.field(default=None, converter=_block)
+    shared_mem: int = attrs.field(default=0, validator=_check_shared)
 
 
 @attrs.define(eq=False, slots=True, weakref_slot=True)

@@ -97,7 +97,7 @@ def _build_runner() -> Any:
                 image = f.read()
         store(cache, key, image, {"kind": "graph-runner"})
     lib = _driver.load_library(image)
-    fn = lib.kb_graph_run
+    fn: Any = lib.kb_graph_run  # a ctypes function, given an attribute below
     fn.restype = ctypes.c_int64
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     fn._kb_lib = lib  # keep the library loaded as long as the function
@@ -146,6 +146,11 @@ class CpuGraph:
             raise LaunchError(f"graph step {failed - 1} ({name!r}) failed on cpu")
 
 
+def _run_keeping(graph: CpuGraph, keep: object) -> None:
+    """Run ``graph``; ``keep`` (the memory its steps use) lives as long as the queued job."""
+    graph.run()
+
+
 def graph_build(device: Device, steps: Sequence[Step]) -> CpuGraph:
     return CpuGraph(steps)
 
@@ -159,7 +164,7 @@ def graph_replay(device: Device, graph: CpuGraph, stream: Any) -> None:
         return
     # Keep the memory the steps use until the replay has run (a buffer closed meanwhile).
     memory = [streams._memory(x) for s in graph.steps for x in s.reads + s.writes if isinstance(x, Buffer)]
-    q.put(lambda: (graph.run(), memory))
+    q.put(lambda: _run_keeping(graph, memory))
 
 
 def graph_update(device: Device, graph: CpuGraph, step: Step) -> bool:

@@ -42,12 +42,12 @@ class _Queue:
 
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
-        self.jobs: deque[Callable[[], None] | None] = deque()
+        self.jobs: deque[Callable[[], object] | None] = deque()  # results are dropped
         self.queued = 0  # jobs not yet finished
         self.error: BaseException | None = None
         self.__weakref__: Any
 
-    def put(self, job: Callable[[], None]) -> None:
+    def put(self, job: Callable[[], object]) -> None:
         global pending
         with _lock:
             pending += 1
@@ -99,7 +99,7 @@ class CpuStream:
 
     def __init__(self, device: Device) -> None:
         self.device = device
-        self.queue = _Queue()
+        self.queue: _Queue | None = _Queue()  # None once closed
         self.thread = threading.Thread(target=self.queue.work, name="kernelbay-cpu-stream", daemon=True)
         self.thread.start()
         _queues.add(self.queue)
@@ -107,7 +107,7 @@ class CpuStream:
     def close(self) -> None:
         q = self.queue
         if q is not None:
-            self.queue = None  # type: ignore[assignment]
+            self.queue = None
             q.stop()
 
     def __del__(self) -> None:

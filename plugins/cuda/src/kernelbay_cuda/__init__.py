@@ -15,7 +15,13 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what __getattr__ below gives, for type checkers and editors
+    from ._driver import CudaError
+    from .allocator import set_memory_limit
+    from .copies import pinned_empty
+    from .streams import Event, Graph, Stream, default_stream
 
 __all__ = ["Stream", "Event", "Graph", "default_stream", "pinned_empty", "set_memory_limit", "CudaError"]
 

@@ -48,18 +48,20 @@ class CudaError(KernelbayError):
 def driver() -> Any:
     m = _mods.get("driver")
     if m is None:
-        from cuda.bindings import driver as m  # deferred for speed
+        # deferred for speed; a compiled module without type stubs
+        from cuda.bindings import driver as mod  # pyright: ignore[reportAttributeAccessIssue]
 
-        _mods["driver"] = m
+        m = _mods["driver"] = mod
     return m
 
 
 def nvrtc() -> Any:
     m = _mods.get("nvrtc")
     if m is None:
-        from cuda.bindings import nvrtc as m  # deferred for speed
+        # deferred for speed; a compiled module without type stubs
+        from cuda.bindings import nvrtc as mod  # pyright: ignore[reportAttributeAccessIssue]
 
-        _mods["nvrtc"] = m
+        m = _mods["nvrtc"] = mod
     return m
 
 
@@ -193,9 +195,10 @@ def _bindings_major() -> tuple[int, str]:
         v = version("cuda-bindings")
     except Exception:
         try:
-            from cuda.bindings import __version__ as v  # deferred for speed
+            from cuda.bindings import __version__  # deferred for speed
         except Exception:
             return 0, "unknown"
+        v = __version__
     try:
         return int(v.split(".")[0]), v
     except ValueError:

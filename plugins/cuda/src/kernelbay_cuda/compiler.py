@@ -178,7 +178,7 @@ def include_digests(source: Any, opts: list[str], limit: int = 4096) -> dict[str
         elif o.startswith("-I"):
             dirs.append(o[2:])
     out: dict[str, str] = {}
-    todo: list[tuple[str, str | None]] = [(source.text, None)] + [(t, None) for t in source.headers.values()]
+    todo: list[tuple[str, str | None]] = [(source.text, None), *((t, None) for t in source.headers.values())]
     while todo and len(out) < limit:
         text, here = todo.pop()
         for quote, name in _INCLUDE_RE.findall(text):
@@ -402,7 +402,7 @@ class Module:
                 f"kernel {symbol!r} is not in the module on cuda:{self.device_index} "
                 f"({_driver.error_name(rc)}); check Source.name"
             )
-        return fn.value
+        return fn.value  # type: ignore[return-value]  # a function found is never NULL
 
     def __del__(self) -> None:
         h = self.handle

@@ -126,9 +126,9 @@ class CudaGraph:
             self.keep[s.index] = p
             rc = lib.cuGraphAddMemsetNode(ctypes.byref(node), self.graph, deps, nd, ctypes.byref(p), self.ctx)
         else:
-            p = self._memcpy(s)
-            self.keep[s.index] = p
-            rc = lib.cuGraphAddMemcpyNode(ctypes.byref(node), self.graph, deps, nd, ctypes.byref(p), self.ctx)
+            cp = self._memcpy(s)
+            self.keep[s.index] = cp
+            rc = lib.cuGraphAddMemcpyNode(ctypes.byref(node), self.graph, deps, nd, ctypes.byref(cp), self.ctx)
         _driver.check(rc, f"adding {s.describe()} to a CUDA graph", self.index)
         self.nodes.append(node)
 

@@ -49,7 +49,7 @@ def from_external(obj: Any, device: Any) -> tuple[Any, tuple[int, ...], Any] | N
     if not isinstance(cai, dict) or "data" not in cai:
         return _from_dlpack(obj, device)
     shape = tuple(int(s) for s in cai["shape"])
-    dt = np.dtype(cai["typestr"])
+    dt: np.dtype = np.dtype(cai["typestr"])
     if cai.get("descr") and len(cai["descr"]) > 1:
         dt = np.dtype([tuple(d) for d in cai["descr"]])
     strides = cai.get("strides")

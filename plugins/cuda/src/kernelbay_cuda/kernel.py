@@ -37,7 +37,7 @@ class ParamBlock:
         total = max(8, max((off + size for size, _, _, off in params), default=8))
         self.buf = (ctypes.c_char * total)()
         base = ctypes.addressof(self.buf)
-        self.ptrs = (ctypes.c_void_p * max(1, len(params)))(*[base + off for *_, off in params] or [None])
+        self.ptrs = (ctypes.c_void_p * max(1, len(params)))(*[base + off for *_, off in params] or [0])
         self.addr = ctypes.addressof(self.ptrs)
         self.cvp = ctypes.c_void_p(self.addr)
 
@@ -143,7 +143,7 @@ class CudaKernel:
             raise InvalidArgumentError(f"kernel {self.name!r}: {hidden} hidden parameters of {len(self.params)}")
         self.visible = self.params[: len(self.params) - hidden]
         self.arg_names = list(settings.get("arg_names") or []) or None
-        self.scratch = [tuple(x) for x in settings.get("scratch", [])]  # type: ignore[misc]
+        self.scratch = [tuple(x) for x in settings.get("scratch", [])]
         block = settings.get("block")
         self.fixed_block = (int(block), 1, 1) if block else None
         self.shm_base = int(settings.get("shared", 0))
@@ -233,7 +233,7 @@ class CudaKernel:
             raise InvalidArgumentError(f"arguments of kernel {self.name!r} do not fit its parameters: {exc}") from None
         return packer
 
-    def failed(self, rc: int, g: tuple[int, int, int], b: tuple[int, int, int], shm: int) -> None:
+    def failed(self, rc: int, g: tuple[int, int, int], b: tuple[int, int, int] | None, shm: int) -> None:
         if rc == 0:
             return None
         _driver.check(rc, f"launch of kernel {self.name!r} (grid {g}, block {b}, shared_mem {shm})", self.index)

@@ -66,6 +66,7 @@ def fill_scratch(k: CudaKernel, grid: Any) -> None:
     programs = g[0] * g[1] * g[2]
     hidden = k.params[len(k.visible) :]
     bufs = k.scratch_buf
+    assert bufs is not None  # arm() gives every kernel with scratch parameters its list
     for j, ((size, align), (_s, _a, _t, off)) in enumerate(zip(k.scratch, hidden)):
         if not size:
             continue

@@ -39,7 +39,7 @@ _state: list[Any] = []  # [module or None, reason or None, origin], filled once
 
 
 def _sources() -> str:
-    files = resources.files(__package__)
+    files = resources.files(__name__.rpartition(".")[0])  # this package (__package__ is typed Optional)
     return "\n".join(files.joinpath(f).read_text(encoding="utf-8") for f in SOURCES)
 
 

@@ -161,8 +161,8 @@ def make_packer(
     else:
         lines.append("    if args: raise Replan")
     for h in handles:
-        i = h[1:]
-        lines.append(f"    h{i} = a{i}.handle")
+        k = h[1:]
+        lines.append(f"    h{k} = a{k}.handle")
     if handles:
         lines.append("    if " + " or ".join(f"h{h[1:]} is None" for h in handles) + ": raise Replan")
         lines.append(
@@ -185,6 +185,7 @@ _C_CODES = frozenset("fdbBhHiIqQ?")
 def c_kinds(ckinds: Sequence[str | None]) -> str | None:
     """The kinds string FastLaunch takes, or None where an argument needs Python (raw bytes,
     foreign arrays) or there are more arguments than it holds."""
-    if len(ckinds) > 256 or any(c is None for c in ckinds):
+    kinds = [c for c in ckinds if c is not None]
+    if len(ckinds) > 256 or len(kinds) != len(ckinds):
         return None
-    return "".join(ckinds)  # type: ignore[arg-type]
+    return "".join(kinds)

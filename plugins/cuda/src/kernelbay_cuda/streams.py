@@ -41,6 +41,7 @@ class Stream:
     """
 
     __slots__ = ("device", "index", "handle", "cvp", "_owned", "_owner", "bobj", "closed", "__weakref__")
+    cvp: ctypes.c_void_p | None  # None for handle 0 (the legacy default stream)
 
     def __init__(self, device: Any = None, non_blocking: bool = False, priority: int = 0) -> None:
         dev = _device(device)
@@ -150,7 +151,7 @@ def as_stream(obj: Any, device: Any) -> Stream:
         raise ArgumentTypeError(
             f"a stream must be a kernelbay_cuda.Stream, None or an object with __cuda_stream__, not {type(obj).__name__}"
         )
-    got = proto() if callable(proto) else proto
+    got: Any = proto() if callable(proto) else proto
     try:
         _version, handle = got
         handle = int(handle)

@@ -45,8 +45,9 @@ class Timer:
     def _new_event(self, index: int) -> int:
         h = _c_void_p()
         _driver.check(self._libcuda().cuEventCreate(ctypes.byref(h), 0), "cuEventCreate", index)
-        self._device[h.value] = index
-        return h.value
+        ev: int = h.value  # type: ignore[assignment]  # a created event is never NULL
+        self._device[ev] = index
+        return ev
 
     def _reference(self, index: int) -> tuple[int, int]:
         with self._lock:
@@ -59,7 +60,7 @@ class Timer:
                 _driver.check(lib.cuStreamCreate(ctypes.byref(s), 1), "cuStreamCreate", index)
                 # The event ran between the host's clock read before the record and the one
                 # after the wait: take the middle of the narrowest of a few tries.
-                best = None
+                best: tuple[int, int, int] | None = None
                 for _ in range(5):
                     ev = self._new_event(index)
                     before = perf_counter_ns()
@@ -72,6 +73,7 @@ class Timer:
                         best = (ev, before, after)
                     else:
                         self._pool.setdefault(index, []).append(ev)
+                assert best is not None  # five tries
                 ref = self._ref[index] = (best[0], (best[1] + best[2]) // 2)
         return ref
 
@@ -89,6 +91,7 @@ class Timer:
                 ev = self._new_event(index)
         except Exception:
             return None
+        h: Any
         if stream is None:
             h = 0
         else:

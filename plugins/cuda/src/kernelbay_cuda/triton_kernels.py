@@ -168,14 +168,14 @@ def compile_triton(source: Any, cc: tuple[int, int]) -> tuple[Image, str, dict[s
         (int(getattr(md, "profile_scratch_size", 0) or 0), int(getattr(md, "profile_scratch_align", 1) or 1)),
     ][:hidden]
     scratch += [(0, 1)] * (hidden - len(scratch))
-    scratch = [[size, align] for size, align in scratch]  # as the disk cache gives it back
+    scratch_lists = [[size, align] for size, align in scratch]  # as the disk cache gives it back
     launch = {
         "block": 32 * int(md.num_warps)
         if getattr(md, "warp_size", 32) == 32
         else int(md.warp_size) * int(md.num_warps),
         "shared": int(md.shared),
         "hidden": hidden,
-        "scratch": scratch,
+        "scratch": scratch_lists,
         "num_ctas": int(getattr(md, "num_ctas", 1) or 1),
         "arg_names": runtime,
     }

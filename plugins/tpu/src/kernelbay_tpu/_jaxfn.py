@@ -55,6 +55,7 @@ def describe(k: Any, p: int, v: Any) -> tuple[Any, bool]:
         pass
     elif hasattr(v, "shape") and hasattr(v, "dtype"):
         return ("a", None, _aval(v)), p not in k.outputs
+    treedef: Any  # jaxlib's PyTreeDef (compiled, without type stubs)
     leaves, treedef = jax.tree_util.tree_flatten(v)
     if (
         not isinstance(v, np.generic)
@@ -73,6 +74,7 @@ def describe(k: Any, p: int, v: Any) -> tuple[Any, bool]:
 
 def call_jax(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any) -> Any:
     import jax
+    import jax.core  # jax.core.Tracer below (import jax loads it; this says so)
 
     vals, kw = bind(k, args, kwargs)
     grid_t = _call.normalise_grid(k, grid)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, LaunchError, UseAfterFreeError
 from kernelbay.types import Array, Buffer, Device, Kernel
@@ -310,7 +310,7 @@ def synchronize(device: Device, stream: Any) -> None:
     _last.results = ()
     try:
         if type(r) is not tuple:  # one array (a single-output launch)
-            r.block_until_ready()
+            cast(Any, r).block_until_ready()  # (pyright keeps tuple subclasses in this branch)
         else:
             for a in r:  # each array's own wait: jax.block_until_ready's pytree walk costs more
                 a.block_until_ready()
