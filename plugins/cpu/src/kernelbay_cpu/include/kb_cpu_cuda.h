@@ -7,6 +7,7 @@
 #include "kb_cpu_launch.h"
 #include "kb_cpu_fiber.h"
 #include "kb_cpu_sync.h"
+#include "kb_cpu_yield.h"
 
 #include <algorithm>
 #include <cassert>

@@ -1,0 +1,99 @@
+// kernelbay CPU backend: a fiber yields every few iterations of its loops.
+//
+// Run one after another, the threads of a block each sweep their whole loop before the next one
+// starts. For the access pattern CUDA code is written for (coalesced: in each iteration the
+// threads of a block touch neighbouring addresses, e.g. a grid-stride loop) that is the worst
+// order for a CPU cache: every thread walks the same cache lines far apart, and with a stride
+// that is a multiple of 4 KiB they all fall in one cache set and evict each other before the
+// next thread comes back to them. kernelbay_cpu.compiler therefore makes each `for` loop of a
+// kernel run by fibers (outside loops that contain a barrier or warp operation, whose threads
+// already meet at every iteration) tick a counter; every TICKS_PER_YIELD iterations the fiber
+// yields to the next ready thread of its block, so the threads advance through the loop
+// together, as warps do on a GPU.
+//
+// A yield is always allowed: CUDA promises no order between the threads of a block between two
+// barriers. It is an asm call that clobbers only the registers a call clobbers, not memory, so
+// the loop keeps its invariants (blockDim, gridDim, __shared__ addresses) in registers: threads
+// that do not synchronise are not promised to see each other's plain stores (volatile and atomic
+// accesses are never cached by the compiler).
+#pragma once
+#include "kb_cpu_fiber.h"
+
+namespace kb_cpu {
+
+constexpr int TICKS_PER_YIELD = 8;  // 8: fewer keeps lines in cache longer, more switches less
+
+// The next ready thread of the block runs; this one stays ready. Outside a block run by fibers
+// (a loop in a static initializer), or when no other thread is ready, it returns at once.
+extern "C" __attribute__((used, noinline)) inline void kb_cpu_yield_c() {
+    Sched* sp = tls_sched;
+    if (sp == nullptr) return;
+    Sched& s = *sp;
+    const int i = s.cur;
+    int j = i + 1;
+    while (j < s.n && s.state[j] != F_READY) ++j;
+    if (j == s.n) {
+        j = 0;
+        while (j < i && s.state[j] != F_READY) ++j;
+        if (j == i) return;
+    }
+    s.cur = j;
+    *s.tid_slot = s.tid[j];
+    ctx_switch(s.ctx[i], s.ctx[j]);
+}
+
+#if defined(__x86_64__)
+// Called from inline asm at any point of a function: the stack may be unaligned and the 128
+// bytes below it (the red zone) in use, so the caller steps over the red zone and this aligns.
+extern "C" void kb_cpu_yield_entry();
+asm(R"(
+    .text
+    .globl kb_cpu_yield_entry
+    .hidden kb_cpu_yield_entry
+    .type kb_cpu_yield_entry,@function
+kb_cpu_yield_entry:
+    pushq %rbp
+    movq %rsp, %rbp
+    andq $-16, %rsp
+    callq kb_cpu_yield_c
+    movq %rbp, %rsp
+    popq %rbp
+    ret
+    .size kb_cpu_yield_entry,.-kb_cpu_yield_entry
+)");
+#if defined(__AVX512F__)
+#define KB_CLOBBER_AVX512                                                                                   \
+    , "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", \
+        "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "k1", "k2", "k3", "k4", "k5", "k6", "k7"
+#else
+#define KB_CLOBBER_AVX512
+#endif
+inline void yield_now() {
+    // The x87 registers too: another fiber may use them, and kb_cpu_switch does not save them.
+    asm volatile("leaq -128(%%rsp), %%rsp\n\tcallq kb_cpu_yield_entry\n\tleaq 128(%%rsp), %%rsp"
+                 :
+                 :
+                 : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "cc", "xmm0", "xmm1", "xmm2", "xmm3",
+                   "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
+                   "xmm15", "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)",
+                   "st(7)" KB_CLOBBER_AVX512);
+}
+#undef KB_CLOBBER_AVX512
+#else
+inline void yield_now() { kb_cpu_yield_c(); }
+#endif
+
+// One per loop: `for (Ticker kb_tk_; kb_tk_.once();) for (init; cond; (void)(step), kb_tk_.tick())`.
+// The outer loop runs its body once, so `break` and `continue` keep their meaning.
+struct Ticker {
+    int left = TICKS_PER_YIELD, done = 0;
+    constexpr bool once() { return done++ == 0; }
+    constexpr void tick() {
+        if (__builtin_expect(--left == 0, 0)) {
+            left = TICKS_PER_YIELD;
+            if (!__builtin_is_constant_evaluated()) yield_now();
+        }
+    }
+};
+
+}  // namespace kb_cpu
