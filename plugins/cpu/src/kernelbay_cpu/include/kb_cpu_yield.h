@@ -83,11 +83,13 @@ inline void yield_now() {
 inline void yield_now() { kb_cpu_yield_c(); }
 #endif
 
-// One per loop: `for (Ticker kb_tk_; kb_tk_.once();) for (init; cond; (void)(step), kb_tk_.tick())`.
+// One per loop: `for (Ticker kb_tk_; kb_tk_.once();) for (init; cond; (void)(step), kb_tk_.tick())`
+// (kernelbay_cpu._loops).
 // The outer loop runs its body once, so `break` and `continue` keep their meaning.
 struct Ticker {
     int left = TICKS_PER_YIELD, done = 0;
     constexpr bool once() { return done++ == 0; }
+    constexpr bool pass() { return tick(), true; }
     constexpr void tick() {
         if (__builtin_expect(--left == 0, 0)) {
             left = TICKS_PER_YIELD;
