@@ -23,11 +23,9 @@ namespace kb_cpu {
 
 constexpr int TICKS_PER_YIELD = 8;  // 8: fewer keeps lines in cache longer, more switches less
 
-// The next ready thread of the block runs; this one stays ready. Outside a block run by fibers
-// (a loop in a static initializer), or when no other thread is ready, it returns at once.
-extern "C" __attribute__((used, noinline)) inline void kb_cpu_yield_c() {
-    Sched* sp = tls_sched;
-    if (sp == nullptr) return;
+// The next ready thread of the block runs; this one stays ready. When no other thread is ready
+// it returns at once.
+extern "C" __attribute__((used, noinline)) inline void kb_cpu_yield_c(Sched* sp) {
     Sched& s = *sp;
     const int i = s.cur;
     int j = i + 1;
@@ -39,12 +37,14 @@ extern "C" __attribute__((used, noinline)) inline void kb_cpu_yield_c() {
     }
     s.cur = j;
     *s.tid_slot = s.tid[j];
+    prefetch_fiber(s, j + 1);
     ctx_switch(s.ctx[i], s.ctx[j]);
 }
 
 #if defined(__x86_64__)
-// Called from inline asm at any point of a function: the stack may be unaligned and the 128
-// bytes below it (the red zone) in use, so the caller steps over the red zone and this aligns.
+// Called from inline asm at any point of a function, with the Sched in rdi: the stack may be
+// unaligned and the 128 bytes below it (the red zone) in use, so the caller steps over the red
+// zone and this aligns.
 extern "C" void kb_cpu_yield_entry();
 asm(R"(
     .text
@@ -68,32 +68,45 @@ kb_cpu_yield_entry:
 #else
 #define KB_CLOBBER_AVX512
 #endif
-inline void yield_now() {
+inline void yield_to(Sched* s) {
     // The x87 registers too: another fiber may use them, and kb_cpu_switch does not save them.
+    void* clobbered;
     asm volatile("leaq -128(%%rsp), %%rsp\n\tcallq kb_cpu_yield_entry\n\tleaq 128(%%rsp), %%rsp"
-                 :
-                 :
-                 : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "cc", "xmm0", "xmm1", "xmm2", "xmm3",
+                 : "=D"(clobbered)
+                 : "0"(s)
+                 : "rax", "rcx", "rdx", "rsi", "r8", "r9", "r10", "r11", "cc", "xmm0", "xmm1", "xmm2", "xmm3",
                    "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
                    "xmm15", "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)",
                    "st(7)" KB_CLOBBER_AVX512);
 }
 #undef KB_CLOBBER_AVX512
 #else
-inline void yield_now() { kb_cpu_yield_c(); }
+inline void yield_to(Sched* s) { kb_cpu_yield_c(s); }
 #endif
+
+// The Sched is looked up once per loop and only when it first yields: a thread_local costs a
+// __tls_get_addr call in a shared object, as much again as the switch. Outside a block run by
+// fibers (a loop in a static initializer) there is none, and nothing happens.
+inline void yield_now(Sched*& s) {
+    if (s == nullptr) {
+        s = tls_sched;
+        if (s == nullptr) return;
+    }
+    yield_to(s);
+}
 
 // One per loop: `for (Ticker kb_tk_; kb_tk_.once();) for (init; cond; (void)(step), kb_tk_.tick())`
 // (kernelbay_cpu._loops).
 // The outer loop runs its body once, so `break` and `continue` keep their meaning.
 struct Ticker {
     int left = TICKS_PER_YIELD, done = 0;
+    Sched* sched = nullptr;
     constexpr bool once() { return done++ == 0; }
     constexpr bool pass() { return tick(), true; }
     constexpr void tick() {
         if (__builtin_expect(--left == 0, 0)) {
             left = TICKS_PER_YIELD;
-            if (!__builtin_is_constant_evaluated()) yield_now();
+            if (!__builtin_is_constant_evaluated()) yield_now(sched);
         }
     }
 };
