@@ -117,3 +117,29 @@ def test_loops_where_threads_meet_are_left_alone():
     plain = "for (int k = 0; k < 16; ++k) a += s[k];"
     assert "kb_tk_.tick()" in _ticked(plain)
     assert _ticked(plain).count("\n") == plain.count("\n")
+
+
+MANY_ACCUMULATORS = r"""
+__global__ void k(const double* x, double* out, int n) {
+    __shared__ double s[64];
+    double a[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    for (int i = threadIdx.x; i < n; i += blockDim.x)  // yields: each thread's a[] must survive it
+        for (int j = 0; j < 10; ++j) a[j] += x[i] * (j + 1);
+    double acc = 0;
+    for (int j = 0; j < 10; ++j) acc += a[j] * (j + 1);
+    s[threadIdx.x] = acc;
+    __syncthreads();
+    out[threadIdx.x] = s[threadIdx.x];
+}
+"""
+
+
+def test_values_a_loop_keeps_in_registers_survive_its_yields(cpu):
+    n = 64 * 100
+    xs = np.random.default_rng(3).standard_normal(n)
+    k = kb.compile(kb.Source(MANY_ACCUMULATORS, lang="cuda", name="k"), cpu)
+    out = kb.zeros(64, "float64", device=cpu)
+    k.launch(1, 64, (kb.asarray(xs, device=cpu), out, n))
+    per_thread = xs.reshape(-1, 64).sum(axis=0)
+    want = per_thread * sum((j + 1) ** 2 for j in range(10))
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-12)
