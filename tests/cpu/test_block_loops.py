@@ -4,11 +4,20 @@ block without a barrier, as CUDA allows since Volta's independent thread schedul
 
 from __future__ import annotations
 
+import os
+import sys
+
 import kernelbay as kb
 import numpy as np
 import pytest
 from kernelbay_cpu import _loops
 from kernelbay_cpu.compiler import strip_comments_and_strings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from tests.kernels.warp_mask_cases import HANDSHAKE  # noqa: E402
 
 
 def _launch(cpu, src: str, n: int = 64, block: int = 64) -> np.ndarray:
@@ -18,29 +27,9 @@ def _launch(cpu, src: str, n: int = 64, block: int = 64) -> np.ndarray:
     return y.numpy()
 
 
-SPIN = r"""
-__global__ void k(int* out) {
-    __shared__ volatile int ping, pong;
-    if (threadIdx.x == 0) ping = pong = 0;
-    __syncthreads();
-    // A handshake without a barrier: whichever of the two runs first waits for the other.
-    int tries = 0;
-    if (threadIdx.x == 0) {
-        while (ping == 0 && tries < 1000000) ++tries;
-        pong = 1;
-        out[0] = ping;
-    } else if (threadIdx.x == blockDim.x - 1) {
-        ping = 1;
-        while (pong == 0 && tries < 1000000) ++tries;
-        out[1] = pong;
-    }
-}
-"""
-
-
 def test_a_thread_waiting_for_another_without_a_barrier_sees_its_store(cpu):
     # Run one after another, the first of the two would spin its million tries alone.
-    assert _launch(cpu, SPIN)[:2].tolist() == [1, 1]
+    assert _launch(cpu, HANDSHAKE)[:2].tolist() == [1, 1]
 
 
 LOOP_FORMS = r"""
