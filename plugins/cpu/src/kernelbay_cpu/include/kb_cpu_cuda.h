@@ -290,8 +290,16 @@ inline int __uni_sync(unsigned mask, int p, int line = __builtin_LINE(), const c
     return b == 0 || b == mask;
 }
 // The lanes of the calling warp executing this call together with it (see the plugin README).
-inline unsigned __activemask(int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
-    return (unsigned)kb_cpu::warp_op(kb_cpu::W_ACTIVE, 0, 0, 0, 32, line, file);
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_COLUMN)
+#define KB_COLUMN __builtin_COLUMN()
+#endif
+#endif
+#ifndef KB_COLUMN
+#define KB_COLUMN 0  // g++ has no __builtin_COLUMN: two calls on one line share a site
+#endif
+inline unsigned __activemask(int line = __builtin_LINE(), const char* file = __builtin_FILE(), int column = KB_COLUMN) {
+    return (unsigned)kb_cpu::warp_op(kb_cpu::W_ACTIVE, 0, 0, column, 32, line, file);
 }
 template <class T>
 inline unsigned __match_any_sync(unsigned mask, T v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {

@@ -207,7 +207,7 @@ inline void prefetch_fiber(const Sched& s, int k) {
 }
 
 // Releases the lanes of warp w that wait in __activemask once none of its lanes can still run:
-// each call site's lanes get the mask of the lanes waiting at that site.
+// each call site's (file, line, column) lanes get the mask of the lanes waiting at that site.
 inline void release_active(Sched& s, int w) {
     const int base = w * 32, end = base + 32 < s.n ? base + 32 : s.n;
     for (int l = base; l < end; ++l)
@@ -217,7 +217,7 @@ inline void release_active(Sched& s, int w) {
         unsigned m = 0;
         for (int k = l; k < end; ++k) {
             const Lane& o = s.lane[k];
-            if (s.state[k] == F_WARP && o.op == W_ACTIVE && o.line == s.lane[l].line &&
+            if (s.state[k] == F_WARP && o.op == W_ACTIVE && o.line == s.lane[l].line && o.arg == s.lane[l].arg &&
                 (o.file == s.lane[l].file || std::strcmp(o.file, s.lane[l].file) == 0))
                 m |= 1u << (k - base);
         }

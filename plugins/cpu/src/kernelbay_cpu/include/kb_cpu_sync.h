@@ -136,6 +136,7 @@ inline std::uint64_t warp_op(int op, unsigned mask, std::uint64_t val, int arg, 
         Lane& me = s.lane[t];
         me.op = W_ACTIVE;
         me.mask = 0;
+        me.arg = arg;  // the call's column: two calls on one line are two sites
         me.line = line;
         me.file = file;
         ++s.active_wait[t >> 5];
