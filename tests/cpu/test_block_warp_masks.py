@@ -67,4 +67,3 @@ __global__ void k(unsigned* y) {
 """
     with pytest.raises(kb.LaunchError, match=r"in __shfl_sync at kernel.cu:3 reads lane 0, which mask 0xfffffffe"):
         _run(cpu, src)
-
