@@ -206,29 +206,8 @@ inline void prefetch_fiber(const Sched& s, int k) {
 #endif
 }
 
-// Releases the lanes of warp w that wait in __activemask once none of its lanes can still run:
-// each call site's (file, line, column) lanes get the mask of the lanes waiting at that site.
-inline void release_active(Sched& s, int w) {
-    const int base = w * 32, end = base + 32 < s.n ? base + 32 : s.n;
-    for (int l = base; l < end; ++l)
-        if (s.state[l] == F_READY) return;
-    for (int l = base; l < end; ++l) {
-        if (s.state[l] != F_WARP || s.lane[l].op != W_ACTIVE) continue;
-        unsigned m = 0;
-        for (int k = l; k < end; ++k) {
-            const Lane& o = s.lane[k];
-            if (s.state[k] == F_WARP && o.op == W_ACTIVE && o.line == s.lane[l].line && o.arg == s.lane[l].arg &&
-                (o.file == s.lane[l].file || std::strcmp(o.file, s.lane[l].file) == 0))
-                m |= 1u << (k - base);
-        }
-        for (int k = l; k < end; ++k)
-            if (m >> (k - base) & 1) {
-                s.lane[k].res = m;
-                s.state[k] = F_READY;
-                --s.active_wait[w];
-            }
-    }
-}
+// __activemask (kb_cpu_sync.h): its waiting lanes are released once no lane of the warp can run.
+inline void release_active(Sched& s, int w);
 
 // The running fiber stops (waits, or has finished) and the next ready one in thread order runs,
 // by one direct switch; with none ready, the scheduler loop in run_block_fibers decides.

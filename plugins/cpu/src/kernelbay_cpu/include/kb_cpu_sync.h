@@ -44,6 +44,31 @@ inline int barrier(int kind, int pred, int line, const char* file) {
 
 // --- warp operations: a rendezvous of the lanes named by the mask --------------------------------
 
+// Releases the lanes of warp w that wait in __activemask once none of its lanes can still run:
+// each call site's (file, line, column) lanes get the mask of the lanes waiting at that site.
+inline void release_active(Sched& s, int w) {
+    const int base = w * 32, end = base + 32 < s.n ? base + 32 : s.n;
+    for (int l = base; l < end; ++l)
+        if (s.state[l] == F_READY) return;
+    for (int l = base; l < end; ++l) {
+        if (s.state[l] != F_WARP || s.lane[l].op != W_ACTIVE) continue;
+        unsigned m = 0;
+        for (int k = l; k < end; ++k) {
+            const Lane& o = s.lane[k];
+            if (s.state[k] == F_WARP && o.op == W_ACTIVE && o.line == s.lane[l].line && o.arg == s.lane[l].arg &&
+                (o.file == s.lane[l].file || std::strcmp(o.file, s.lane[l].file) == 0))
+                m |= 1u << (k - base);
+        }
+        for (int k = l; k < end; ++k)
+            if (m >> (k - base) & 1) {
+                s.lane[k].res = m;
+                s.state[k] = F_READY;
+                --s.active_wait[w];
+            }
+    }
+}
+
+
 inline void warp_complete(Sched& s, int base, unsigned mask, int op) {
     Lane* L = s.lane + base;
     std::uint64_t acc = 0;
