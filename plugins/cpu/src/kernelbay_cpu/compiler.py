@@ -30,7 +30,7 @@ from kernelbay.cache import CacheEntry, locked, lookup, make_key, recheck, store
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Device, Source
 
-from . import _driver, _isolate, _runtime
+from . import _driver, _isolate, _loops, _runtime
 from .launcher import KernelHandle
 
 log = logging.getLogger("kernelbay.cpu")
@@ -45,6 +45,7 @@ _HEADERS = (
     "kb_cpu_rt.h",
     "kb_cpu_fiber.h",
     "kb_cpu_sync.h",
+    "kb_cpu_yield.h",
     "kb_cpu_cuda.h",
     "kb_cpu_cxx.h",
     "cooperative_groups.h",
@@ -480,7 +481,8 @@ def _build(source: Source) -> Module:
     if source.lang == "cuda":
         check_features(source)
         if needs_fibers(source):
-            text, runner = rewrite_extern_shared(text), "run_fibers"
+            text = rewrite_extern_shared(text)
+            text, runner = _loops.add_loop_yields(text, strip_comments_and_strings(text)), "run_fibers"
         else:
             wrapped = wrap_thread_loops(source, text)
             text, runner = (text, "run_threads") if wrapped is None else (wrapped, "run_blocks")

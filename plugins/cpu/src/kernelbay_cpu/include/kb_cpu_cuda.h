@@ -7,6 +7,7 @@
 #include "kb_cpu_launch.h"
 #include "kb_cpu_fiber.h"
 #include "kb_cpu_sync.h"
+#include "kb_cpu_yield.h"
 
 #include <algorithm>
 #include <cassert>
@@ -288,8 +289,18 @@ inline int __uni_sync(unsigned mask, int p, int line = __builtin_LINE(), const c
     const unsigned b = __ballot_sync(mask, p, line, file);
     return b == 0 || b == mask;
 }
-// The lanes of the calling warp that have not exited (see the plugin README).
-inline unsigned __activemask() { return (unsigned)kb_cpu::warp_op(kb_cpu::W_ACTIVE, 0, 0, 0, 32, 0, ""); }
+// The lanes of the calling warp executing this call together with it (see the plugin README).
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_COLUMN)
+#define KB_COLUMN __builtin_COLUMN()
+#endif
+#endif
+#ifndef KB_COLUMN
+#define KB_COLUMN 0  // g++ has no __builtin_COLUMN: two calls on one line share a site
+#endif
+inline unsigned __activemask(int line = __builtin_LINE(), const char* file = __builtin_FILE(), int column = KB_COLUMN) {
+    return (unsigned)kb_cpu::warp_op(kb_cpu::W_ACTIVE, 0, 0, column, 32, line, file);
+}
 template <class T>
 inline unsigned __match_any_sync(unsigned mask, T v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
     return (unsigned)kb_cpu::warp_op(kb_cpu::W_MATCH_ANY, mask, kb_cpu::to_bits(v), 0, 32, line, file);

@@ -44,6 +44,31 @@ inline int barrier(int kind, int pred, int line, const char* file) {
 
 // --- warp operations: a rendezvous of the lanes named by the mask --------------------------------
 
+// Releases the lanes of warp w that wait in __activemask once none of its lanes can still run:
+// each call site's (file, line, column) lanes get the mask of the lanes waiting at that site.
+inline void release_active(Sched& s, int w) {
+    const int base = w * 32, end = base + 32 < s.n ? base + 32 : s.n;
+    for (int l = base; l < end; ++l)
+        if (s.state[l] == F_READY) return;
+    for (int l = base; l < end; ++l) {
+        if (s.state[l] != F_WARP || s.lane[l].op != W_ACTIVE) continue;
+        unsigned m = 0;
+        for (int k = l; k < end; ++k) {
+            const Lane& o = s.lane[k];
+            if (s.state[k] == F_WARP && o.op == W_ACTIVE && o.line == s.lane[l].line && o.arg == s.lane[l].arg &&
+                (o.file == s.lane[l].file || std::strcmp(o.file, s.lane[l].file) == 0))
+                m |= 1u << (k - base);
+        }
+        for (int k = l; k < end; ++k)
+            if (m >> (k - base) & 1) {
+                s.lane[k].res = m;
+                s.state[k] = F_READY;
+                --s.active_wait[w];
+            }
+    }
+}
+
+
 inline void warp_complete(Sched& s, int base, unsigned mask, int op) {
     Lane* L = s.lane + base;
     std::uint64_t acc = 0;
@@ -90,11 +115,13 @@ inline void warp_complete(Sched& s, int base, unsigned mask, int op) {
         Lane& me = L[l];
         const int w = me.width, seg = l & ~(w - 1);
         int src = l;
+        // Where the CUDA guide defines the result as the caller's own value, src stays l.
         switch (op) {
         case W_SHFL: src = seg + (me.arg & (w - 1)); break;
         case W_UP: src = (l - seg) >= me.arg ? l - me.arg : l; break;
         case W_DOWN: src = (l - seg) + me.arg < w ? l + me.arg : l; break;
-        case W_XOR: src = ((l ^ me.arg) & ~(w - 1)) == seg ? (l ^ me.arg) : l; break;
+        // A lane may read an earlier group of `width` lanes, not a later one.
+        case W_XOR: src = (unsigned)me.arg < 32u && ((l ^ me.arg) & ~(w - 1)) <= seg ? (l ^ me.arg) : l; break;
         case W_MATCH_ANY: {
             unsigned m = 0;
             for (int k = 0; k < 32; ++k)
@@ -105,8 +132,17 @@ inline void warp_complete(Sched& s, int base, unsigned mask, int op) {
         case W_SYNC: case W_ACTIVE: me.res = mask; continue;
         default: me.res = acc; continue;
         }
-        // A lane outside the mask has no defined value on a GPU; here the reader keeps its own.
-        me.res = (src >= 0 && src < 32 && (mask >> src & 1)) ? L[src].val : me.val;
+        if (!(mask >> src & 1)) {
+            // A GPU gives an undefined value (PTX: "results are undefined if a thread sources a
+            // register from an inactive thread or a thread that is not in membermask").
+            const uint3 t = tid_of(s, base + l);
+            fail("block (%u,%u,%u): thread (%u,%u,%u) (lane %d) in %s at %s:%d reads lane %d, which mask 0x%08x "
+                 "does not name (a GPU gives an undefined value); name every lane read in the mask, or read only "
+                 "lanes that take part",
+                 s.block.x, s.block.y, s.block.z, t.x, t.y, t.z, l, op_name(op), base_name(me.file), me.line, src,
+                 mask);
+        }
+        me.res = L[src].val;
     }
     for (int l = 0; l < 32; ++l)
         if ((mask >> l & 1) && s.state[base + l] == F_WARP) s.state[base + l] = F_READY;
@@ -120,11 +156,17 @@ inline std::uint64_t warp_op(int op, unsigned mask, std::uint64_t val, int arg, 
     const unsigned exist = nl == 32 ? ~0u : ((1u << nl) - 1);
     const uint3 me3 = tid_of(s, t);
     if (op == W_ACTIVE) {
-        // The lanes of this warp that have not exited (a GPU would give only the lanes converged here).
-        unsigned m = 0;
-        for (int l = 0; l < nl; ++l)
-            if (s.state[base + l] != F_DONE) m |= 1u << l;
-        return m;
+        // The lanes executing together here: those that reach this same call before every other
+        // lane of the warp has to wait elsewhere, exits or waits here too (release_active).
+        Lane& me = s.lane[t];
+        me.op = W_ACTIVE;
+        me.mask = 0;
+        me.arg = arg;  // the call's column: two calls on one line are two sites
+        me.line = line;
+        me.file = file;
+        ++s.active_wait[t >> 5];
+        wait_here(s, F_WARP, line, file);
+        return me.res;
     }
     if (!(mask >> lane & 1))
         fail("block (%u,%u,%u): thread (%u,%u,%u) (lane %d) calls %s at %s:%d with mask 0x%08x, which does not "
