@@ -16,7 +16,7 @@ from typing import Any
 
 from kernelbay.errors import LaunchError, UnsupportedError
 from kernelbay.graphs import Step, pointer_access
-from kernelbay.types import Buffer, Device, Kernel
+from kernelbay.types import Device, Kernel
 
 from . import _driver, streams
 
@@ -157,9 +157,11 @@ def graph_replay(device: Device, graph: CpuGraph, stream: Any) -> None:
             streams.drain_all()
         graph.run()
         return
-    # Keep the memory the steps use until the replay has run (a buffer closed meanwhile).
-    memory = [streams._memory(x) for s in graph.steps for x in s.reads + s.writes if isinstance(x, Buffer)]
-    q.put(lambda: (graph.run(), memory))
+    # Hold the memory the steps use until the replay has run (a buffer closed meanwhile), and keep
+    # the steps' argument slots (a graph closed or dropped meanwhile: graph_destroy drops them).
+    used = {id(x): x for s in graph.steps for x in s.reads + s.writes}
+    keep = graph.keep
+    q.put(lambda: (graph.run(), keep), streams.hold(list(used.values())))
 
 
 def graph_update(device: Device, graph: CpuGraph, step: Step) -> bool:

@@ -9,8 +9,10 @@
   worker runs them in order, the native launcher without the GIL. A failure is kept and raised
   by the next synchronize or query of that stream (or of the device).
 * Events complete when the worker reaches them; ``stream.wait(event)`` queues a wait.
-* Stream-ordered memory: a queued job keeps the numpy memory of each buffer it uses, so a buffer
-  closed while a stream still uses it is released only when that work is done.
+* Stream-ordered memory: a queued job holds the memory of each buffer it uses
+  (``allocator.hold``), so a buffer closed while a stream still uses it is set aside -- counted
+  as cached by ``memory_stats`` -- and released when that work is done (``allocator.unhold``,
+  by the worker, before the job counts as finished).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from kernelbay.errors import InvalidArgumentError, UseAfterFreeError
 from kernelbay.streams import Event, Stream
 from kernelbay.types import Buffer, Device, Kernel
 
-from . import _driver, launcher
+from . import _driver, allocator, launcher
 
 #: Jobs queued on user streams and not yet finished, all streams together. The default stream's
 #: hot path reads it without a lock: a thread always sees the jobs it queued itself.
@@ -42,18 +44,20 @@ class _Queue:
 
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
-        self.jobs: deque[Callable[[], None] | None] = deque()
+        #: (job, handles it holds) in order; None tells the worker to stop
+        self.jobs: deque[tuple[Callable[[], None], list[Any]] | None] = deque()
         self.queued = 0  # jobs not yet finished
         self.error: BaseException | None = None
         self.__weakref__: Any
 
-    def put(self, job: Callable[[], None]) -> None:
+    def put(self, job: Callable[[], None], held: list[Any] | None = None) -> None:
+        """Queue ``job``; ``held``: the memory handles it uses, already held (released when done)."""
         global pending
         with _lock:
             pending += 1
         with self.cond:
             self.queued += 1
-            self.jobs.append(job)
+            self.jobs.append((job, held or []))
             self.cond.notify_all()
 
     def stop(self) -> None:
@@ -67,16 +71,19 @@ class _Queue:
             with self.cond:
                 while not self.jobs:
                     self.cond.wait()
-                job = self.jobs.popleft()
-            if job is None:
+                entry = self.jobs.popleft()
+            if entry is None:
                 return
+            job, held = entry
             try:
                 job()
             except BaseException as exc:  # kept for the host's next synchronize
                 if self.error is None:
                     self.error = exc
             finally:
-                del job  # drop the memory it kept before telling the host it is done
+                del job, entry  # drop what it kept, and release what it held, before telling the host it is done
+                if held:
+                    allocator.unhold(held)
                 with _lock:
                     pending -= 1
                 with self.cond:
@@ -245,6 +252,21 @@ def _memory(x: Any) -> Any:
     return x
 
 
+def hold(xs: Sequence[Any]) -> list[Any]:
+    """Hold the memory of the buffers among ``xs`` for a job about to be queued (checked for use
+    after close); the worker releases them when the job is done (``_Queue.put(job, held)``)."""
+    held = []
+    for x in xs:
+        if isinstance(x, Buffer):
+            h = x.handle
+            if h is None:
+                raise UseAfterFreeError(f"{type(x).__name__} on {x.device} was used after close()")
+            held.append(h)
+    if held:
+        allocator.hold(held)
+    return held
+
+
 def _ptr(x: Any) -> int:
     return x.handle.ptr if isinstance(x, Buffer) else x.ctypes.data
 
@@ -290,7 +312,7 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_me
         _driver.check(fn(argv, geom, shm), lib, name)
         keep.clear()
 
-    q.put(run)
+    q.put(run, hold(args))
 
 
 def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
@@ -312,7 +334,7 @@ def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
         q.raise_error()
         ctypes.memmove(d, s, nbytes)
         return
-    q.put(lambda: (ctypes.memmove(d, s, nbytes), keep))
+    q.put(lambda: (ctypes.memmove(d, s, nbytes), keep), hold((dst, src)))
 
 
 def memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
@@ -327,7 +349,7 @@ def memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
         return
     keep = _memory(dst)
     p = dst.handle.ptr
-    q.put(lambda: (ctypes.memset(p, value, nbytes), keep))
+    q.put(lambda: (ctypes.memset(p, value, nbytes), keep), hold((dst,)))
 
 
 def host_view(array: Any) -> Any:
