@@ -13,6 +13,7 @@ peak counts them too, as memory kernelbay still held.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Any
 
@@ -53,6 +54,13 @@ class _Stats:
 
 
 _stats = _Stats()
+
+
+def _after_fork_in_child() -> None:
+    _stats.lock = threading.Lock()  # a stream worker of the parent may have held it at fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def allocate(device: Device, nbytes: int) -> HostMemory:

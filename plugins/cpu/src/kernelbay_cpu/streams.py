@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 import weakref
@@ -25,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernelbay.errors import InvalidArgumentError, UseAfterFreeError
+from kernelbay.errors import InvalidArgumentError, LaunchError, UseAfterFreeError
 from kernelbay.streams import Event, Stream
 from kernelbay.types import Buffer, Device, Kernel
 
@@ -46,8 +47,11 @@ class _Queue:
         self.cond = threading.Condition(threading.Lock())
         #: (job, handles it holds) in order; None tells the worker to stop
         self.jobs: deque[tuple[Callable[[], None], list[Any]] | None] = deque()
+        self.running: tuple[Callable[[], None], list[Any]] | None = None  # the job the worker runs
         self.queued = 0  # jobs not yet finished
         self.error: BaseException | None = None
+        self.worker: threading.Thread | None = None  # started by the first put (again in a forked child)
+        self.stopped = False
         self.__weakref__: Any
 
     def put(self, job: Callable[[], None], held: list[Any] | None = None) -> None:
@@ -58,12 +62,38 @@ class _Queue:
         with self.cond:
             self.queued += 1
             self.jobs.append((job, held or []))
+            if self.worker is None:
+                self.worker = threading.Thread(target=self.work, name="kernelbay-cpu-stream", daemon=True)
+                self.worker.start()
             self.cond.notify_all()
 
     def stop(self) -> None:
         with self.cond:
-            self.jobs.append(None)
-            self.cond.notify_all()
+            self.stopped = True
+            if self.worker is not None:
+                self.jobs.append(None)
+                self.cond.notify_all()
+
+    def after_fork(self) -> None:
+        """In a ``fork()``ed child: the worker is gone, and the work it had not finished runs in the
+        parent only. Say so at this stream's next synchronize; reach its events; release its holds."""
+        self.cond = threading.Condition(threading.Lock())  # the lock may have been held at fork
+        lost = [e for e in (self.running, *self.jobs) if e is not None]
+        self.jobs.clear()
+        self.running = self.worker = None
+        self.queued = 0
+        if lost and not self.stopped and self.error is None:
+            self.error = LaunchError(
+                f"{len(lost)} operation(s) queued on a cpu stream before fork() ran in the parent process "
+                "only: this child's memory lacks their results. Synchronize streams before forking, "
+                "or queue the work again in the child"
+            )
+        for job, held in lost:
+            ev = getattr(job, "__self__", None)
+            if type(ev) is CpuEvent:  # a host waiting for it here would wait forever
+                ev.fire()
+            if held:
+                allocator.unhold(held)
 
     def work(self) -> None:
         global pending
@@ -71,7 +101,7 @@ class _Queue:
             with self.cond:
                 while not self.jobs:
                     self.cond.wait()
-                entry = self.jobs.popleft()
+                entry = self.running = self.jobs.popleft()
             if entry is None:
                 return
             job, held = entry
@@ -87,6 +117,7 @@ class _Queue:
                 with _lock:
                     pending -= 1
                 with self.cond:
+                    self.running = None
                     self.queued -= 1
                     self.cond.notify_all()
 
@@ -106,9 +137,7 @@ class CpuStream:
 
     def __init__(self, device: Device) -> None:
         self.device = device
-        self.queue = _Queue()
-        self.thread = threading.Thread(target=self.queue.work, name="kernelbay-cpu-stream", daemon=True)
-        self.thread.start()
+        self.queue = _Queue()  # its worker thread starts with the first job
         _queues.add(self.queue)
 
     def close(self) -> None:
@@ -174,6 +203,17 @@ def _queue_of(stream: Any) -> _Queue | None:
     raise InvalidArgumentError(
         f"the cpu backend takes a kb.Stream of a cpu device (dev.stream()) or None as a stream, not {stream!r}"
     )
+
+
+def _after_fork_in_child() -> None:
+    global pending, _lock
+    _lock = threading.Lock()
+    pending = 0
+    for q in list(_queues):
+        q.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def drain_all() -> None:
