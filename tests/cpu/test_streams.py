@@ -4,6 +4,9 @@ and graphs replayed by one native call."""
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 
 import kernelbay as kb
 import numpy as np
@@ -170,3 +173,61 @@ def test_barrier_kernels_on_streams_and_in_graphs(dev) -> None:
     g.replay(stream=s)
     s.synchronize()
     np.testing.assert_array_equal(y.numpy(), xs)
+
+
+# fork() with work queued on a user stream: the child has no worker thread, and that work runs in
+# the parent only. The child must not hang on a host read, must be told at the stream's next
+# synchronize, must reach the events recorded then, and must release the memory that work held.
+FORK_SCRIPT = r'''
+import os, signal, sys, numpy as np, kernelbay as kb
+SRC = """
+extern "C" __global__ void gate(const volatile int* flag, long long limit) {
+    for (long long i = 0; i < limit && flag[0] == 0; ++i) {}
+}
+extern "C" __global__ void fill(float* y, float v) { y[threadIdx.x] = v; }
+"""
+dev = kb.device("cpu")
+gate = kb.compile(kb.Source(SRC, "cuda", name="gate"), dev)
+fill = kb.compile(kb.Source(SRC, "cuda", name="fill"), dev)
+flag = kb.zeros(1, dtype="int32", device=dev)
+open_gate = flag.numpy()
+y, x = kb.zeros(4, device=dev), kb.zeros(1024, device=dev)
+before = dev.memory_stats()
+s = dev.stream()
+gate.launch(1, 1, (flag, np.int64(4_000_000_000)), stream=s)
+fill.launch(1, 4, (y, np.float32(5)), stream=s)
+fill.launch(1, 4, (x, np.float32(1)), stream=s)
+e = s.record()
+x.close()  # held by queued work: set aside
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)
+    out = []
+    out.append(f"read {y.numpy()[0]}")  # the child's memory as it was at fork
+    try:
+        s.synchronize()
+        out.append("sync ok")
+    except kb.LaunchError as exc:
+        out.append("sync LaunchError" if "fork()" in str(exc) else f"sync other {exc}")
+    s.synchronize()  # reported once
+    out.append(f"event {e.query()}")
+    out.append(f"cached {dev.memory_stats().cached - before.cached}")
+    fill.launch(1, 4, (y, np.float32(7)), stream=s)  # the stream works again in the child
+    s.synchronize()
+    out.append(f"again {y.numpy()[0]}")
+    print("child:", ", ".join(out), flush=True)
+    os._exit(0)
+open_gate[0] = 1
+_, st = os.waitpid(pid, 0)
+s.synchronize()
+print("child exit", os.waitstatus_to_exitcode(st), flush=True)
+print("parent:", y.numpy()[0], dev.memory_stats().cached - before.cached, flush=True)
+'''
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_work_queued_before_fork_is_reported_in_the_child(dev) -> None:
+    r = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "child: read 0.0, sync LaunchError, event True, cached 0, again 7.0" in r.stdout, r.stdout
+    assert "child exit 0" in r.stdout and "parent: 5.0 0" in r.stdout, r.stdout

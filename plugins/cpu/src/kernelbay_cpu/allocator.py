@@ -2,11 +2,18 @@
 
 A buffer's memory is a numpy ``uint8`` array, so a host view (``Array.numpy()``) or a DLPack
 export keeps the memory alive by reference even after the Buffer is closed: no view can dangle.
+
+Stream-ordered memory: work queued on a user stream holds the memory of each buffer it uses
+(:func:`hold`, :func:`unhold`). A buffer closed while held is set aside -- its memory, and in
+isolated mode its shared region, stay in place -- and released when the last queued use is done.
+``memory_stats`` counts set-aside bytes as cached, not active (as the cuda backend does); the
+peak counts them too, as memory kernelbay still held.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Any
 
@@ -23,7 +30,7 @@ _isolated = _isolate.enabled()
 class HostMemory:
     """The handle of a cpu buffer: the aligned address and the numpy array that owns it."""
 
-    __slots__ = ("ptr", "array", "nbytes", "owned", "shared")
+    __slots__ = ("ptr", "array", "nbytes", "owned", "shared", "uses", "freed")
 
     def __init__(self, ptr: int, array: Any, nbytes: int, owned: bool, shared: Any = None) -> None:
         self.ptr = ptr
@@ -31,6 +38,8 @@ class HostMemory:
         self.nbytes = nbytes
         self.owned = owned  # False for memory adopted through DLPack
         self.shared = shared  # the shared-memory region in isolated mode (_isolate.Region)
+        self.uses = 0  # jobs queued on user streams that use this memory (under _stats.lock)
+        self.freed = False  # closed while in use: released by the last unhold()
 
     def __repr__(self) -> str:
         return f"HostMemory(ptr=0x{self.ptr:x}, nbytes={self.nbytes})"
@@ -40,10 +49,18 @@ class _Stats:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.active = 0
-        self.peak = 0
+        self.deferred = 0  # closed, owned bytes still used by queued stream work
+        self.peak = 0  # of active + deferred
 
 
 _stats = _Stats()
+
+
+def _after_fork_in_child() -> None:
+    _stats.lock = threading.Lock()  # a stream worker of the parent may have held it at fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def allocate(device: Device, nbytes: int) -> HostMemory:
@@ -56,7 +73,7 @@ def allocate(device: Device, nbytes: int) -> HostMemory:
             raise OutOfMemoryError(f"cannot allocate {nbytes} bytes of shared memory on {device}: {exc}") from None
         with _stats.lock:
             _stats.active += nbytes
-            _stats.peak = max(_stats.peak, _stats.active)
+            _stats.peak = max(_stats.peak, _stats.active + _stats.deferred)
         return HostMemory(ptr, arr, nbytes, True, region)
     try:
         raw = np.empty(nbytes + ALIGN, np.uint8)
@@ -72,18 +89,49 @@ def allocate(device: Device, nbytes: int) -> HostMemory:
     arr = raw[off : off + nbytes]
     with _stats.lock:
         _stats.active += nbytes
-        if _stats.active > _stats.peak:
-            _stats.peak = _stats.active
+        if _stats.active + _stats.deferred > _stats.peak:
+            _stats.peak = _stats.active + _stats.deferred
     return HostMemory(base + off, arr, nbytes, True)
 
 
 def free(device: Device, handle: HostMemory) -> None:
-    if handle.owned:
-        with _stats.lock:
+    with _stats.lock:
+        if handle.owned:
             _stats.active -= handle.nbytes
+        if handle.uses:  # queued stream work still uses it: the last unhold() releases it
+            handle.freed = True
+            if handle.owned:
+                _stats.deferred += handle.nbytes
+            return
+    _release(handle)
+
+
+def _release(handle: HostMemory) -> None:
     if handle.shared is not None:
         _isolate.release(handle.shared)
     handle.array = None  # memory goes when the last host view of it goes
+
+
+def hold(handles: list[HostMemory]) -> None:
+    """Queued stream work uses these buffers' memory: a close defers its release until :func:`unhold`."""
+    with _stats.lock:
+        for h in handles:
+            h.uses += 1
+
+
+def unhold(handles: list[HostMemory]) -> None:
+    """The queued work that :func:`hold` these is done: release those closed meanwhile."""
+    done = []
+    with _stats.lock:
+        for h in handles:
+            h.uses -= 1
+            if h.freed and not h.uses:
+                h.freed = False
+                if h.owned:
+                    _stats.deferred -= h.nbytes
+                done.append(h)
+    for h in done:
+        _release(h)
 
 
 def _ptr(x: Any) -> int:
@@ -111,7 +159,8 @@ def host_view(array: Array) -> Any:
 
 def memory_stats(device: Device) -> MemoryStats:
     with _stats.lock:
-        return MemoryStats(active=_stats.active, peak=_stats.peak, cached=0, limit=None)
+        # nothing is cached for reuse; blocks set aside for queued stream work count as cached
+        return MemoryStats(active=_stats.active, peak=_stats.peak, cached=_stats.deferred, limit=None)
 
 
 # --- DLPack -----------------------------------------------------------------------------

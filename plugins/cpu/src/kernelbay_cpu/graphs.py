@@ -10,13 +10,14 @@ launch already spreads over the cores) without the GIL and without Python per st
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from kernelbay.errors import LaunchError, UnsupportedError
 from kernelbay.graphs import Step, pointer_access
-from kernelbay.types import Buffer, Device, Kernel
+from kernelbay.types import Device, Kernel
 
 from . import _driver, streams
 
@@ -147,7 +148,7 @@ class CpuGraph:
 
 
 def _run_keeping(graph: CpuGraph, keep: object) -> None:
-    """Run ``graph``; ``keep`` (the memory its steps use) lives as long as the queued job."""
+    """Run ``graph``; ``keep`` (its steps' argument slots) lives as long as the queued job."""
     graph.run()
 
 
@@ -162,9 +163,10 @@ def graph_replay(device: Device, graph: CpuGraph, stream: Any) -> None:
             streams.drain_all()
         graph.run()
         return
-    # Keep the memory the steps use until the replay has run (a buffer closed meanwhile).
-    memory = [streams._memory(x) for s in graph.steps for x in s.reads + s.writes if isinstance(x, Buffer)]
-    q.put(lambda: _run_keeping(graph, memory))
+    # Hold the memory the steps use until the replay has run (a buffer closed meanwhile), and keep
+    # the steps' argument slots (a graph closed or dropped meanwhile: graph_destroy drops them).
+    used = {id(x): x for s in graph.steps for x in s.reads + s.writes}
+    q.put(functools.partial(_run_keeping, graph, graph.keep), streams.hold(list(used.values())))
 
 
 def graph_update(device: Device, graph: CpuGraph, step: Step) -> bool:

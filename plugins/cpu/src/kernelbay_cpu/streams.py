@@ -9,13 +9,16 @@
   worker runs them in order, the native launcher without the GIL. A failure is kept and raised
   by the next synchronize or query of that stream (or of the device).
 * Events complete when the worker reaches them; ``stream.wait(event)`` queues a wait.
-* Stream-ordered memory: a queued job keeps the numpy memory of each buffer it uses, so a buffer
-  closed while a stream still uses it is released only when that work is done.
+* Stream-ordered memory: a queued job holds the memory of each buffer it uses
+  (``allocator.hold``), so a buffer closed while a stream still uses it is set aside -- counted
+  as cached by ``memory_stats`` -- and released when that work is done (``allocator.unhold``,
+  by the worker, before the job counts as finished).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 import weakref
@@ -23,11 +26,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernelbay.errors import InvalidArgumentError, UseAfterFreeError
+from kernelbay.errors import InvalidArgumentError, LaunchError, UseAfterFreeError
 from kernelbay.streams import Event, Stream
 from kernelbay.types import Buffer, Device, Kernel
 
-from . import _driver, launcher
+from . import _driver, allocator, launcher
 
 #: Jobs queued on user streams and not yet finished, all streams together. The default stream's
 #: hot path reads it without a lock: a thread always sees the jobs it queued itself.
@@ -42,24 +45,55 @@ class _Queue:
 
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
-        self.jobs: deque[Callable[[], object] | None] = deque()  # results are dropped
+        #: (job, handles it holds) in order; None tells the worker to stop
+        self.jobs: deque[tuple[Callable[[], object], list[Any]] | None] = deque()
+        self.running: tuple[Callable[[], object], list[Any]] | None = None  # the job the worker runs
         self.queued = 0  # jobs not yet finished
         self.error: BaseException | None = None
+        self.worker: threading.Thread | None = None  # started by the first put (again in a forked child)
+        self.stopped = False
         self.__weakref__: Any
 
-    def put(self, job: Callable[[], object]) -> None:
+    def put(self, job: Callable[[], object], held: list[Any] | None = None) -> None:
+        """Queue ``job``; ``held``: the memory handles it uses, already held (released when done)."""
         global pending
         with _lock:
             pending += 1
         with self.cond:
             self.queued += 1
-            self.jobs.append(job)
+            self.jobs.append((job, held or []))
+            if self.worker is None:
+                self.worker = threading.Thread(target=self.work, name="kernelbay-cpu-stream", daemon=True)
+                self.worker.start()
             self.cond.notify_all()
 
     def stop(self) -> None:
         with self.cond:
-            self.jobs.append(None)
-            self.cond.notify_all()
+            self.stopped = True
+            if self.worker is not None:
+                self.jobs.append(None)
+                self.cond.notify_all()
+
+    def after_fork(self) -> None:
+        """In a ``fork()``ed child: the worker is gone, and the work it had not finished runs in the
+        parent only. Say so at this stream's next synchronize; reach its events; release its holds."""
+        self.cond = threading.Condition(threading.Lock())  # the lock may have been held at fork
+        lost = [e for e in (self.running, *self.jobs) if e is not None]
+        self.jobs.clear()
+        self.running = self.worker = None
+        self.queued = 0
+        if lost and not self.stopped and self.error is None:
+            self.error = LaunchError(
+                f"{len(lost)} operation(s) queued on a cpu stream before fork() ran in the parent process "
+                "only: this child's memory lacks their results. Synchronize streams before forking, "
+                "or queue the work again in the child"
+            )
+        for job, held in lost:
+            ev = getattr(job, "__self__", None)
+            if type(ev) is CpuEvent:  # a host waiting for it here would wait forever
+                ev.fire()
+            if held:
+                allocator.unhold(held)
 
     def work(self) -> None:
         global pending
@@ -67,19 +101,23 @@ class _Queue:
             with self.cond:
                 while not self.jobs:
                     self.cond.wait()
-                job = self.jobs.popleft()
-            if job is None:
+                entry = self.running = self.jobs.popleft()
+            if entry is None:
                 return
+            job, held = entry
             try:
                 job()
             except BaseException as exc:  # kept for the host's next synchronize
                 if self.error is None:
                     self.error = exc
             finally:
-                del job  # drop the memory it kept before telling the host it is done
+                del job, entry  # drop what it kept, and release what it held, before telling the host it is done
+                if held:
+                    allocator.unhold(held)
                 with _lock:
                     pending -= 1
                 with self.cond:
+                    self.running = None
                     self.queued -= 1
                     self.cond.notify_all()
 
@@ -99,9 +137,7 @@ class CpuStream:
 
     def __init__(self, device: Device) -> None:
         self.device = device
-        self.queue: _Queue | None = _Queue()  # None once closed
-        self.thread = threading.Thread(target=self.queue.work, name="kernelbay-cpu-stream", daemon=True)
-        self.thread.start()
+        self.queue: _Queue | None = _Queue()  # its worker thread starts with the first job; None once closed
         _queues.add(self.queue)
 
     def close(self) -> None:
@@ -167,6 +203,17 @@ def _queue_of(stream: Any) -> _Queue | None:
     raise InvalidArgumentError(
         f"the cpu backend takes a kb.Stream of a cpu device (dev.stream()) or None as a stream, not {stream!r}"
     )
+
+
+def _after_fork_in_child() -> None:
+    global pending, _lock
+    _lock = threading.Lock()
+    pending = 0
+    for q in list(_queues):
+        q.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def drain_all() -> None:
@@ -245,6 +292,21 @@ def _memory(x: Any) -> Any:
     return x
 
 
+def hold(xs: Sequence[Any]) -> list[Any]:
+    """Hold the memory of the buffers among ``xs`` for a job about to be queued (checked for use
+    after close); the worker releases them when the job is done (``_Queue.put(job, held)``)."""
+    held = []
+    for x in xs:
+        if isinstance(x, Buffer):
+            h = x.handle
+            if h is None:
+                raise UseAfterFreeError(f"{type(x).__name__} on {x.device} was used after close()")
+            held.append(h)
+    if held:
+        allocator.hold(held)
+    return held
+
+
 def _ptr(x: Any) -> int:
     return x.handle.ptr if isinstance(x, Buffer) else x.ctypes.data
 
@@ -290,7 +352,7 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_me
         _driver.check(fn(argv, geom, shm), lib, name)
         keep.clear()
 
-    q.put(run)
+    q.put(run, hold(args))
 
 
 def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
@@ -312,7 +374,7 @@ def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
         q.raise_error()
         ctypes.memmove(d, s, nbytes)
         return
-    q.put(lambda: (ctypes.memmove(d, s, nbytes), keep))
+    q.put(lambda: (ctypes.memmove(d, s, nbytes), keep), hold((dst, src)))
 
 
 def memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
@@ -327,7 +389,7 @@ def memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
         return
     keep = _memory(dst)
     p = dst.handle.ptr
-    q.put(lambda: (ctypes.memset(p, value, nbytes), keep))
+    q.put(lambda: (ctypes.memset(p, value, nbytes), keep), hold((dst,)))
 
 
 def host_view(array: Any) -> Any:
