@@ -7,8 +7,9 @@ the core chains them as direct calls instead of going through pluggy; with no tr
 nothing is registered and the hot path is exactly what it is without this module.
 
 Each call appends one tuple to a list (two clock reads, no formatting); every
-``CHUNK`` records the list is folded (:mod:`kernelbay._tracefile`): device spans resolved,
-whole-run aggregates updated, and the records kept in a ring of the newest ``max_events``.
+``CHUNK`` records the list is folded (:mod:`kernelbay._tracefile`): device spans resolved in
+one batch per timer, the records kept in a ring of the newest ``max_events``, and the chunk
+leaving the ring summed into the whole-run aggregates (per kernel, with C-level loops).
 The file is written at the end (context exit, :meth:`Tracer.stop`, or interpreter exit), to a
 temporary file renamed into place.
 """
@@ -86,8 +87,9 @@ class Tracer:
             raise InvalidArgumentError(f"max_events must be >= 1, got {max_events}")
         self.device_timing = _flag(ENV_DEVICE, True) if device_timing is None else device_timing
         self.buf: list[tuple] = []
-        self.reg: dict[int, Any] = {}  # id -> the kernel, device, stream or source records name
-        self.refs: list[Any] = []  # objects the hot path's records name, until the next fold
+        # id -> the kernel, device, stream or source records name (kept alive, so no id in a
+        # record can be reused by another object while the trace runs)
+        self.reg: dict[int, Any] = {}
         self.log = _tracefile.Log(max_events, os.getpid(), CHUNK, self.reg)
         self.running = False
         self._timers: dict[str, Any] = {}
@@ -152,15 +154,10 @@ class Tracer:
     def fold(self) -> None:
         """Fold the raw records into the log (device spans resolved, aggregates updated)."""
         with self._fold_lock:
-            buf, refs = self.buf, self.refs
+            buf = self.buf
             n = len(buf)
             chunk = buf[:n]
             del buf[:n]  # appends from other threads meanwhile land after n and stay
-            # After the records: a record's objects were kept before it was appended.
-            m = len(refs)
-            objs = refs[:m]
-            del refs[:m]
-            self.reg.update(zip(map(id, objs), objs))
             self.log.fold(chunk, self._timers)
 
     def _ref(self, obj: Any) -> int | None:

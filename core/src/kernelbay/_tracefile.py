@@ -11,6 +11,7 @@ aggregates of *every* call (counts, times, bytes, cache kinds, allocator peaks),
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import logging
 import operator
@@ -23,7 +24,7 @@ from .errors import InvalidArgumentError
 
 SCHEMA = 1
 log = logging.getLogger("kernelbay.trace")
-_T0, _T1, _KEY, _S0, _S1, _ERR = (operator.itemgetter(i) for i in (1, 2, 4, 9, 10, 11))
+_KIND, _T0, _T1, _KEY, _S0, _S1, _ERR = (operator.itemgetter(i) for i in (0, 1, 2, 4, 9, 10, 11))
 #: Device tracks get thread ids from here up, so they sort after the host threads.
 DEVICE_TID0 = 1_000_000
 
@@ -60,10 +61,12 @@ class Log:
     """The folded trace: a ring of record chunks and the aggregates of every call.
 
     A record is the tuple the tracer appended: ``(kind, t0, t1, thread, key, a, b, c, d, m0,
-    m1, error)``, ``key`` the id of the kernel (launch) or device (objects in ``reg``), ``m0``/``m1`` the device timer's marks
-    (replaced by the device span's ends when folded). Records are aggregated only when their
-    chunk leaves the ring or the trace is written, so a run that fits in the ring pays for
-    aggregation once, at the end, and not per launch.
+    m1, error)``, ``key`` the id of the kernel (launch) or device (objects in ``reg``),
+    ``m0``/``m1`` the device timer's marks. The ring holds ``(chunk, spans)``: ``spans`` the
+    device spans resolved at fold time as two lists (begins, ends) beside the records, or
+    ``None`` where the marks already are the spans (synchronous and host-clock timers), so no
+    record is rebuilt. Records are aggregated only when their chunk leaves the ring or the
+    trace is written, so a run that fits in the ring pays for aggregation once, at the end.
     """
 
     def __init__(self, max_events: int, pid: int, chunk: int, reg: dict[int, Any]) -> None:
@@ -87,77 +90,123 @@ class Log:
         self.memory_stats: dict[str, Any] = {}
         self.timing_failed = False
         self._freed: dict[int, int] | None = None  # id(free record) -> bytes, for the written spans
+        self._key_timer: dict[int, Any] = {}  # record key -> the timer resolving its marks, or None
 
     def fold(self, chunk: list[tuple], timers: dict[str, Any]) -> None:
         """Resolve the device spans of ``chunk`` (freeing the timer's marks) and ring it."""
         for t in threading.enumerate():
             if t.ident is not None:
                 self.thread_names.setdefault(t.ident, t.name)
-        resolve = [
-            n
-            for n, t in timers.items()
-            if t is not None and not (getattr(t, "host_clock", False) or getattr(t, "synchronous", False))
-        ]
-        if resolve:
-            for i, r in enumerate(chunk):
-                if r[9] is not None:
-                    chunk[i] = self._resolved(r, timers)
         if not chunk:
             return
+        spans = self._resolve(chunk, timers)
         ring = self.ring
         if len(ring) == ring.maxlen:
             old = ring.popleft()
             self.aggregate(old)
-            self.dropped += len(old)
-        ring.append(chunk)
+            self.dropped += len(old[0])
+        ring.append((chunk, spans))
         self.total += len(chunk)
 
-    def _resolved(self, r: tuple, timers: dict[str, Any]) -> tuple:
-        key = self.reg[r[4]]
-        backend = key._b.name if r[0] == "launch" else key.backend
-        timer = timers.get(backend)
-        span = None
-        if getattr(timer, "host_clock", False) or getattr(timer, "synchronous", False):
-            return r
-        if timer is not None and not self.timing_failed:
-            try:
-                span = timer.span(r[9], r[10])
-            except Exception:  # a timer that fails: host spans only from here
-                log.warning("kernelbay trace: device timing failed; host spans only from here", exc_info=True)
-                self.timing_failed = True
-        if span is None:
-            return r[:9] + (None, None, r[11])
-        # A mapped device clock can be off by a few microseconds; the work cannot have begun
-        # before the host call that queued it.
-        s0 = max(span[0], r[1])
-        return r[:9] + (s0, max(span[1], s0), r[11])
+    def _timer_of(self, key: int, timers: dict[str, Any]) -> Any:
+        """The timer whose marks the records of ``key`` (a kernel or device id) hold, where they
+        need resolving (not a host-clock or synchronous one); cached per key."""
+        try:
+            return self._key_timer[key]
+        except KeyError:
+            pass
+        obj = self.reg[key]
+        b = getattr(obj, "_b", None)  # a kernel's binding; a device names its backend
+        timer = timers.get(b.name if b is not None else getattr(obj, "backend", None))
+        if timer is not None and (getattr(timer, "host_clock", False) or getattr(timer, "synchronous", False)):
+            timer = None
+        self._key_timer[key] = timer
+        return timer
+
+    def _resolve(self, chunk: list[tuple], timers: dict[str, Any]) -> tuple[list, list] | None:
+        """The device spans of ``chunk`` as two lists (begin, end; ``None`` where unknown), one
+        batch call per timer; ``None`` where the records' own ``m0``/``m1`` already are spans."""
+        if not any(
+            t is not None and not (getattr(t, "host_clock", False) or getattr(t, "synchronous", False))
+            for t in timers.values()
+        ):
+            return None
+        by_key = {k: self._timer_of(k, timers) for k in set(map(_KEY, chunk))}
+        used = {id(t): t for t in by_key.values() if t is not None}
+        if not used:
+            return None
+        s0s = list(map(_S0, chunk))
+        s1s = list(map(_S1, chunk))
+        for t in used.values():
+            if len(used) == 1 and None not in by_key.values():
+                idx = None  # the whole chunk (the common case: one device backend)
+                m0, m1, t0 = s0s, s1s, list(map(_T0, chunk))
+            else:
+                idx = [i for i, r in enumerate(chunk) if by_key[r[4]] is t]
+                m0, m1, t0 = [s0s[i] for i in idx], [s1s[i] for i in idx], [chunk[i][1] for i in idx]
+            got: tuple[list, list] | None = None
+            if not self.timing_failed:
+                try:
+                    got = _resolve_with(t, m0, m1, t0)
+                except Exception:  # a timer that fails: host spans only from here
+                    log.warning("kernelbay trace: device timing failed; host spans only from here", exc_info=True)
+                    self.timing_failed = True
+            if got is None:
+                got = [None] * len(m0), [None] * len(m0)
+            if idx is None:
+                s0s, s1s = got
+            else:
+                for j, i in enumerate(idx):
+                    s0s[i] = got[0][j]
+                    s1s[i] = got[1][j]
+        return s0s, s1s
 
     def finish(self) -> None:
         """Aggregate what is still in the ring (before :meth:`summary`), noting the bytes each
         free gave back for its span."""
         self._freed = {}
-        for chunk in self.ring:
-            self.aggregate(chunk)
+        for entry in self.ring:
+            self.aggregate(entry)
 
-    def aggregate(self, chunk: list[tuple]) -> None:
-        # Launches, the bulk, are summed with map() over item getters (C loops); the rest one
-        # by one.
-        launches = [r for r in chunk if r[0] == "launch"]
-        rest = chunk if len(launches) != len(chunk) else ()
-        if any(map(_ERR, launches)):
-            self.failures["launch"] = self.failures.get("launch", 0) + sum(1 for r in launches if r[11] is not None)
-            launches = [r for r in launches if r[11] is None]
+    def aggregate(self, entry: tuple[list[tuple], tuple[list, list] | None]) -> None:
+        # The bulk, launches without errors, is summed per kernel with map() and sum() over
+        # item getters (C loops); the rest one by one.
+        chunk, spans = entry
+        s0s, s1s = spans if spans is not None else (list(map(_S0, chunk)), list(map(_S1, chunk)))
+        kinds = list(map(_KIND, chunk))
+        n_launch = kinds.count("launch")
+        if n_launch == len(chunk):
+            launches, ls0, ls1, rest = chunk, s0s, s1s, ()
+        else:
+            mask = list(map(operator.eq, kinds, itertools.repeat("launch")))
+            launches = list(itertools.compress(chunk, mask))
+            ls0, ls1 = list(itertools.compress(s0s, mask)), list(itertools.compress(s1s, mask))
+            keep = list(map(operator.not_, mask))
+            rest = zip(itertools.compress(chunk, keep), itertools.compress(s0s, keep), itertools.compress(s1s, keep))
+        errs = list(map(_ERR, launches))
+        if errs.count(None) != len(errs):
+            self.failures["launch"] = self.failures.get("launch", 0) + len(errs) - errs.count(None)
+            ok = list(map(operator.is_, errs, itertools.repeat(None)))
+            launches = list(itertools.compress(launches, ok))
+            ls0, ls1 = list(itertools.compress(ls0, ok)), list(itertools.compress(ls1, ok))
         if launches:
             keys = set(map(_KEY, launches))
             if len(keys) == 1:
-                self._launches(keys.pop(), launches)
-            else:
+                self._launches(keys.pop(), launches, ls0, ls1)
+            elif len(keys) <= 8:
                 for key in keys:
-                    self._launches(key, [r for r in launches if r[4] == key])
-        for r in rest:
-            kind, t0, t1, _tid, key, a, b, _c, _d, s0, s1, err = r
-            if kind == "launch":
-                continue
+                    sel = list(map(operator.eq, map(_KEY, launches), itertools.repeat(key)))
+                    self._launches(
+                        key,
+                        list(itertools.compress(launches, sel)),
+                        list(itertools.compress(ls0, sel)),
+                        list(itertools.compress(ls1, sel)),
+                    )
+            else:
+                for key, r, a, b in zip(map(_KEY, launches), launches, ls0, ls1):
+                    self._launches(key, [r], [a], [b])
+        for r, s0, s1 in rest:
+            kind, t0, t1, _tid, key, a, b, _c, _d, _m0, _m1, err = r
             if err is not None:
                 self.failures[kind] = self.failures.get(kind, 0) + 1
                 if kind != "compile":
@@ -189,22 +238,23 @@ class Log:
                 self.memsets[0] += 1
                 self.memsets[1] += a
 
-    def _launches(self, kernel: Any, rs: list[tuple]) -> None:
+    def _launches(self, kernel: Any, rs: list[tuple], s0s: list, s1s: list) -> None:
         k = self.kernels.get(kernel)
         if k is None:
             k = self.kernels[kernel] = [0, 0, 0, 0, float("inf"), 0]
         k[0] += len(rs)
-        k[1] += sum(map(operator.sub, map(_T1, rs), map(_T0, rs)))
-        try:
-            ds = list(map(operator.sub, map(_S1, rs), map(_S0, rs)))
-        except TypeError:  # some without a device span
-            timed = [r for r in rs if r[9] is not None]
-            ds = list(map(operator.sub, map(_S1, timed), map(_S0, timed)))
-        if ds:
-            k[2] += len(ds)
-            k[3] += sum(ds)
-            k[4] = min(k[4], min(ds))
-            k[5] = max(k[5], max(ds))
+        k[1] += sum(map(_T1, rs)) - sum(map(_T0, rs))
+        untimed = s0s.count(None)
+        if untimed == len(s0s):
+            return
+        if untimed:
+            timed = list(map(operator.is_not, s0s, itertools.repeat(None)))
+            s0s, s1s = list(itertools.compress(s0s, timed)), list(itertools.compress(s1s, timed))
+        ds = list(map(operator.sub, s1s, s0s))
+        k[2] += len(ds)
+        k[3] += sum(ds)
+        k[4] = min(k[4], min(ds))
+        k[5] = max(k[5], max(ds))
 
     def _memory(self, kind: str, dev: str, a: Any, b: Any) -> int | None:
         st = self.alloc.get(dev)
@@ -260,8 +310,8 @@ class Log:
             "schema": SCHEMA,
             "pid": self.pid,
             "calls": self.total,
-            "timeline_records": len(self.kept()),
-            "dropped_records": self.total - len(self.kept()),
+            "timeline_records": min(self.total, self.max_events),
+            "dropped_records": self.total - min(self.total, self.max_events),
             "kernels": kernels,
             "copies": copies,
             "compiles": {k: {"count": v[0], "ns": v[1]} for k, v in self.compiles.items()},
@@ -271,9 +321,15 @@ class Log:
             "failures": self.failures,
         }
 
-    def kept(self) -> list[tuple]:
-        """The newest ``max_events`` records, oldest first: what the timeline shows."""
-        flat = [r for chunk in self.ring for r in chunk]
+    def kept(self) -> list[tuple[tuple, Any, Any]]:
+        """The newest ``max_events`` records with their device spans, ``(record, begin, end)``,
+        oldest first: what the timeline shows."""
+        flat: list[tuple[tuple, Any, Any]] = []
+        for chunk, spans in self.ring:
+            if spans is None:
+                flat.extend(zip(chunk, map(_S0, chunk), map(_S1, chunk)))
+            else:
+                flat.extend(zip(chunk, *spans))
         return flat[-self.max_events :] if len(flat) > self.max_events else flat
 
     def events(self) -> list[dict[str, Any]]:
@@ -284,9 +340,9 @@ class Log:
         tids: dict[int, int] = {}
         tracks: dict[tuple[str, str], int] = {}
         flow = 0
-        for r in self.kept():
+        for r, s0, s1 in self.kept():
             kind, t0, t1, ident = r[0], r[1], r[2], r[3]
-            span = None if r[9] is None else (r[9], r[10])
+            span = None if s0 is None else (s0, s1)
             t = tids.get(ident)
             if t is None:
                 t = tids[ident] = len(tids) + 1
@@ -344,6 +400,29 @@ class Log:
             out.append({"name": kind, "cat": "flow", "ph": "s", "id": flow, "ts": ts, "pid": pid, "tid": t})
             out.append({"name": kind, "cat": "flow", "ph": "f", "bp": "e", "id": flow, "ts": ds, "pid": pid, "tid": dt})
         return out
+
+
+def _resolve_with(timer: Any, m0: list, m1: list, t0: list) -> tuple[list, list]:
+    """Device spans for marks ``m0``/``m1`` of calls made at host times ``t0``: the timer's
+    batch ``resolve`` where it has one, else ``span`` per pair. A span is clamped to begin no
+    earlier than its host call (a mapped device clock can be off by a few microseconds; the
+    work cannot have begun before the call that queued it)."""
+    batch = getattr(timer, "resolve", None)
+    if batch is not None:
+        return batch(m0, m1, t0)
+    s0s: list[Any] = []
+    s1s: list[Any] = []
+    span = timer.span
+    for a, b, h in zip(m0, m1, t0):
+        sp = span(a, b) if a is not None or b is not None else None
+        if sp is None:
+            s0s.append(None)
+            s1s.append(None)
+        else:
+            begin = max(sp[0], h)
+            s0s.append(begin)
+            s1s.append(max(sp[1], begin))
+    return s0s, s1s
 
 
 def _describe(r: tuple, reg: dict[int, Any]) -> tuple[str, dict[str, Any], tuple[str, str] | None]:
