@@ -28,9 +28,14 @@ _c_void_p, _c_float = ctypes.c_void_p, ctypes.c_float
 
 
 class Timer:
-    """The ``kernelbay_device_timer`` of the cuda backend. Marks are event handles (ints)."""
+    """The ``kernelbay_device_timer`` of the cuda backend. Marks are ints: event handles, or
+    with the C timer indexes into its table of events.
 
-    def __init__(self) -> None:
+    :param use_native: use the C timer where the native helpers are available (``False``: the
+        ctypes one, as with ``KERNELBAY_NATIVE=0``; the benchmarks compare the two).
+    """
+
+    def __init__(self, use_native: bool = True) -> None:
         self._lib: Any = None
         self._pool: dict[int, list[int]] = {}  # device index -> free events
         self._device: dict[int, int] = {}  # event -> device index
@@ -38,7 +43,7 @@ class Timer:
         self._lock = threading.Lock()
         self._native: Any = None
         self._native_set = False  # set_driver() done, and add_device() for each index in _ref
-        mod = native.module()
+        mod = native.module() if use_native else None
         if mod is not None and hasattr(mod, "Timer"):
             from kernelbay.streams import Stream as KbStream
 
