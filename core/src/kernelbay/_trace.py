@@ -6,7 +6,7 @@ implementations, the mechanism hookspecs.py offers every extension. Its hot-path
 the core chains them as direct calls instead of going through pluggy; with no trace running
 nothing is registered and the hot path is exactly what it is without this module.
 
-Each call appends one tuple to a list (two clock reads, no formatting); every
+Each call extends a flat list by one record (two clock reads, no formatting); every
 ``CHUNK`` records the list is folded (:mod:`kernelbay._tracefile`): device spans resolved in
 one batch per timer, the records kept in a ring of the newest ``max_events``, and the chunk
 leaving the ring summed into the whole-run aggregates (per kernel, with C-level loops).
@@ -35,6 +35,8 @@ ENV_DEVICE = "KERNELBAY_TRACE_DEVICE"
 DEFAULT_MAX_EVENTS = 100_000
 #: Records folded at a time (bounds the raw list, and how long CUDA events stay in flight).
 CHUNK = 8192
+#: Items per record: the buffer is flat, each record's items extended onto it in one call.
+FIELDS = 12
 
 log = logging.getLogger("kernelbay.trace")
 
@@ -86,7 +88,10 @@ class Tracer:
         if max_events < 1:
             raise InvalidArgumentError(f"max_events must be >= 1, got {max_events}")
         self.device_timing = _flag(ENV_DEVICE, True) if device_timing is None else device_timing
-        self.buf: list[tuple] = []
+        # Flat: record i is buf[12 * i : 12 * i + 12], added by one extend() (atomic under the
+        # GIL, so records of threads never interleave). No tuple outlives the call: nothing for
+        # the garbage collector to track, and a fold reads each field as one strided slice.
+        self.buf: list[Any] = []
         # id -> the kernel, device, stream or source records name (kept alive, so no id in a
         # record can be reused by another object while the trace runs)
         self.reg: dict[int, Any] = {}
@@ -202,7 +207,7 @@ class Tracer:
         try:
             handle = yield
         except BaseException as exc:
-            self.buf.append(
+            self.buf.extend(
                 (
                     COMPILE,
                     t0,
@@ -231,7 +236,7 @@ class Tracer:
             how = "uncached"  # no disk lookup: kept from before the trace, or a backend without a disk cache
         self._seen.add(key)
         self._seen.add(id(handle))
-        self.buf.append(
+        self.buf.extend(
             (
                 COMPILE,
                 t0,
@@ -255,7 +260,7 @@ class Tracer:
         try:
             r = yield
         except BaseException as exc:
-            self.buf.append(
+            self.buf.extend(
                 (
                     SYNC,
                     t0,
@@ -272,7 +277,7 @@ class Tracer:
                 )
             )
             raise
-        self.buf.append(
+        self.buf.extend(
             (
                 SYNC,
                 t0,
@@ -294,7 +299,7 @@ class Tracer:
     def kernelbay_memset(self, dst: Any, value: int, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append(
+        self.buf.extend(
             (
                 MEMSET,
                 t0,
@@ -319,17 +324,17 @@ class Tracer:
     def kernelbay_launch(self, kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append(
+        self.buf.extend(
             (
                 LAUNCH,
                 t0,
                 perf_counter_ns(),
                 threading.get_ident(),
-                self._ref(kernel),
+                kernel,
                 grid,
                 block,
                 shared_mem,
-                self._ref(stream),
+                stream,
                 None,
                 None,
                 None,
@@ -341,7 +346,7 @@ class Tracer:
     def kernelbay_copy(self, dst: Any, src: Any, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append(
+        self.buf.extend(
             (
                 COPY,
                 t0,
@@ -362,7 +367,7 @@ class Tracer:
     def kernelbay_allocate(self, device: Any, nbytes: int) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append(
+        self.buf.extend(
             (
                 ALLOC,
                 t0,
@@ -384,7 +389,7 @@ class Tracer:
     def kernelbay_free(self, device: Any, handle: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append(
+        self.buf.extend(
             (
                 FREE,
                 t0,

@@ -24,7 +24,8 @@ from .errors import InvalidArgumentError
 
 SCHEMA = 1
 log = logging.getLogger("kernelbay.trace")
-_KIND, _T0, _T1, _KEY, _S0, _S1, _ERR = (operator.itemgetter(i) for i in (0, 1, 2, 4, 9, 10, 11))
+#: Items per record in the tracer's flat buffer (``kernelbay._trace.FIELDS``).
+F = 12
 #: Device tracks get thread ids from here up, so they sort after the host threads.
 DEVICE_TID0 = 1_000_000
 
@@ -60,8 +61,8 @@ def stream_label(stream: Any) -> str:
 class Log:
     """The folded trace: a ring of record chunks and the aggregates of every call.
 
-    A record is the tuple the tracer appended: ``(kind, t0, t1, thread, key, a, b, c, d, m0,
-    m1, error)``, ``key`` the id of the kernel (launch) or device (objects in ``reg``),
+    A record is the 12 items the tracer added to its flat buffer: ``(kind, t0, t1, thread,
+    key, a, b, c, d, m0, m1, error)``; a chunk is a flat list of records, ``key`` the id of the kernel (launch) or device (objects in ``reg``),
     ``m0``/``m1`` the device timer's marks. The ring holds ``(chunk, spans)``: ``spans`` the
     device spans resolved at fold time as two lists (begins, ends) beside the records, or
     ``None`` where the marks already are the spans (synchronous and host-clock timers), so no
@@ -79,7 +80,7 @@ class Log:
         self.total = 0
         self.dropped = 0
         self.thread_names: dict[int, str] = {}
-        self.kernels: dict[Any, list[float]] = {}  # id(Kernel) -> [count, host ns, dev count, dev ns, dev min, dev max]
+        self.kernels: dict[Any, list[float]] = {}  # Kernel -> [count, host ns, dev count, dev ns, dev min, dev max]
         self.copies: dict[str, list[float]] = {}  # direction -> [count, bytes, host ns, dev count, dev ns, dev bytes]
         self.compiles: dict[str, list[float]] = {}  # cache kind -> [count, ns]
         self.syncs = [0, 0]
@@ -89,11 +90,12 @@ class Log:
         self._live: dict[int, int] = {}  # id(handle) -> bytes, for the allocations still live
         self.memory_stats: dict[str, Any] = {}
         self.timing_failed = False
-        self._freed: dict[int, int] | None = None  # id(free record) -> bytes, for the written spans
+        self._freed: dict[tuple[int, int], int] | None = None  # (thread, t0) of a free -> bytes, for its span
         self._key_timer: dict[int, Any] = {}  # record key -> the timer resolving its marks, or None
 
-    def fold(self, chunk: list[tuple], timers: dict[str, Any]) -> None:
-        """Resolve the device spans of ``chunk`` (freeing the timer's marks) and ring it."""
+    def fold(self, chunk: list[Any], timers: dict[str, Any]) -> None:
+        """Resolve the device spans of ``chunk`` (flat records; freeing the timer's marks) and
+        ring it."""
         for t in threading.enumerate():
             if t.ident is not None:
                 self.thread_names.setdefault(t.ident, t.name)
@@ -104,9 +106,9 @@ class Log:
         if len(ring) == ring.maxlen:
             old = ring.popleft()
             self.aggregate(old)
-            self.dropped += len(old[0])
+            self.dropped += len(old[0]) // F
         ring.append((chunk, spans))
-        self.total += len(chunk)
+        self.total += len(chunk) // F
 
     def _timer_of(self, key: int, timers: dict[str, Any]) -> Any:
         """The timer whose marks the records of ``key`` (a kernel or device id) hold, where they
@@ -115,7 +117,7 @@ class Log:
             return self._key_timer[key]
         except KeyError:
             pass
-        obj = self.reg[key]
+        obj = self.reg[key] if type(key) is int else key  # launches hold their kernel itself
         b = getattr(obj, "_b", None)  # a kernel's binding; a device names its backend
         timer = timers.get(b.name if b is not None else getattr(obj, "backend", None))
         if timer is not None and (getattr(timer, "host_clock", False) or getattr(timer, "synchronous", False)):
@@ -123,7 +125,7 @@ class Log:
         self._key_timer[key] = timer
         return timer
 
-    def _resolve(self, chunk: list[tuple], timers: dict[str, Any]) -> tuple[list, list] | None:
+    def _resolve(self, chunk: list[Any], timers: dict[str, Any]) -> tuple[list, list] | None:
         """The device spans of ``chunk`` as two lists (begin, end; ``None`` where unknown), one
         batch call per timer; ``None`` where the records' own ``m0``/``m1`` already are spans."""
         if not any(
@@ -131,19 +133,19 @@ class Log:
             for t in timers.values()
         ):
             return None
-        by_key = {k: self._timer_of(k, timers) for k in set(map(_KEY, chunk))}
+        keys = chunk[4::F]
+        by_key = {k: self._timer_of(k, timers) for k in set(keys)}
         used = {id(t): t for t in by_key.values() if t is not None}
         if not used:
             return None
-        s0s = list(map(_S0, chunk))
-        s1s = list(map(_S1, chunk))
+        s0s, s1s = chunk[9::F], chunk[10::F]
         for t in used.values():
             if len(used) == 1 and None not in by_key.values():
                 idx = None  # the whole chunk (the common case: one device backend)
-                m0, m1, t0 = s0s, s1s, list(map(_T0, chunk))
+                m0, m1, t0 = s0s, s1s, chunk[1::F]
             else:
-                idx = [i for i, r in enumerate(chunk) if by_key[r[4]] is t]
-                m0, m1, t0 = [s0s[i] for i in idx], [s1s[i] for i in idx], [chunk[i][1] for i in idx]
+                idx = [i for i, k in enumerate(keys) if by_key[k] is t]
+                m0, m1, t0 = [s0s[i] for i in idx], [s1s[i] for i in idx], [chunk[i * F + 1] for i in idx]
             got: tuple[list, list] | None = None
             if not self.timing_failed:
                 try:
@@ -168,45 +170,39 @@ class Log:
         for entry in self.ring:
             self.aggregate(entry)
 
-    def aggregate(self, entry: tuple[list[tuple], tuple[list, list] | None]) -> None:
-        # The bulk, launches without errors, is summed per kernel with map() and sum() over
-        # item getters (C loops); the rest one by one.
+    def aggregate(self, entry: tuple[list[Any], tuple[list, list] | None]) -> None:
+        # Each field is one strided slice of the flat chunk; the bulk, launches without errors,
+        # is summed per kernel with sum() and compress() (C loops); the rest one by one.
         chunk, spans = entry
-        s0s, s1s = spans if spans is not None else (list(map(_S0, chunk)), list(map(_S1, chunk)))
-        kinds = list(map(_KIND, chunk))
-        n_launch = kinds.count("launch")
-        if n_launch == len(chunk):
-            launches, ls0, ls1, rest = chunk, s0s, s1s, ()
-        else:
+        s0s, s1s = spans if spans is not None else (chunk[9::F], chunk[10::F])
+        kinds = chunk[0::F]
+        t0s, t1s, keys, errs = chunk[1::F], chunk[2::F], chunk[4::F], chunk[11::F]
+        rest: Any = ()
+        if kinds.count("launch") != len(kinds):
             mask = list(map(operator.eq, kinds, itertools.repeat("launch")))
-            launches = list(itertools.compress(chunk, mask))
-            ls0, ls1 = list(itertools.compress(s0s, mask)), list(itertools.compress(s1s, mask))
-            keep = list(map(operator.not_, mask))
-            rest = zip(itertools.compress(chunk, keep), itertools.compress(s0s, keep), itertools.compress(s1s, keep))
-        errs = list(map(_ERR, launches))
+            other = list(map(operator.not_, mask))
+            fields = [list(itertools.compress(chunk[i::F], other)) for i in range(F)]
+            rest = zip(zip(*fields), itertools.compress(s0s, other), itertools.compress(s1s, other))
+            t0s, t1s, keys, errs, s0s, s1s = (
+                list(itertools.compress(v, mask)) for v in (t0s, t1s, keys, errs, s0s, s1s)
+            )
         if errs.count(None) != len(errs):
             self.failures["launch"] = self.failures.get("launch", 0) + len(errs) - errs.count(None)
             ok = list(map(operator.is_, errs, itertools.repeat(None)))
-            launches = list(itertools.compress(launches, ok))
-            ls0, ls1 = list(itertools.compress(ls0, ok)), list(itertools.compress(ls1, ok))
-        if launches:
-            keys = set(map(_KEY, launches))
-            if len(keys) == 1:
-                self._launches(keys.pop(), launches, ls0, ls1)
-            elif len(keys) <= 8:
-                for key in keys:
-                    sel = list(map(operator.eq, map(_KEY, launches), itertools.repeat(key)))
-                    self._launches(
-                        key,
-                        list(itertools.compress(launches, sel)),
-                        list(itertools.compress(ls0, sel)),
-                        list(itertools.compress(ls1, sel)),
-                    )
+            t0s, t1s, keys, s0s, s1s = (list(itertools.compress(v, ok)) for v in (t0s, t1s, keys, s0s, s1s))
+        if keys:
+            kset = set(keys)
+            if len(kset) == 1:
+                self._launches(kset.pop(), t0s, t1s, s0s, s1s)
+            elif len(kset) <= 8:
+                for key in kset:
+                    sel = list(map(operator.eq, keys, itertools.repeat(key)))
+                    self._launches(key, *(list(itertools.compress(v, sel)) for v in (t0s, t1s, s0s, s1s)))
             else:
-                for key, r, a, b in zip(map(_KEY, launches), launches, ls0, ls1):
-                    self._launches(key, [r], [a], [b])
+                for key, a, b, c, d in zip(keys, t0s, t1s, s0s, s1s):
+                    self._launches(key, [a], [b], [c], [d])
         for r, s0, s1 in rest:
-            kind, t0, t1, _tid, key, a, b, _c, _d, _m0, _m1, err = r
+            kind, t0, t1, tid, key, a, b, _c, _d, _m0, _m1, err = r
             if err is not None:
                 self.failures[kind] = self.failures.get(kind, 0) + 1
                 if kind != "compile":
@@ -230,7 +226,7 @@ class Log:
             elif kind == "allocate" or kind == "free":
                 freed = self._memory(kind, str(self.reg[key]), a, b)
                 if freed is not None and self._freed is not None:
-                    self._freed[id(r)] = freed
+                    self._freed[(tid, t0)] = freed
             elif kind == "synchronize":
                 self.syncs[0] += 1
                 self.syncs[1] += t1 - t0
@@ -238,12 +234,12 @@ class Log:
                 self.memsets[0] += 1
                 self.memsets[1] += a
 
-    def _launches(self, kernel: Any, rs: list[tuple], s0s: list, s1s: list) -> None:
+    def _launches(self, kernel: Any, t0s: list, t1s: list, s0s: list, s1s: list) -> None:
         k = self.kernels.get(kernel)
         if k is None:
             k = self.kernels[kernel] = [0, 0, 0, 0, float("inf"), 0]
-        k[0] += len(rs)
-        k[1] += sum(map(_T1, rs)) - sum(map(_T0, rs))
+        k[0] += len(t0s)
+        k[1] += sum(t1s) - sum(t0s)
         untimed = s0s.count(None)
         if untimed == len(s0s):
             return
@@ -276,8 +272,8 @@ class Log:
 
     def summary(self) -> dict[str, Any]:
         by_name: dict[str, list[float]] = {}
-        for kid, k in self.kernels.items():
-            m = by_name.setdefault(self.reg[kid].name, [0, 0, 0, 0, float("inf"), 0])
+        for kernel, k in self.kernels.items():
+            m = by_name.setdefault(kernel.name, [0, 0, 0, 0, float("inf"), 0])
             m[0] += k[0]
             m[1] += k[1]
             m[2] += k[2]
@@ -326,10 +322,8 @@ class Log:
         oldest first: what the timeline shows."""
         flat: list[tuple[tuple, Any, Any]] = []
         for chunk, spans in self.ring:
-            if spans is None:
-                flat.extend(zip(chunk, map(_S0, chunk), map(_S1, chunk)))
-            else:
-                flat.extend(zip(chunk, *spans))
+            records = zip(*(chunk[i::F] for i in range(F)))
+            flat.extend(zip(records, *(spans if spans is not None else (chunk[9::F], chunk[10::F]))))
         return flat[-self.max_events :] if len(flat) > self.max_events else flat
 
     def events(self) -> list[dict[str, Any]]:
@@ -350,8 +344,8 @@ class Log:
                 out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": f"host: {name}"}})
                 out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": t, "args": {"sort_index": t}})
             title, args, track = _describe(r, self.reg)
-            if kind == "free" and self._freed and id(r) in self._freed:
-                args["bytes"] = self._freed[id(r)]
+            if kind == "free" and self._freed and (ident, t0) in self._freed:
+                args["bytes"] = self._freed[(ident, t0)]
             ts = round((t0 - t00) / 1000, 3)
             out.append(
                 {
@@ -428,9 +422,9 @@ def _resolve_with(timer: Any, m0: list, m1: list, t0: list) -> tuple[list, list]
 def _describe(r: tuple, reg: dict[int, Any]) -> tuple[str, dict[str, Any], tuple[str, str] | None]:
     """A ring record's span title, arguments and device track (``reg`` maps the ids in it)."""
     kind, t0, t1, _tid, key, a, b, c, d, _s0, _s1, err = r
-    dev = reg[key]
     track = None
-    if kind == "launch":
+    if kind == "launch":  # the kernel and stream themselves
+        dev = key
         name = dev.name
         args: dict[str, Any] = {
             "kernel": name,
@@ -438,10 +432,14 @@ def _describe(r: tuple, reg: dict[int, Any]) -> tuple[str, dict[str, Any], tuple
             "grid": _dims(a),
             "block": _dims(b),
             "shared_mem": c,
-            "stream": stream_label(reg.get(d)),
+            "stream": stream_label(d),
         }
         title, track = f"launch {name}", (str(dev.device), args["stream"])
-    elif kind == "copy":
+        if err is not None:
+            args["error"] = err
+        return title, args, track
+    dev = reg[key]
+    if kind == "copy":
         args = {"direction": a, "bytes": b, "device": str(dev), "stream": stream_label(reg.get(c))}
         if t1 > t0:
             args["host_GBps"] = round(b / (t1 - t0), 3)

@@ -1,12 +1,13 @@
 """The tracer's positional forms of the hot-path hooks: what runs per call while tracing.
 
 Each is made per backend binding by the core (``kernelbay_positional(tracer, inner, binding)``)
-and does the least that still gives a span: two clock reads, one tuple appended to the
-tracer's list, and -- where the backend has a device timer -- two ``timer.mark`` calls.
-Records hold ids and numbers only (the garbage collector drops such tuples from its lists
-after one look, so a ring of 100,000 costs it nothing). The objects they name go into
-``tracer.reg`` the first time they are seen (one ``in`` test per call after that: ``reg``
-keeps them alive, so an id in it cannot be reused by another object while the trace runs).
+and does the least that still gives a span: two clock reads, one record's items extended onto
+the tracer's flat list, and -- where the backend has a device timer -- two ``timer.mark`` calls.
+No record tuple outlives its call (the buffer is one flat list: nothing per record for the
+garbage collector to track), so a launch record holds its kernel and stream objects themselves
+(no lookup per call; the ring keeps them alive). Other records name their device and stream by
+id, the objects going into ``tracer.reg`` (which keeps them alive, so no id in it can be
+reused by another object while the trace runs).
 Everything else (names, directions, device times, JSON) happens later, in batches.
 """
 
@@ -21,13 +22,24 @@ def _failed(tr: Any, kind: str, t0: int, key: Any, a: Any, b: Any, c: Any, strea
     """The record of a call that raised (not hot: kept out of the wrappers' bodies)."""
     from ._trace import COPY, _err
 
-    k = tr._ref(key)
-    s = tr._ref(stream)
-    if kind == COPY:  # (device, direction, nbytes, stream)
-        rec = (kind, t0, perf_counter_ns(), get_ident(), k, a, b, s, None, None, None, _err(exc))
-    else:  # launch: (kernel, grid, block, shared_mem, stream)
-        rec = (kind, t0, perf_counter_ns(), get_ident(), k, a, b, c, s, None, None, _err(exc))
-    tr.buf.append(rec)
+    if kind == COPY:  # (device id, direction, nbytes, stream id)
+        rec = (
+            kind,
+            t0,
+            perf_counter_ns(),
+            get_ident(),
+            tr._ref(key),
+            a,
+            b,
+            tr._ref(stream),
+            None,
+            None,
+            None,
+            _err(exc),
+        )
+    else:  # launch: (kernel, grid, block, shared_mem, stream), the objects themselves
+        rec = (kind, t0, perf_counter_ns(), get_ident(), key, a, b, c, stream, None, None, _err(exc))
+    tr.buf.extend(rec)
 
 
 def _unmark(timer: Any, m0: Any) -> None:
@@ -41,13 +53,13 @@ def _unmark(timer: Any, m0: Any) -> None:
 
 
 def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
-    from ._trace import CHUNK, LAUNCH
+    from ._trace import CHUNK, FIELDS, LAUNCH
 
     buf = tr.buf
-    append = buf.append
+    add = buf.extend
     fold = tr.fold
-    reg = tr.reg
     clock = perf_counter_ns
+    limit = CHUNK * FIELDS
     timer = tr._timer(b)
     if timer is None or getattr(timer, "synchronous", False):
         # Host spans; with a synchronous timer the work is done when the call returns, so the
@@ -62,20 +74,11 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
                 _failed(tr, LAUNCH, t0, kernel, grid, block, shared_mem, stream, exc)
                 raise
             t1 = clock()
-            kid = id(kernel)
-            if kid not in reg:
-                reg[kid] = kernel
-            if stream is None:
-                sid = None
-            else:
-                sid = id(stream)
-                if sid not in reg:
-                    reg[sid] = stream
             if sync:
-                append((LAUNCH, t0, t1, get_ident(), kid, grid, block, shared_mem, sid, t0, t1, None))
+                add((LAUNCH, t0, t1, get_ident(), kernel, grid, block, shared_mem, stream, t0, t1, None))
             else:
-                append((LAUNCH, t0, t1, get_ident(), kid, grid, block, shared_mem, sid, None, None, None))
-            if len(buf) > CHUNK:
+                add((LAUNCH, t0, t1, get_ident(), kernel, grid, block, shared_mem, stream, None, None, None))
+            if len(buf) > limit:
                 fold()
             return r
 
@@ -93,17 +96,8 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
             _failed(tr, LAUNCH, t0, kernel, grid, block, shared_mem, stream, exc)
             raise
         m1 = mark(dev, stream)
-        kid = id(kernel)
-        if kid not in reg:
-            reg[kid] = kernel
-        if stream is None:
-            sid = None
-        else:
-            sid = id(stream)
-            if sid not in reg:
-                reg[sid] = stream
-        append((LAUNCH, t0, clock(), get_ident(), kid, grid, block, shared_mem, sid, m0, m1, None))
-        if len(buf) > CHUNK:
+        add((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, m0, m1, None))
+        if len(buf) > limit:
             fold()
         return r
 
@@ -111,12 +105,13 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
 
 
 def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
-    from ._trace import CHUNK, COPY, copy_ends
+    from ._trace import CHUNK, COPY, FIELDS, copy_ends
 
     buf = tr.buf
-    append = buf.append
+    add = buf.extend
     reg = tr.reg
     clock = perf_counter_ns
+    limit = CHUNK * FIELDS
     timer = tr._timer(b)
     sync = timer is not None and getattr(timer, "synchronous", False)
     mark = timer.mark if timer is not None and not sync else None
@@ -145,8 +140,8 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
             sid = id(stream)
             if sid not in reg:
                 reg[sid] = stream
-        append((COPY, t0, m1 if sync else clock(), get_ident(), did, direction, nbytes, sid, None, m0, m1, None))
-        if len(buf) > CHUNK:
+        add((COPY, t0, m1 if sync else clock(), get_ident(), did, direction, nbytes, sid, None, m0, m1, None))
+        if len(buf) > limit:
             tr.fold()
         return r
 
@@ -154,11 +149,12 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
 
 
 def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
-    from ._trace import ALLOC, CHUNK, _err
+    from ._trace import ALLOC, CHUNK, FIELDS, _err
 
     buf = tr.buf
-    append = buf.append
+    add = buf.extend
     clock = perf_counter_ns
+    limit = CHUNK * FIELDS
     ref = tr._ref
 
     def allocate(device: Any, nbytes: int) -> Any:
@@ -166,10 +162,10 @@ def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
         try:
             h = inner(device, nbytes)
         except BaseException as exc:
-            append((ALLOC, t0, clock(), get_ident(), ref(device), nbytes, None, None, None, None, None, _err(exc)))
+            add((ALLOC, t0, clock(), get_ident(), ref(device), nbytes, None, None, None, None, None, _err(exc)))
             raise
-        append((ALLOC, t0, clock(), get_ident(), ref(device), nbytes, id(h), None, None, None, None, None))
-        if len(buf) > CHUNK:
+        add((ALLOC, t0, clock(), get_ident(), ref(device), nbytes, id(h), None, None, None, None, None))
+        if len(buf) > limit:
             tr.fold()
         return h
 
@@ -179,7 +175,7 @@ def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
 def _make_free(tr: Any, inner: Any, b: Any) -> Any:
     from ._trace import FREE
 
-    append = tr.buf.append
+    add = tr.buf.extend
     clock = perf_counter_ns
     ref = tr._ref
 
@@ -187,7 +183,7 @@ def _make_free(tr: Any, inner: Any, b: Any) -> Any:
         # Runs from finalisers too: no fold here (it could block or take a lock mid-collection).
         t0 = clock()
         r = inner(device, handle)
-        append((FREE, t0, clock(), get_ident(), ref(device), id(handle), None, None, None, None, None, None))
+        add((FREE, t0, clock(), get_ident(), ref(device), id(handle), None, None, None, None, None, None))
         return r
 
     return free
