@@ -61,10 +61,7 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
     clock = perf_counter_ns
     limit = CHUNK * FIELDS
     timer = tr._timer(b)
-    if timer is None or getattr(timer, "synchronous", False):
-        # Host spans; with a synchronous timer the work is done when the call returns, so the
-        # device span is the backend's call, read by the same two clock reads (no extra cost).
-        sync = timer is not None
+    if timer is None:
 
         def launch(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
             t0 = clock()
@@ -73,16 +70,29 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
             except BaseException as exc:
                 _failed(tr, LAUNCH, t0, kernel, grid, block, shared_mem, stream, exc)
                 raise
-            t1 = clock()
-            if sync:
-                add((LAUNCH, t0, t1, get_ident(), kernel, grid, block, shared_mem, stream, t0, t1, None))
-            else:
-                add((LAUNCH, t0, t1, get_ident(), kernel, grid, block, shared_mem, stream, None, None, None))
+            add((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None, None))
             if len(buf) > limit:
                 fold()
             return r
 
         return launch
+    if getattr(timer, "synchronous", False):
+        # The work is done when the call returns: the device span is the backend's call, read
+        # by the same two clock reads as the host span (no extra cost).
+        def launch_sync(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
+            t0 = clock()
+            try:
+                r = inner(kernel, grid, block, args, shared_mem, stream)
+            except BaseException as exc:
+                _failed(tr, LAUNCH, t0, kernel, grid, block, shared_mem, stream, exc)
+                raise
+            t1 = clock()
+            add((LAUNCH, t0, t1, get_ident(), kernel, grid, block, shared_mem, stream, t0, t1, None))
+            if len(buf) > limit:
+                fold()
+            return r
+
+        return launch_sync
     mark = timer.mark
 
     def launch_timed(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
