@@ -46,8 +46,17 @@ def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) 
             "tracing on, host spans": lambda: host(k, 1, block, args, 0, None),
         }
         note = f"{backend} backend"
+        py_tr = None
         if dev_tr._timer(b) is not None:
             cases["tracing on, device spans"] = lambda: timed(k, 1, block, args, 0, None)
+            if getattr(dev_tr._timer(b), "resolve", None) is not None and backend == "cuda":
+                # The same with the ctypes timer (what KERNELBAY_NATIVE=0 runs), side by side.
+                from kernelbay_cuda import timing
+
+                py_tr = _trace.Tracer(os.path.join(tmp, "p.json"), device_timing=True)
+                py_tr._timers[b.name] = timing.Timer(use_native=False)
+                py_timed = _tracehot._make_launch(py_tr, raw, b)
+                cases["tracing on, device spans (ctypes timer)"] = lambda: py_timed(k, 1, block, args, 0, None)
         s = interleaved_samples(
             cases,
             number=200 if quick else 5000,
@@ -57,6 +66,8 @@ def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) 
         )
         host_tr.fold()
         dev_tr.fold()
+        if py_tr is not None:
+            py_tr.fold()
     out = [record(LAUNCH, name, stats(v), backend=backend, note=note) for name, v in s.items()]
     for name in cases:
         if name != "tracing off":

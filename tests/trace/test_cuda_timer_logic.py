@@ -51,6 +51,7 @@ class FakeLibcuda:
 @pytest.fixture
 def timer(monkeypatch):
     monkeypatch.setattr(timing._driver, "ensure_current", lambda index: None)
+    monkeypatch.setattr(timing.native, "module", lambda: None)  # the Python timer (KERNELBAY_NATIVE=0)
     t = timing.Timer()
     t._lib = FakeLibcuda()
     return t

@@ -79,3 +79,45 @@ def test_cuda_device_timing_off(tmp_path, monkeypatch) -> None:
     doc = load(str(tmp_path / "o.json"))
     assert len(spans(doc, "launch")) == 1 and spans(doc, "device") == []
     y.close()
+
+
+@pytest.mark.parametrize("timer_path", ["native", "python"])
+def test_cuda_device_spans_are_sane_on_the_c_and_the_ctypes_timer(tmp_path, monkeypatch, timer_path) -> None:
+    """Many launches on three kinds of stream, folded every 16 records (so marks are resolved
+    in many batches): every launch gets a device span inside its lifetime, durations >= 0, and
+    the spans of one stream follow each other in launch order."""
+    import kernelbay_cuda as kc
+    from kernelbay import _trace
+    from kernelbay_cuda import native, timing
+
+    if timer_path == "native" and not hasattr(native.module(), "Timer"):
+        pytest.skip(f"the C timer is unavailable here: {native.status()}")
+    if timer_path == "python":
+        monkeypatch.setattr(native, "module", lambda: None)  # as KERNELBAY_NATIVE=0
+    monkeypatch.setattr(timing, "_timer", None)
+    monkeypatch.setattr(_trace, "CHUNK", 16)
+    is_c = type(timing.device_timer().mark).__name__ == "builtin_function_or_method"
+    assert is_c == (timer_path == "native")
+    dev = kb.device("cuda:0")
+    k = kb.compile(kb.Source(BUSY, lang="cuda", name="busy"), device=dev)
+    y = kb.zeros(32, np.float32, device=dev)
+    streams = [None, kc.Stream(dev), dev.stream()]
+    path = tmp_path / f"{timer_path}.json"
+    n = 60
+    with kb.trace(path):
+        for i in range(n):
+            k.launch(1, 32, (y, np.int32(2_000)), stream=streams[i % 3])
+        dev.synchronize()
+    doc = load(str(path))
+    assert check_device_spans(doc, synchronous=False, clock_error_us=20) == n
+    assert doc["kernelbay"]["kernels"]["busy"]["device_count"] == n
+    by_track: dict[int, list] = {}
+    for d in spans(doc, "device"):
+        assert d["dur"] >= 0
+        by_track.setdefault(d["tid"], []).append(d)
+    assert len(by_track) == 3
+    for ds in by_track.values():
+        ds.sort(key=lambda e: e["args"]["flow"])  # launch order
+        for a, b in zip(ds, ds[1:]):
+            assert a["ts"] + a["dur"] <= b["ts"] + 0.5  # event resolution is about 0.5 µs
+    y.close()

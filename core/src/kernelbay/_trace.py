@@ -6,9 +6,10 @@ implementations, the mechanism hookspecs.py offers every extension. Its hot-path
 the core chains them as direct calls instead of going through pluggy; with no trace running
 nothing is registered and the hot path is exactly what it is without this module.
 
-Each call appends one tuple to a list (two clock reads, no formatting); every
-``CHUNK`` records the list is folded (:mod:`kernelbay._tracefile`): device spans resolved,
-whole-run aggregates updated, and the records kept in a ring of the newest ``max_events``.
+Each call extends a flat list by one record (two clock reads, no formatting); every
+``CHUNK`` records the list is folded (:mod:`kernelbay._tracefile`): device spans resolved in
+one batch per timer, the records kept in a ring of the newest ``max_events``, and the chunk
+leaving the ring summed into the whole-run aggregates (per kernel, with C-level loops).
 The file is written at the end (context exit, :meth:`Tracer.stop`, or interpreter exit), to a
 temporary file renamed into place.
 """
@@ -34,6 +35,8 @@ ENV_DEVICE = "KERNELBAY_TRACE_DEVICE"
 DEFAULT_MAX_EVENTS = 100_000
 #: Records folded at a time (bounds the raw list, and how long CUDA events stay in flight).
 CHUNK = 8192
+#: Items per record: the buffer is flat, each record's items extended onto it in one call.
+FIELDS = 12
 
 log = logging.getLogger("kernelbay.trace")
 
@@ -85,9 +88,13 @@ class Tracer:
         if max_events < 1:
             raise InvalidArgumentError(f"max_events must be >= 1, got {max_events}")
         self.device_timing = _flag(ENV_DEVICE, True) if device_timing is None else device_timing
-        self.buf: list[tuple] = []
-        self.reg: dict[int, Any] = {}  # id -> the kernel, device, stream or source records name
-        self.refs: list[Any] = []  # objects the hot path's records name, until the next fold
+        # Flat: record i is buf[12 * i : 12 * i + 12], added by one extend() (atomic under the
+        # GIL, so records of threads never interleave). No tuple outlives the call: nothing for
+        # the garbage collector to track, and a fold reads each field as one strided slice.
+        self.buf: list[Any] = []
+        # id -> the kernel, device, stream or source records name (kept alive, so no id in a
+        # record can be reused by another object while the trace runs)
+        self.reg: dict[int, Any] = {}
         self.log = _tracefile.Log(max_events, os.getpid(), CHUNK, self.reg)
         self.running = False
         self._timers: dict[str, Any] = {}
@@ -152,15 +159,10 @@ class Tracer:
     def fold(self) -> None:
         """Fold the raw records into the log (device spans resolved, aggregates updated)."""
         with self._fold_lock:
-            buf, refs = self.buf, self.refs
+            buf = self.buf
             n = len(buf)
             chunk = buf[:n]
             del buf[:n]  # appends from other threads meanwhile land after n and stay
-            # After the records: a record's objects were kept before it was appended.
-            m = len(refs)
-            objs = refs[:m]
-            del refs[:m]
-            self.reg.update(zip(map(id, objs), objs))
             self.log.fold(chunk, self._timers)
 
     def _ref(self, obj: Any) -> int | None:
@@ -206,7 +208,7 @@ class Tracer:
         try:
             handle = yield
         except BaseException as exc:
-            self.buf.append(
+            self.buf.extend(
                 (
                     COMPILE,
                     t0,
@@ -235,7 +237,7 @@ class Tracer:
             how = "uncached"  # no disk lookup: kept from before the trace, or a backend without a disk cache
         self._seen.add(key)
         self._seen.add(id(handle))
-        self.buf.append(
+        self.buf.extend(
             (
                 COMPILE,
                 t0,
@@ -259,7 +261,7 @@ class Tracer:
         try:
             r = yield
         except BaseException as exc:
-            self.buf.append(
+            self.buf.extend(
                 (
                     SYNC,
                     t0,
@@ -276,7 +278,7 @@ class Tracer:
                 )
             )
             raise
-        self.buf.append(
+        self.buf.extend(
             (
                 SYNC,
                 t0,
@@ -298,7 +300,7 @@ class Tracer:
     def kernelbay_memset(self, dst: Any, value: int, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append(
+        self.buf.extend(
             (
                 MEMSET,
                 t0,
@@ -323,17 +325,17 @@ class Tracer:
     def kernelbay_launch(self, kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append(
+        self.buf.extend(
             (
                 LAUNCH,
                 t0,
                 perf_counter_ns(),
                 threading.get_ident(),
-                self._ref(kernel),
+                kernel,
                 grid,
                 block,
                 shared_mem,
-                self._ref(stream),
+                stream,
                 None,
                 None,
                 None,
@@ -345,7 +347,7 @@ class Tracer:
     def kernelbay_copy(self, dst: Any, src: Any, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append(
+        self.buf.extend(
             (
                 COPY,
                 t0,
@@ -366,7 +368,7 @@ class Tracer:
     def kernelbay_allocate(self, device: Any, nbytes: int) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append(
+        self.buf.extend(
             (
                 ALLOC,
                 t0,
@@ -388,7 +390,7 @@ class Tracer:
     def kernelbay_free(self, device: Any, handle: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.append(
+        self.buf.extend(
             (
                 FREE,
                 t0,

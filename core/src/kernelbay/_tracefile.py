@@ -11,6 +11,7 @@ aggregates of *every* call (counts, times, bytes, cache kinds, allocator peaks),
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import logging
 import operator
@@ -23,9 +24,8 @@ from .errors import InvalidArgumentError
 
 SCHEMA = 1
 log = logging.getLogger("kernelbay.trace")
-_T0, _T1, _KEY, _S0, _S1, _ERR = (operator.itemgetter(i) for i in (1, 2, 4, 9, 10, 11))
-#: Device tracks get thread ids from here up, so they sort after the host threads.
-DEVICE_TID0 = 1_000_000
+#: Items per record in the tracer's flat buffer (``kernelbay._trace.FIELDS``).
+F = 12
 
 
 def check_path(path: str) -> str:
@@ -47,36 +47,32 @@ def check_path(path: str) -> str:
     return path
 
 
-def stream_label(stream: Any) -> str:
-    if stream is None:
-        return "default stream"
-    h = getattr(stream, "handle", None)
-    if isinstance(h, int):
-        return f"stream 0x{h:x}"
-    return f"stream {type(stream).__name__}@{id(stream):x}"
-
-
 class Log:
     """The folded trace: a ring of record chunks and the aggregates of every call.
 
-    A record is the tuple the tracer appended: ``(kind, t0, t1, thread, key, a, b, c, d, m0,
-    m1, error)``, ``key`` the id of the kernel (launch) or device (objects in ``reg``), ``m0``/``m1`` the device timer's marks
-    (replaced by the device span's ends when folded). Records are aggregated only when their
-    chunk leaves the ring or the trace is written, so a run that fits in the ring pays for
-    aggregation once, at the end, and not per launch.
+    A record is the 12 items the tracer added to its flat buffer: ``(kind, t0, t1, thread,
+    key, a, b, c, d, m0, m1, error)``; a chunk is a flat list of records, ``key`` the id of the kernel (launch) or device (objects in ``reg``),
+    ``m0``/``m1`` the device timer's marks. The ring holds ``(chunk, spans)``: ``spans`` the
+    device spans resolved at fold time as two lists (begins, ends) beside the records, or
+    ``None`` where the marks already are the spans (synchronous and host-clock timers), so no
+    record is rebuilt. Records are aggregated only when their chunk leaves the ring or the
+    trace is written, so a run that fits in the ring pays for aggregation once, at the end.
     """
 
     def __init__(self, max_events: int, pid: int, chunk: int, reg: dict[int, Any]) -> None:
         self.reg = reg
         # Whole chunks, one more than max_events needs; events() writes the newest max_events.
-        self.ring: collections.deque[list[tuple]] = collections.deque(maxlen=max_events // chunk + 1)
+        #: (flat records, their device spans or None) per chunk
+        self.ring: collections.deque[tuple[list[Any], tuple[list[Any], list[Any]] | None]] = collections.deque(
+            maxlen=max_events // chunk + 1
+        )
         self.max_events = max_events
         self.pid = pid
         self.start_ns = 0
         self.total = 0
         self.dropped = 0
         self.thread_names: dict[int, str] = {}
-        self.kernels: dict[Any, list[float]] = {}  # id(Kernel) -> [count, host ns, dev count, dev ns, dev min, dev max]
+        self.kernels: dict[Any, list[float]] = {}  # Kernel -> [count, host ns, dev count, dev ns, dev min, dev max]
         self.copies: dict[str, list[float]] = {}  # direction -> [count, bytes, host ns, dev count, dev ns, dev bytes]
         self.compiles: dict[str, list[float]] = {}  # cache kind -> [count, ns]
         self.syncs = [0, 0]
@@ -86,78 +82,120 @@ class Log:
         self._live: dict[int, int] = {}  # id(handle) -> bytes, for the allocations still live
         self.memory_stats: dict[str, Any] = {}
         self.timing_failed = False
-        self._freed: dict[int, int] | None = None  # id(free record) -> bytes, for the written spans
+        self._freed: dict[tuple[int, int], int] | None = None  # (thread, t0) of a free -> bytes, for its span
+        self._key_timer: dict[int, Any] = {}  # record key -> the timer resolving its marks, or None
 
-    def fold(self, chunk: list[tuple], timers: dict[str, Any]) -> None:
-        """Resolve the device spans of ``chunk`` (freeing the timer's marks) and ring it."""
+    def fold(self, chunk: list[Any], timers: dict[str, Any]) -> None:
+        """Resolve the device spans of ``chunk`` (flat records; freeing the timer's marks) and
+        ring it."""
         for t in threading.enumerate():
             if t.ident is not None:
                 self.thread_names.setdefault(t.ident, t.name)
-        resolve = [
-            n
-            for n, t in timers.items()
-            if t is not None and not (getattr(t, "host_clock", False) or getattr(t, "synchronous", False))
-        ]
-        if resolve:
-            for i, r in enumerate(chunk):
-                if r[9] is not None:
-                    chunk[i] = self._resolved(r, timers)
         if not chunk:
             return
+        spans = self._resolve(chunk, timers)
         ring = self.ring
         if len(ring) == ring.maxlen:
             old = ring.popleft()
             self.aggregate(old)
-            self.dropped += len(old)
-        ring.append(chunk)
-        self.total += len(chunk)
+            self.dropped += len(old[0]) // F
+        ring.append((chunk, spans))
+        self.total += len(chunk) // F
 
-    def _resolved(self, r: tuple, timers: dict[str, Any]) -> tuple:
-        key = self.reg[r[4]]
-        backend = key._b.name if r[0] == "launch" else key.backend
-        timer = timers.get(backend)
-        span = None
-        if getattr(timer, "host_clock", False) or getattr(timer, "synchronous", False):
-            return r
-        if timer is not None and not self.timing_failed:
-            try:
-                span = timer.span(r[9], r[10])
-            except Exception:  # a timer that fails: host spans only from here
-                log.warning("kernelbay trace: device timing failed; host spans only from here", exc_info=True)
-                self.timing_failed = True
-        if span is None:
-            return r[:9] + (None, None, r[11])
-        # A mapped device clock can be off by a few microseconds; the work cannot have begun
-        # before the host call that queued it.
-        s0 = max(span[0], r[1])
-        return r[:9] + (s0, max(span[1], s0), r[11])
+    def _timer_of(self, key: int, timers: dict[str, Any]) -> Any:
+        """The timer whose marks the records of ``key`` (a kernel or device id) hold, where they
+        need resolving (not a host-clock or synchronous one); cached per key."""
+        try:
+            return self._key_timer[key]
+        except KeyError:
+            pass
+        obj = self.reg[key] if type(key) is int else key  # launches hold their kernel itself
+        b = getattr(obj, "_b", None)  # a kernel's binding; a device names its backend
+        name = b.name if b is not None else getattr(obj, "backend", None)
+        timer = timers.get(name) if name is not None else None
+        if timer is not None and (getattr(timer, "host_clock", False) or getattr(timer, "synchronous", False)):
+            timer = None
+        self._key_timer[key] = timer
+        return timer
+
+    def _resolve(self, chunk: list[Any], timers: dict[str, Any]) -> tuple[list, list] | None:
+        """The device spans of ``chunk`` as two lists (begin, end; ``None`` where unknown), one
+        batch call per timer; ``None`` where the records' own ``m0``/``m1`` already are spans."""
+        if not any(
+            t is not None and not (getattr(t, "host_clock", False) or getattr(t, "synchronous", False))
+            for t in timers.values()
+        ):
+            return None
+        keys = chunk[4::F]
+        by_key = {k: self._timer_of(k, timers) for k in set(keys)}
+        used = {id(t): t for t in by_key.values() if t is not None}
+        if not used:
+            return None
+        s0s, s1s = chunk[9::F], chunk[10::F]
+        for t in used.values():
+            if len(used) == 1 and None not in by_key.values():
+                idx = None  # the whole chunk (the common case: one device backend)
+                m0, m1, t0 = s0s, s1s, chunk[1::F]
+            else:
+                idx = [i for i, k in enumerate(keys) if by_key[k] is t]
+                m0, m1, t0 = [s0s[i] for i in idx], [s1s[i] for i in idx], [chunk[i * F + 1] for i in idx]
+            got: tuple[list, list] | None = None
+            if not self.timing_failed:
+                try:
+                    got = _resolve_with(t, m0, m1, t0)
+                except Exception:  # a timer that fails: host spans only from here
+                    log.warning("kernelbay trace: device timing failed; host spans only from here", exc_info=True)
+                    self.timing_failed = True
+            if got is None:
+                got = [None] * len(m0), [None] * len(m0)
+            if idx is None:
+                s0s, s1s = got
+            else:
+                for j, i in enumerate(idx):
+                    s0s[i] = got[0][j]
+                    s1s[i] = got[1][j]
+        return s0s, s1s
 
     def finish(self) -> None:
         """Aggregate what is still in the ring (before :meth:`summary`), noting the bytes each
         free gave back for its span."""
         self._freed = {}
-        for chunk in self.ring:
-            self.aggregate(chunk)
+        for entry in self.ring:
+            self.aggregate(entry)
 
-    def aggregate(self, chunk: list[tuple]) -> None:
-        # Launches, the bulk, are summed with map() over item getters (C loops); the rest one
-        # by one.
-        launches = [r for r in chunk if r[0] == "launch"]
-        rest = chunk if len(launches) != len(chunk) else ()
-        if any(map(_ERR, launches)):
-            self.failures["launch"] = self.failures.get("launch", 0) + sum(1 for r in launches if r[11] is not None)
-            launches = [r for r in launches if r[11] is None]
-        if launches:
-            keys = set(map(_KEY, launches))
-            if len(keys) == 1:
-                self._launches(keys.pop(), launches)
+    def aggregate(self, entry: tuple[list[Any], tuple[list, list] | None]) -> None:
+        # Each field is one strided slice of the flat chunk; the bulk, launches without errors,
+        # is summed per kernel with sum() and compress() (C loops); the rest one by one.
+        chunk, spans = entry
+        s0s, s1s = spans if spans is not None else (chunk[9::F], chunk[10::F])
+        kinds = chunk[0::F]
+        t0s, t1s, keys, errs = chunk[1::F], chunk[2::F], chunk[4::F], chunk[11::F]
+        rest: Any = ()
+        if kinds.count("launch") != len(kinds):
+            mask = list(map(operator.eq, kinds, itertools.repeat("launch")))
+            other = list(map(operator.not_, mask))
+            fields = [list(itertools.compress(chunk[i::F], other)) for i in range(F)]
+            rest = zip(zip(*fields), itertools.compress(s0s, other), itertools.compress(s1s, other))
+            t0s, t1s, keys, errs, s0s, s1s = (
+                list(itertools.compress(v, mask)) for v in (t0s, t1s, keys, errs, s0s, s1s)
+            )
+        if errs.count(None) != len(errs):
+            self.failures["launch"] = self.failures.get("launch", 0) + len(errs) - errs.count(None)
+            ok = list(map(operator.is_, errs, itertools.repeat(None)))
+            t0s, t1s, keys, s0s, s1s = (list(itertools.compress(v, ok)) for v in (t0s, t1s, keys, s0s, s1s))
+        if keys:
+            kset = set(keys)
+            if len(kset) == 1:
+                self._launches(kset.pop(), t0s, t1s, s0s, s1s)
+            elif len(kset) <= 8:
+                for key in kset:
+                    sel = list(map(operator.eq, keys, itertools.repeat(key)))
+                    self._launches(key, *(list(itertools.compress(v, sel)) for v in (t0s, t1s, s0s, s1s)))
             else:
-                for key in keys:
-                    self._launches(key, [r for r in launches if r[4] == key])
-        for r in rest:
-            kind, t0, t1, _tid, key, a, b, _c, _d, s0, s1, err = r
-            if kind == "launch":
-                continue
+                for key, a, b, c, d in zip(keys, t0s, t1s, s0s, s1s):
+                    self._launches(key, [a], [b], [c], [d])
+        for r, s0, s1 in rest:
+            kind, t0, t1, tid, key, a, b, _c, _d, _m0, _m1, err = r
             if err is not None:
                 self.failures[kind] = self.failures.get(kind, 0) + 1
                 if kind != "compile":
@@ -181,7 +219,7 @@ class Log:
             elif kind == "allocate" or kind == "free":
                 freed = self._memory(kind, str(self.reg[key]), a, b)
                 if freed is not None and self._freed is not None:
-                    self._freed[id(r)] = freed
+                    self._freed[(tid, t0)] = freed
             elif kind == "synchronize":
                 self.syncs[0] += 1
                 self.syncs[1] += t1 - t0
@@ -189,22 +227,23 @@ class Log:
                 self.memsets[0] += 1
                 self.memsets[1] += a
 
-    def _launches(self, kernel: Any, rs: list[tuple]) -> None:
+    def _launches(self, kernel: Any, t0s: list, t1s: list, s0s: list, s1s: list) -> None:
         k = self.kernels.get(kernel)
         if k is None:
             k = self.kernels[kernel] = [0, 0, 0, 0, float("inf"), 0]
-        k[0] += len(rs)
-        k[1] += sum(map(operator.sub, map(_T1, rs), map(_T0, rs)))
-        try:
-            ds = list(map(operator.sub, map(_S1, rs), map(_S0, rs)))
-        except TypeError:  # some without a device span
-            timed = [r for r in rs if r[9] is not None]
-            ds = list(map(operator.sub, map(_S1, timed), map(_S0, timed)))
-        if ds:
-            k[2] += len(ds)
-            k[3] += sum(ds)
-            k[4] = min(k[4], min(ds))
-            k[5] = max(k[5], max(ds))
+        k[0] += len(t0s)
+        k[1] += sum(t1s) - sum(t0s)
+        untimed = s0s.count(None)
+        if untimed == len(s0s):
+            return
+        if untimed:
+            timed = list(map(operator.is_not, s0s, itertools.repeat(None)))
+            s0s, s1s = list(itertools.compress(s0s, timed)), list(itertools.compress(s1s, timed))
+        ds = list(map(operator.sub, s1s, s0s))
+        k[2] += len(ds)
+        k[3] += sum(ds)
+        k[4] = min(k[4], min(ds))
+        k[5] = max(k[5], max(ds))
 
     def _memory(self, kind: str, dev: str, a: Any, b: Any) -> int | None:
         st = self.alloc.get(dev)
@@ -226,8 +265,8 @@ class Log:
 
     def summary(self) -> dict[str, Any]:
         by_name: dict[str, list[float]] = {}
-        for kid, k in self.kernels.items():
-            m = by_name.setdefault(self.reg[kid].name, [0, 0, 0, 0, float("inf"), 0])
+        for kernel, k in self.kernels.items():
+            m = by_name.setdefault(kernel.name, [0, 0, 0, 0, float("inf"), 0])
             m[0] += k[0]
             m[1] += k[1]
             m[2] += k[2]
@@ -260,8 +299,8 @@ class Log:
             "schema": SCHEMA,
             "pid": self.pid,
             "calls": self.total,
-            "timeline_records": len(self.kept()),
-            "dropped_records": self.total - len(self.kept()),
+            "timeline_records": min(self.total, self.max_events),
+            "dropped_records": self.total - min(self.total, self.max_events),
             "kernels": kernels,
             "copies": copies,
             "compiles": {k: {"count": v[0], "ns": v[1]} for k, v in self.compiles.items()},
@@ -271,132 +310,44 @@ class Log:
             "failures": self.failures,
         }
 
-    def kept(self) -> list[tuple]:
-        """The newest ``max_events`` records, oldest first: what the timeline shows."""
-        flat = [r for chunk in self.ring for r in chunk]
+    def kept(self) -> list[tuple[tuple, Any, Any]]:
+        """The newest ``max_events`` records with their device spans, ``(record, begin, end)``,
+        oldest first: what the timeline shows."""
+        flat: list[tuple[tuple, Any, Any]] = []
+        for chunk, spans in self.ring:
+            records = zip(*(chunk[i::F] for i in range(F)))
+            flat.extend(zip(records, *(spans if spans is not None else (chunk[9::F], chunk[10::F]))))
         return flat[-self.max_events :] if len(flat) > self.max_events else flat
 
-    def events(self) -> list[dict[str, Any]]:
-        pid, t00 = self.pid, self.start_ns
-        out: list[dict[str, Any]] = [
-            {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": f"kernelbay (pid {pid})"}}
-        ]
-        tids: dict[int, int] = {}
-        tracks: dict[tuple[str, str], int] = {}
-        flow = 0
-        for r in self.kept():
-            kind, t0, t1, ident = r[0], r[1], r[2], r[3]
-            span = None if r[9] is None else (r[9], r[10])
-            t = tids.get(ident)
-            if t is None:
-                t = tids[ident] = len(tids) + 1
-                name = self.thread_names.get(ident, f"thread {t}")
-                out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": f"host: {name}"}})
-                out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": t, "args": {"sort_index": t}})
-            title, args, track = _describe(r, self.reg)
-            if kind == "free" and self._freed and id(r) in self._freed:
-                args["bytes"] = self._freed[id(r)]
-            ts = round((t0 - t00) / 1000, 3)
-            out.append(
-                {
-                    "name": title,
-                    "cat": kind,
-                    "ph": "X",
-                    "ts": ts,
-                    "dur": round((t1 - t0) / 1000, 3),
-                    "pid": pid,
-                    "tid": t,
-                    "args": args,
-                }
-            )
-            if span is None or track is None:
-                continue
-            if span[1] > span[0] and kind == "copy":
-                args["device_GBps"] = round(r[6] / (span[1] - span[0]), 3)
-            dt = tracks.get(track)
-            if dt is None:
-                dt = tracks[track] = DEVICE_TID0 + len(tracks)
-                out.append(
-                    {
-                        "name": "thread_name",
-                        "ph": "M",
-                        "pid": pid,
-                        "tid": dt,
-                        "args": {"name": f"{track[0]} {track[1]}"},
-                    }
-                )
-                out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": dt, "args": {"sort_index": dt}})
-            flow += 1
-            args["flow"] = flow
-            ds = round((span[0] - t00) / 1000, 3)
-            out.append(
-                {
-                    "name": args.get("kernel", title),
-                    "cat": "device",
-                    "ph": "X",
-                    "ts": ds,
-                    "dur": round((span[1] - span[0]) / 1000, 3),
-                    "pid": pid,
-                    "tid": dt,
-                    "args": {"flow": flow},
-                }
-            )
-            out.append({"name": kind, "cat": "flow", "ph": "s", "id": flow, "ts": ts, "pid": pid, "tid": t})
-            out.append({"name": kind, "cat": "flow", "ph": "f", "bp": "e", "id": flow, "ts": ds, "pid": pid, "tid": dt})
-        return out
 
-
-def _describe(r: tuple, reg: dict[int, Any]) -> tuple[str, dict[str, Any], tuple[str, str] | None]:
-    """A ring record's span title, arguments and device track (``reg`` maps the ids in it)."""
-    kind, t0, t1, _tid, key, a, b, c, d, _s0, _s1, err = r
-    dev = reg[key]
-    track = None
-    if kind == "launch":
-        name = dev.name
-        args: dict[str, Any] = {
-            "kernel": name,
-            "device": str(dev.device),
-            "grid": _dims(a),
-            "block": _dims(b),
-            "shared_mem": c,
-            "stream": stream_label(reg.get(d)),
-        }
-        title, track = f"launch {name}", (str(dev.device), args["stream"])
-    elif kind == "copy":
-        args = {"direction": a, "bytes": b, "device": str(dev), "stream": stream_label(reg.get(c))}
-        if t1 > t0:
-            args["host_GBps"] = round(b / (t1 - t0), 3)
-        title, track = f"copy {a}", (str(dev), args["stream"])
-    elif kind == "compile":
-        src = reg[a]
-        name = getattr(src, "name", None) or "<kernel>"
-        args = {"kernel": name, "lang": src.lang, "device": str(dev), "cache": b}
-        title = f"compile {name}"
-    elif kind == "allocate":
-        title, args = kind, {"device": str(dev), "bytes": a}
-    elif kind == "free":
-        title, args = kind, {"device": str(dev)}
-    elif kind == "synchronize":
-        title, args = kind, {"device": str(dev), "stream": stream_label(reg.get(a))}
-    else:
-        title, args = kind, {"device": str(dev), "bytes": a}
-    if err is not None:
-        args["error"] = err
-    return title, args, track
-
-
-def _dims(v: Any) -> Any:
-    if v is None or isinstance(v, int):
-        return v
-    try:
-        return [int(x) for x in v]
-    except (TypeError, ValueError):
-        return str(v)
+def _resolve_with(timer: Any, m0: list, m1: list, t0: list) -> tuple[list, list]:
+    """Device spans for marks ``m0``/``m1`` of calls made at host times ``t0``: the timer's
+    batch ``resolve`` where it has one, else ``span`` per pair. A span is clamped to begin no
+    earlier than its host call (a mapped device clock can be off by a few microseconds; the
+    work cannot have begun before the call that queued it)."""
+    batch = getattr(timer, "resolve", None)
+    if batch is not None:
+        return batch(m0, m1, t0)
+    s0s: list[Any] = []
+    s1s: list[Any] = []
+    span = timer.span
+    for a, b, h in zip(m0, m1, t0):
+        sp = span(a, b) if a is not None or b is not None else None
+        if sp is None:
+            s0s.append(None)
+            s1s.append(None)
+        else:
+            begin = max(sp[0], h)
+            s0s.append(begin)
+            s1s.append(max(sp[1], begin))
+    return s0s, s1s
 
 
 def write(path: str, log: Log) -> None:
     """Write the trace of ``log`` to ``path`` (see :func:`write_doc`)."""
-    write_doc(path, {"traceEvents": log.events(), "displayTimeUnit": "ms", "kernelbay": log.summary()})
+    from ._tracejson import events
+
+    write_doc(path, {"traceEvents": events(log), "displayTimeUnit": "ms", "kernelbay": log.summary()})
 
 
 def write_doc(path: str, doc: dict[str, Any]) -> None:

@@ -1,11 +1,13 @@
 """The tracer's positional forms of the hot-path hooks: what runs per call while tracing.
 
 Each is made per backend binding by the core (``kernelbay_positional(tracer, inner, binding)``)
-and does the least that still gives a span: two clock reads, one tuple appended to the
-tracer's list, and -- where the backend has a device timer -- two ``timer.mark`` calls.
-Records hold ids and numbers only (the garbage collector drops such tuples from its lists
-after one look, so a ring of 100,000 costs it nothing); the objects they name are appended to
-``tracer.refs`` (one list append) and moved into ``tracer.reg`` when the records are folded.
+and does the least that still gives a span: two clock reads, one record's items extended onto
+the tracer's flat list, and -- where the backend has a device timer -- two ``timer.mark`` calls.
+No record tuple outlives its call (the buffer is one flat list: nothing per record for the
+garbage collector to track), so a launch record holds its kernel and stream objects themselves
+(no lookup per call; the ring keeps them alive). Other records name their device and stream by
+id, the objects going into ``tracer.reg`` (which keeps them alive, so no id in it can be
+reused by another object while the trace runs).
 Everything else (names, directions, device times, JSON) happens later, in batches.
 """
 
@@ -16,68 +18,49 @@ from time import perf_counter_ns
 from typing import Any
 
 
+def _failed(tr: Any, kind: str, t0: int, key: Any, a: Any, b: Any, c: Any, stream: Any, exc: BaseException) -> None:
+    """The record of a call that raised (not hot: kept out of the wrappers' bodies)."""
+    from ._trace import COPY, _err
+
+    if kind == COPY:  # (device id, direction, nbytes, stream id)
+        rec = (
+            kind,
+            t0,
+            perf_counter_ns(),
+            get_ident(),
+            tr._ref(key),
+            a,
+            b,
+            tr._ref(stream),
+            None,
+            None,
+            None,
+            _err(exc),
+        )
+    else:  # launch: (kernel, grid, block, shared_mem, stream), the objects themselves
+        rec = (kind, t0, perf_counter_ns(), get_ident(), key, a, b, c, stream, None, None, _err(exc))
+    tr.buf.extend(rec)
+
+
+def _unmark(timer: Any, m0: Any) -> None:
+    """Give back the start mark of a call that raised (the timer recycles a mark passed to
+    ``span``; with no end mark it returns no span)."""
+    if m0 is not None:
+        try:
+            timer.span(m0, None)
+        except Exception:  # tracing never adds an error to the one the call raised
+            pass
+
+
 def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
-    from ._trace import CHUNK, LAUNCH, _err
+    from ._trace import CHUNK, FIELDS, LAUNCH
 
     buf = tr.buf
-    append = buf.append
+    add = buf.extend
     fold = tr.fold
     clock = perf_counter_ns
-    keep = tr.refs.append
+    limit = CHUNK * FIELDS
     timer = tr._timer(b)
-    if timer is not None and getattr(timer, "synchronous", False):
-        # The work is done when the call returns: the device span is the backend's call, read
-        # by the same two clock reads as the host span (no extra cost).
-        def launch_sync(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
-            t0 = clock()
-            try:
-                r = inner(kernel, grid, block, args, shared_mem, stream)
-            except BaseException as exc:
-                keep(kernel)
-                if stream is not None:
-                    keep(stream)
-                append(
-                    (
-                        LAUNCH,
-                        t0,
-                        clock(),
-                        get_ident(),
-                        id(kernel),
-                        grid,
-                        block,
-                        shared_mem,
-                        None if stream is None else id(stream),
-                        None,
-                        None,
-                        _err(exc),
-                    )
-                )
-                raise
-            t1 = clock()
-            keep(kernel)
-            if stream is not None:
-                keep(stream)
-            append(
-                (
-                    LAUNCH,
-                    t0,
-                    t1,
-                    get_ident(),
-                    id(kernel),
-                    grid,
-                    block,
-                    shared_mem,
-                    None if stream is None else id(stream),
-                    t0,
-                    t1,
-                    None,
-                )
-            )
-            if len(buf) > CHUNK:
-                fold()
-            return r
-
-        return launch_sync
     if timer is None:
 
         def launch(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
@@ -85,50 +68,31 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
             try:
                 r = inner(kernel, grid, block, args, shared_mem, stream)
             except BaseException as exc:
-                keep(kernel)
-                if stream is not None:
-                    keep(stream)
-                append(
-                    (
-                        LAUNCH,
-                        t0,
-                        clock(),
-                        get_ident(),
-                        id(kernel),
-                        grid,
-                        block,
-                        shared_mem,
-                        None if stream is None else id(stream),
-                        None,
-                        None,
-                        _err(exc),
-                    )
-                )
+                _failed(tr, LAUNCH, t0, kernel, grid, block, shared_mem, stream, exc)
                 raise
-            keep(kernel)
-            if stream is not None:
-                keep(stream)
-            append(
-                (
-                    LAUNCH,
-                    t0,
-                    clock(),
-                    get_ident(),
-                    id(kernel),
-                    grid,
-                    block,
-                    shared_mem,
-                    None if stream is None else id(stream),
-                    None,
-                    None,
-                    None,
-                )
-            )
-            if len(buf) > CHUNK:
+            add((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, None, None, None))
+            if len(buf) > limit:
                 fold()
             return r
 
         return launch
+    if getattr(timer, "synchronous", False):
+        # The work is done when the call returns: the device span is the backend's call, read
+        # by the same two clock reads as the host span (no extra cost).
+        def launch_sync(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
+            t0 = clock()
+            try:
+                r = inner(kernel, grid, block, args, shared_mem, stream)
+            except BaseException as exc:
+                _failed(tr, LAUNCH, t0, kernel, grid, block, shared_mem, stream, exc)
+                raise
+            t1 = clock()
+            add((LAUNCH, t0, t1, get_ident(), kernel, grid, block, shared_mem, stream, t0, t1, None))
+            if len(buf) > limit:
+                fold()
+            return r
+
+        return launch_sync
     mark = timer.mark
 
     def launch_timed(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
@@ -138,47 +102,12 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
         try:
             r = inner(kernel, grid, block, args, shared_mem, stream)
         except BaseException as exc:
-            keep(kernel)
-            if stream is not None:
-                keep(stream)
-            append(
-                (
-                    LAUNCH,
-                    t0,
-                    clock(),
-                    get_ident(),
-                    id(kernel),
-                    grid,
-                    block,
-                    shared_mem,
-                    None if stream is None else id(stream),
-                    None,
-                    None,
-                    _err(exc),
-                )
-            )
+            _unmark(timer, m0)
+            _failed(tr, LAUNCH, t0, kernel, grid, block, shared_mem, stream, exc)
             raise
         m1 = mark(dev, stream)
-        keep(kernel)
-        if stream is not None:
-            keep(stream)
-        append(
-            (
-                LAUNCH,
-                t0,
-                clock(),
-                get_ident(),
-                id(kernel),
-                grid,
-                block,
-                shared_mem,
-                None if stream is None else id(stream),
-                m0,
-                m1,
-                None,
-            )
-        )
-        if len(buf) > CHUNK:
+        add((LAUNCH, t0, clock(), get_ident(), kernel, grid, block, shared_mem, stream, m0, m1, None))
+        if len(buf) > limit:
             fold()
         return r
 
@@ -186,12 +115,13 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
 
 
 def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
-    from ._trace import CHUNK, COPY, _err, copy_ends
+    from ._trace import CHUNK, COPY, FIELDS, copy_ends
 
     buf = tr.buf
-    append = buf.append
+    add = buf.extend
+    reg = tr.reg
     clock = perf_counter_ns
-    keep = tr.refs.append
+    limit = CHUNK * FIELDS
     timer = tr._timer(b)
     sync = timer is not None and getattr(timer, "synchronous", False)
     mark = timer.mark if timer is not None and not sync else None
@@ -199,73 +129,30 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
     def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> Any:
         t0 = clock()
         dev, direction = copy_ends(dst, src)
-        m0 = mark(dev, stream) if mark is not None else None
+        m0: Any = mark(dev, stream) if mark is not None else None
         try:
             r = inner(dst, src, nbytes, stream)
         except BaseException as exc:
-            keep(dev)
-            if stream is not None:
-                keep(stream)
-            append(
-                (
-                    COPY,
-                    t0,
-                    clock(),
-                    get_ident(),
-                    id(dev),
-                    direction,
-                    nbytes,
-                    None if stream is None else id(stream),
-                    None,
-                    None,
-                    None,
-                    _err(exc),
-                )
-            )
+            _unmark(timer, m0)
+            _failed(tr, COPY, t0, dev, direction, nbytes, None, stream, exc)
             raise
+        m1: Any
         if sync:
-            t1 = clock()
-            keep(dev)
-            if stream is not None:
-                keep(stream)
-            append(
-                (
-                    COPY,
-                    t0,
-                    t1,
-                    get_ident(),
-                    id(dev),
-                    direction,
-                    nbytes,
-                    None if stream is None else id(stream),
-                    None,
-                    t0,
-                    t1,
-                    None,
-                )
-            )
+            m0 = t0
+            m1 = clock()
         else:
             m1 = mark(dev, stream) if mark is not None else None
-            keep(dev)
-            if stream is not None:
-                keep(stream)
-            append(
-                (
-                    COPY,
-                    t0,
-                    clock(),
-                    get_ident(),
-                    id(dev),
-                    direction,
-                    nbytes,
-                    None if stream is None else id(stream),
-                    None,
-                    m0,
-                    m1,
-                    None,
-                )
-            )
-        if len(buf) > CHUNK:
+        did = id(dev)
+        if did not in reg:
+            reg[did] = dev
+        if stream is None:
+            sid = None
+        else:
+            sid = id(stream)
+            if sid not in reg:
+                reg[sid] = stream
+        add((COPY, t0, m1 if sync else clock(), get_ident(), did, direction, nbytes, sid, None, m0, m1, None))
+        if len(buf) > limit:
             tr.fold()
         return r
 
@@ -273,24 +160,23 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
 
 
 def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
-    from ._trace import ALLOC, CHUNK, _err
+    from ._trace import ALLOC, CHUNK, FIELDS, _err
 
     buf = tr.buf
-    append = buf.append
+    add = buf.extend
     clock = perf_counter_ns
-    keep = tr.refs.append
+    limit = CHUNK * FIELDS
+    ref = tr._ref
 
     def allocate(device: Any, nbytes: int) -> Any:
         t0 = clock()
         try:
             h = inner(device, nbytes)
         except BaseException as exc:
-            keep(device)
-            append((ALLOC, t0, clock(), get_ident(), id(device), nbytes, None, None, None, None, None, _err(exc)))
+            add((ALLOC, t0, clock(), get_ident(), ref(device), nbytes, None, None, None, None, None, _err(exc)))
             raise
-        keep(device)
-        append((ALLOC, t0, clock(), get_ident(), id(device), nbytes, id(h), None, None, None, None, None))
-        if len(buf) > CHUNK:
+        add((ALLOC, t0, clock(), get_ident(), ref(device), nbytes, id(h), None, None, None, None, None))
+        if len(buf) > limit:
             tr.fold()
         return h
 
@@ -300,16 +186,15 @@ def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
 def _make_free(tr: Any, inner: Any, b: Any) -> Any:
     from ._trace import FREE
 
-    append = tr.buf.append
+    add = tr.buf.extend
     clock = perf_counter_ns
-    keep = tr.refs.append
+    ref = tr._ref
 
     def free(device: Any, handle: Any) -> Any:
         # Runs from finalisers too: no fold here (it could block or take a lock mid-collection).
         t0 = clock()
         r = inner(device, handle)
-        keep(device)
-        append((FREE, t0, clock(), get_ident(), id(device), id(handle), None, None, None, None, None, None))
+        add((FREE, t0, clock(), get_ident(), ref(device), id(handle), None, None, None, None, None, None))
         return r
 
     return free

@@ -587,6 +587,10 @@ def kernelbay_device_timer() -> Any:
       clocks onto it). Called off the hot path, in batches and when the trace is written; may
       block until that work has finished. ``None`` when it cannot tell (either mark may be
       ``None``). Each mark is passed to ``span`` at most once, so it can be recycled there.
+    * optionally ``resolve(starts, ends, host_t0s) -> (begins, ends)``: ``span`` for a whole
+      batch in one call (lists of marks, and the host clock at each call's start, to which a
+      begin is clamped); returns two lists, ``None`` where unknown. Without it the tracer calls
+      ``span`` per pair.
     * optionally ``host_clock = True``: the marks already are the device span's ends in
       :func:`time.perf_counter_ns` units (a timer that waits for the work in ``mark``, as the
       tpu backend's does), so ``span`` is never called.

@@ -516,6 +516,8 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_kbcuda_native", "kernelbay-cuda native helpers", -1, module_methods,
 };
 
+static int timer_add_type(PyObject *m); /* _timer.c, joined after this file */
+
 PyMODINIT_FUNC PyInit__kbcuda_native(void) {
     if (PyType_Ready(&FastLaunchType) < 0) return NULL;
     s_handle = PyUnicode_InternFromString("handle");
@@ -526,7 +528,7 @@ PyMODINIT_FUNC PyInit__kbcuda_native(void) {
     if (!s_handle || !s_device || !s_index || !s_cuda_stream_proto || !s_cuda_stream) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
-    if (pool_add_type(m) < 0) {
+    if (pool_add_type(m) < 0 || timer_add_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,12 +1,18 @@
 """Device spans for :mod:`kernelbay.trace`: CUDA events recorded around launches and copies.
 
 ``mark`` records a pooled event on the launch's stream (two ``cuEventRecord`` calls per
-launch, through a ctypes handle of its own whose argument types are declared once);
-``span`` waits for the second event and reads both against a reference event whose host time
-was taken when the timer first touched the device (the middle of the narrowest of five
-record-and-wait windows, a few microseconds wide). Durations come from the two events
+launch); ``span`` waits for the second event and reads both against a reference event whose
+host time was taken when the timer first touched the device (the middle of the narrowest of
+five record-and-wait windows, a few microseconds wide). Durations come from the two events
 themselves (``cuEventElapsedTime``, about 0.5 us resolution); where a span starts is mapped
 through the reference, so it drifts by the clocks' difference over the run (parts per million).
+
+Two implementations, one behaviour: with the native helpers (:mod:`kernelbay_cuda.native`)
+``mark`` is ``_timer.c``'s (event pool, stream resolution and ``cuEventRecord`` in one C call)
+and the tracer resolves a whole chunk of marks in one ``resolve`` call; without them
+(``KERNELBAY_NATIVE=0``, no compiler) the same steps run here through ctypes, one ``span`` per
+launch. The C timer hands to :meth:`Timer._native_slow` what it does not do itself: a device's
+first mark (its reference event), another context current, streams of other kinds.
 """
 
 from __future__ import annotations
@@ -16,20 +22,82 @@ import threading
 from time import perf_counter_ns
 from typing import Any
 
-from . import _driver
+from . import _driver, native
 
 _c_void_p, _c_float = ctypes.c_void_p, ctypes.c_float
 
 
 class Timer:
-    """The ``kernelbay_device_timer`` of the cuda backend. Marks are event handles (ints)."""
+    """The ``kernelbay_device_timer`` of the cuda backend. Marks are ints: event handles, or
+    with the C timer indexes into its table of events.
 
-    def __init__(self) -> None:
+    :param use_native: use the C timer where the native helpers are available (``False``: the
+        ctypes one, as with ``KERNELBAY_NATIVE=0``; the benchmarks compare the two).
+    """
+
+    def __init__(self, use_native: bool = True) -> None:
         self._lib: Any = None
         self._pool: dict[int, list[int]] = {}  # device index -> free events
         self._device: dict[int, int] = {}  # event -> device index
         self._ref: dict[int, tuple[int, int]] = {}  # device index -> (reference event, host ns)
         self._lock = threading.Lock()
+        self._native: Any = None
+        self._native_set = False  # set_driver() done, and add_device() for each index in _ref
+        mod = native.module() if use_native else None
+        if mod is not None and hasattr(mod, "Timer"):
+            from kernelbay.streams import Stream as KbStream
+
+            from .streams import Stream
+
+            self._native = mod.Timer(self._native_slow, Stream, KbStream)
+            # The C methods themselves: what the tracer's hot path and fold call.
+            self.mark = self._native.mark  # type: ignore[method-assign]
+            self.resolve = self._native.resolve
+
+    def _native_slow(self, device: Any, stream: Any) -> int | None:
+        """What the C ``mark`` hands over: set the device up, make its context current, resolve
+        the stream, then record through the C timer. ``None`` where that fails."""
+        nat = self._native
+        try:
+            index = device.index
+            _driver.ensure_current(index)
+            if not self._native_set:
+                lib = _driver.libcuda()
+                addr = [
+                    ctypes.cast(getattr(lib, f), _c_void_p).value
+                    for f in (
+                        "cuEventCreate",
+                        "cuEventRecord",
+                        "cuEventQuery",
+                        "cuEventSynchronize",
+                        "cuEventElapsedTime",
+                        "cuCtxGetCurrent",
+                    )
+                ]
+                nat.set_driver(*addr)
+                self._native_set = True
+            if index not in self._ref:
+                ref_ev, ref_ns = self._reference(index)
+                nat.add_device(index, ref_ev, ref_ns)
+            h = self._stream_handle(device, stream)
+        except Exception:
+            return None
+        return None if h is None else nat.record(index, h)
+
+    def _stream_handle(self, device: Any, stream: Any) -> int | None:
+        """The CUstream of what the user passed as the stream, or ``None`` for a non-stream
+        (the launch itself reports that)."""
+        if stream is None:
+            return 0
+        h = getattr(stream, "handle", None)
+        if isinstance(h, int):
+            return h
+        from .streams import as_stream
+
+        try:
+            return as_stream(stream, device).handle
+        except Exception:
+            return None
 
     def _libcuda(self) -> Any:
         if self._lib is None:
@@ -79,7 +147,8 @@ class Timer:
 
     def mark(self, device: Any, stream: Any) -> int | None:
         """An event recorded on ``stream``; ``None`` where that fails (tracing never fails the
-        launch it watches: the launch reports its own errors)."""
+        launch it watches: the launch reports its own errors). With the native helpers this
+        method is replaced by the C timer's ``mark`` (see the module docstring)."""
         index = device.index
         try:
             _driver.ensure_current(index)
@@ -91,25 +160,21 @@ class Timer:
                 ev = self._new_event(index)
         except Exception:
             return None
-        h: Any
-        if stream is None:
-            h = 0
-        else:
-            h = getattr(stream, "handle", None)
-            if not isinstance(h, int):
-                from .streams import as_stream
-
-                try:
-                    h = as_stream(stream, device).handle
-                except Exception:  # not a stream: the launch will say so
-                    self._pool.setdefault(index, []).append(ev)
-                    return None
+        h = self._stream_handle(device, stream)
+        if h is None:  # not a stream: the launch will say so
+            self._pool.setdefault(index, []).append(ev)
+            return None
         if self._lib.cuEventRecord(ev, h):
             self._pool.setdefault(index, []).append(ev)
             return None  # the span is then unknown; the launch itself goes on
         return ev
 
     def span(self, start: int | None, end: int | None) -> tuple[int, int] | None:
+        """The device span between two marks in perf_counter_ns units (``None`` when unknown);
+        gives both marks back to the pool."""
+        if self._native is not None:
+            begins, ends = self._native.resolve([start], [end], [None])
+            return None if begins[0] is None else (begins[0], ends[0])
         if start is None or end is None:
             for ev in (start, end):
                 if ev is not None:
