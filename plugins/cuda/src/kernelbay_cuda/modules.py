@@ -7,8 +7,8 @@
   (hook ``kernelbay_close_kernel``) of the last of them takes the module's kernels out of the
   cache and unloads it (``cuModuleUnload``) after ``cuCtxSynchronize`` of its device's context:
   whatever a launch queued on any stream of that context (a graph replay too) has finished
-  before its code goes away. While another thread records a stream capture (which forbids the
-  synchronisation) the unload waits for the next compile or close.
+  before its code goes away. While a stream capture is recorded the driver refuses both calls
+  (and may end the capture): the unload is tried again at the next compile or close.
 * The cache keeps at most :data:`MAX_KERNELS` kernels; past that the least recently compiled
   leaves it. A kernel that left the cache stays usable by whoever holds it; its module is
   unloaded once nothing refers to it any more, at the next compile or close, after the same
