@@ -87,6 +87,20 @@ def test_a_closed_buffer_is_a_clear_error(dev, k) -> None:
     g.replay()
 
 
+def test_a_closed_kernel_is_a_clear_error(dev, k) -> None:
+    """A closed kernel's code may be unloaded (kernelbay_close_kernel): replaying or updating a
+    graph that launches it is refused, not run."""
+    x, y = kb.zeros(4, "float32", device=dev), kb.zeros(4, "float32", device=dev)
+    with dev.graph() as g:
+        k.launch(1, args=(x, y, 1.0))
+    g.replay()
+    k.close()
+    with pytest.raises(kb.UseAfterFreeError, match=r"kernel of step 0 \(launch of 'axpy'\).*closed"):
+        g.replay()
+    with pytest.raises(kb.UseAfterFreeError, match="kernel of step 0"):
+        g.update(0, args=(x, y, 2.0))
+
+
 def test_update_changes_arguments_without_recording_again(dev, k) -> None:
     x = kb.asarray(np.ones(4, np.float32), device=dev)
     y = kb.zeros(4, "float32", device=dev)

@@ -134,7 +134,7 @@ class Graph:
         self._recording = False
         self._extra: set[tuple[int, int]] = set()  # (before, after) from add_dependency and events
         self._waits: dict[int, list[tuple[Any, int]]] = {}  # id(stream) -> [(event stream, marker)]
-        self._buffers: tuple[tuple[Buffer, Step], ...] = ()
+        self._buffers: tuple[tuple[Buffer | Kernel, Step], ...] = ()
         self.closed = False
 
     # --- recording ----------------------------------------------------------------------
@@ -250,11 +250,12 @@ class Graph:
         self._built = True
 
     def _collect_buffers(self) -> None:
-        """Each buffer the graph uses once, with its first step: checked before each replay."""
-        seen: dict[int, tuple[Buffer, Step]] = {}
+        """Each buffer and kernel the graph uses once, with its first step: checked before each
+        replay (a closed kernel's code may be unloaded: ``kernelbay_close_kernel``)."""
+        seen: dict[int, tuple[Buffer | Kernel, Step]] = {}
         for s in self.steps:
-            for x in s.reads + s.writes + s.args + (s.dst, s.src):
-                if isinstance(x, Buffer) and id(x) not in seen:
+            for x in s.reads + s.writes + s.args + (s.dst, s.src, s.kernel):
+                if isinstance(x, (Buffer, Kernel)) and id(x) not in seen:
                     seen[id(x)] = (x, s)
         self._buffers = tuple(seen.values())
 
@@ -325,6 +326,11 @@ class Graph:
             raise InvalidArgumentError("replay of an empty kb.Graph: record with `with dev.graph() as g:` first")
         for x, s in self._buffers:
             if x.handle is None:
+                if type(x) is Kernel:
+                    raise UseAfterFreeError(
+                        f"the kernel of {s.describe()} of this graph was closed; keep a graph's kernels open "
+                        "while you replay it"
+                    )
                 raise UseAfterFreeError(
                     f"a buffer of {s.describe()} of this graph was closed; a graph keeps using the buffers "
                     "it recorded: keep them open while you replay it, or update the step's arguments"
@@ -333,7 +339,7 @@ class Graph:
     def replay(self, stream: Any = None) -> None:
         """Queue the recorded work once on ``stream`` (``None``: the current, else default stream).
 
-        :raises UseAfterFreeError: when a buffer the graph uses was closed.
+        :raises UseAfterFreeError: when a buffer or kernel the graph uses was closed.
         """
         self._check_usable()
         if _streams.capturing(self.device) is not None:
@@ -364,6 +370,8 @@ class Graph:
                     f"the graph has launches 0..{len(ks) - 1}; there is no launch {kernel_index!r}"
                 )
             step = ks[kernel_index]
+        if step.kernel is not None and step.kernel.handle is None:
+            raise UseAfterFreeError(f"the kernel of {step.describe()} of this graph was closed")
         old = (step.args, step.reads, step.writes, step.explicit)
         step.args = tuple(args)
         self._set_access(step, reads, writes)

@@ -264,9 +264,12 @@ def kernelbay_close_kernel(kernel: Kernel) -> None:
     the backend keeps for ``kernel`` (its loaded module).
 
     Called by :meth:`kernelbay.types.Kernel.close`, once per kernel; the kernel is not launched
-    again. A module shared with other live kernels must stay loaded until the last of them is
-    closed or collected. Without it, ``close()`` only drops the core's reference. Not on the
-    hot path.
+    again (the core refuses, and so does a graph that recorded it). A module shared with other
+    live kernels must stay loaded until the last of them is closed or collected. Launches
+    already queued must still run: release the code only once they have finished (the cuda
+    backend synchronizes the kernel's context, ``cuCtxSynchronize``, before ``cuModuleUnload``;
+    a cpu launch queued on a stream holds the library, unloaded after the last reference goes).
+    Without it, ``close()`` only drops the core's reference. Not on the hot path.
 
     :param kernel: a kernel this backend compiled.
     :return: ``None``.

@@ -1,4 +1,4 @@
-"""NVRTC compilation (no GPU needed), the disk and in-process caches, and module loading.
+"""NVRTC compilation (no GPU needed) through the disk cache, and the compile and close hooks.
 
 * ``--gpu-architecture=sm_XY`` (SASS, a cubin) when this NVRTC knows the device's arch; else
   ``compute_XY`` PTX of the newest arch it knows, for the driver to JIT.
@@ -11,11 +11,9 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import re
-import threading
 import time
 from typing import Any
 
@@ -26,6 +24,7 @@ from kernelbay.errors import CompileError, InvalidArgumentError
 from . import _driver, _install, launcher
 from .images import Image, parse_ptx_params
 from .kernel import CudaKernel
+from .modules import KernelCache, Module, gpu_free_bytes, module_stats
 from .packing import layout
 from .triton_kernels import compile_triton
 
@@ -40,6 +39,10 @@ __all__ = [
     "nvrtc_version",
     "parse_ptx_params",
     "load_module",
+    "close_kernel",
+    "set_max_kernels",
+    "module_stats",
+    "gpu_free_bytes",
 ]
 
 
@@ -361,94 +364,50 @@ def _probe_kinds(ptx: str, symbol: str) -> str | None:
     return letters if len(letters) == n and set(letters) <= _PROBE_LETTERS else None
 
 
-# --- loading -----------------------------------------------------------------------------
+# --- the compile hook (the caches and module loading: .modules) ----------------------------
 
-
-class Module:
-    """A module loaded into one device's primary context; unloaded when collected."""
-
-    def __init__(self, device_index: int, image: Image) -> None:
-        _driver.ensure_current(device_index)
-        lib = _driver.libcuda()
-        self.device_index = device_index
-        self.image = image
-        self.handle: int | None = None
-        size = 1 << 16
-        info = ctypes.create_string_buffer(size)
-        errbuf = ctypes.create_string_buffer(size)
-        # CU_JIT_INFO_LOG_BUFFER(3), ..._SIZE_BYTES(4), CU_JIT_ERROR_LOG_BUFFER(5), ..._SIZE_BYTES(6)
-        opts = (ctypes.c_int * 4)(3, 4, 5, 6)
-        vals = (ctypes.c_void_p * 4)(ctypes.addressof(info), size, ctypes.addressof(errbuf), size)
-        mod = ctypes.c_void_p()
-        data = ctypes.create_string_buffer(image.data, len(image.data))
-        rc = lib.cuModuleLoadDataEx(ctypes.byref(mod), data, 4, opts, vals)
-        if rc:
-            jit = errbuf.value.decode(errors="replace") or info.value.decode(errors="replace")
-            if rc in _driver.STICKY or _driver.dead_reason(device_index):
-                _driver.check(rc, f"loading a module on cuda:{device_index}", device_index)
-            raise CompileError(
-                f"the CUDA driver could not load the {image.kind} module ({image.arch or 'given binary'}) on "
-                f"cuda:{device_index}: {_driver.error_name(rc)}",
-                log=jit,
-            )
-        self.handle = mod.value
-        self.jit_log = info.value.decode(errors="replace")
-
-    def function(self, symbol: str) -> int:
-        fn = ctypes.c_void_p()
-        rc = _driver.libcuda().cuModuleGetFunction(ctypes.byref(fn), ctypes.c_void_p(self.handle), symbol.encode())
-        if rc:
-            raise InvalidArgumentError(
-                f"kernel {symbol!r} is not in the module on cuda:{self.device_index} "
-                f"({_driver.error_name(rc)}); check Source.name"
-            )
-        return fn.value  # type: ignore[return-value]  # a function found is never NULL
-
-    def __del__(self) -> None:
-        h = self.handle
-        if h is not None and _driver.dead_reason(self.device_index) is None:
-            try:
-                _driver.libcuda().cuModuleUnload(ctypes.c_void_p(h))
-            except Exception:
-                pass
+cache = KernelCache()
 
 
 def load_module(device_index: int, image: Image) -> Module:
     return Module(device_index, image)
 
 
-# --- the compile hook and the in-process caches -------------------------------------------
-
-_kernels: dict[tuple[int, Any], CudaKernel] = {}
-_modules: dict[tuple[int, bytes], Module] = {}
-_lock = threading.Lock()
+def set_max_kernels(bound: int) -> None:
+    """Set the in-process cache's bound (default :data:`.modules.MAX_KERNELS`, 256)."""
+    if type(bound) is not int or bound < 1:
+        raise InvalidArgumentError(f"the kernel cache bound must be an int >= 1, got {bound!r}")
+    cache.bound = bound
 
 
 def compile_kernel(device: Any, source: Any) -> CudaKernel:
     """The ``kernelbay_compile`` hook: a kernel from the in-process cache, the disk cache or NVRTC."""
     key = (device.index, source)
-    k = _kernels.get(key)
-    if k is not None:
-        return k
-    with _lock:
-        k = _kernels.get(key)
-        if k is not None:
-            return k
-        _driver.check_alive(device.index)
-        image, expr, settings = _image_for(device, source)
-        mkey = (device.index, image.data)
-        mod = _modules.get(mkey)
-        if mod is None:
-            mod = _modules[mkey] = Module(device.index, image)
-        symbol = image.lowered.get(expr, expr)
-        raw = image.params.get(symbol)
-        params = layout(_typed(raw, image.kinds.get(symbol))) if raw is not None else None
-        k = CudaKernel(device, mod, expr, symbol, params)
-        if settings:
-            k.apply(settings)
-        launcher.arm(k)
-        _kernels[key] = k
-        return k
+    with cache.lock:
+        k = cache.hit(key)
+        if k is None:
+            _driver.check_alive(device.index)
+            image, expr, settings = _image_for(device, source)
+            mod = cache.module(device.index, image)
+            symbol = image.lowered.get(expr, expr)
+            raw = image.params.get(symbol)
+            params = layout(_typed(raw, image.kinds.get(symbol))) if raw is not None else None
+            k = CudaKernel(device, mod, expr, symbol, params)
+            if settings:
+                k.apply(settings)
+            launcher.arm(k)
+            dropped = cache.add(key, k)
+        else:
+            dropped = 0
+    cache.after_drops(dropped)
+    return k
+
+
+def close_kernel(kernel: Any) -> None:
+    """The ``kernelbay_close_kernel`` hook: one user fewer of the kernel's module; the last one
+    takes its kernels out of the cache and unloads it once the device has finished the work
+    queued before (see :mod:`.modules`)."""
+    cache.release(kernel.handle)
 
 
 def _image_for(device: Any, source: Any) -> tuple[Image, str, dict[str, Any]]:

@@ -22,7 +22,7 @@ from .packing import ParamSpec, make_packer, never
 __all__ = ["CudaKernel", "ParamBlock", "STALE"]
 
 if TYPE_CHECKING:
-    from .compiler import Module  # for annotations only: compiler imports this module
+    from .modules import Module  # for annotations only
 
 # Marks a kernel's memo of packed values as stale (never equal to a value, never identical).
 STALE = object()
