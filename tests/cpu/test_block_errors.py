@@ -201,6 +201,61 @@ def test_fiber_stack_overflow_is_a_launch_error(stack, tmp_path):
     assert "KERNELBAY_CPU_FIBER_STACK" in r.stdout
 
 
+HANDLER_HOME = r"""
+import ctypes, gc, numpy as np, kernelbay as kb
+
+class Sigaction(ctypes.Structure):  # glibc's struct sigaction on Linux (handler first)
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
+                ("restorer", ctypes.c_void_p)]
+
+libc = ctypes.CDLL(None)
+
+def handler_file():
+    sa = Sigaction()
+    assert libc.sigaction(11, None, ctypes.byref(sa)) == 0
+    for line in open("/proc/self/maps"):
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if lo <= (sa.handler or 0) < hi:
+            return line.split()[4]  # the inode of the file the handler's code is in
+    return None
+
+y = kb.asarray(np.zeros(4, np.int32), device="cpu")
+first = kb.compile(kb.Source('__global__ void a(int* y) { __syncthreads(); y[threadIdx.x] = 1; }',
+                             lang="cuda", name="a"), "cpu")
+home = handler_file()  # the cpu runtime's, loaded with the first kernel
+first.launch(1, 4, (y,))  # a block with fibers
+print("same" if handler_file() == home else "moved")
+first.close()  # its module is unloaded (dlclose)
+del first
+gc.collect()
+k = kb.compile(kb.Source(SRC, lang="cuda", name="k"), "cpu")
+try:  # an overflow in another kernel is still the LaunchError
+    k.launch(1, 4, (y, np.int32(100)))
+except kb.LaunchError as e:
+    print("ERR", e)
+k.launch(1, 4, (y, np.int32(4)))
+print("after ok")
+"""
+
+
+def test_the_guard_page_handler_is_not_in_a_kernel_module(tmp_path):
+    # A SIGSEGV handler installed by a kernel module dangles once that module is unloaded: the
+    # next fault (a fiber stack overflow in another kernel) jumped into unmapped or foreign code,
+    # and the process died ("overflowed sigaltstack") instead of raising. The handler lives in
+    # the process-wide runtime, which is never unloaded.
+    import os
+
+    src = OVERFLOW.split("src = '''")[1].split("'''")[0]
+    code = "SRC = " + repr(src) + "\n" + textwrap.dedent(HANDLER_HOME)
+    env = {"KERNELBAY_CPU_FIBER_STACK": "64k", "KERNELBAY_CACHE_DIR": str(tmp_path)}
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, timeout=300
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert "same" in r.stdout.split()  # a fiber launch did not move SIGSEGV into its module
+    assert "overflowed its fiber stack of 65536 bytes" in r.stdout and "after ok" in r.stdout
+
+
 def test_bad_fiber_stack_setting(monkeypatch):
     from kernelbay_cpu import _driver
 

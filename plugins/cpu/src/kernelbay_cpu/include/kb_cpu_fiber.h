@@ -377,7 +377,11 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
         s.dyn_cap = shmem > 64 ? shmem : 64;
         s.dyn = static_cast<char*>(std::aligned_alloc(64, (s.dyn_cap + 63) / 64 * 64));
     }
-    install_guard_handler();
+    // The guard-page handler: the runtime's (never unloaded) where there is one; else this
+    // module's own, which must then stay loaded while installed.
+    if (rt != nullptr) rt->thread_setup();
+    else install_guard_handler();
+    const Guard guard = {s.stacks, s.map_bytes, s.stride, s.page, &s.overflow};
     s.n = n;
     s.bx = bx;
     s.by = by;
@@ -401,6 +405,7 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
     if (sigsetjmp(s.overflow, 0)) {
         s.in_block = 0;
         tls_sched = nullptr;
+        if (rt != nullptr) rt->guard(nullptr);
         sigset_t set;
         sigemptyset(&set);
         sigaddset(&set, SIGSEGV);
@@ -414,6 +419,7 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
         record_error(m);
         return;
     }
+    if (rt != nullptr) rt->guard(&guard);
     s.in_block = 1;
     s.live = n;
     // Fibers switch among themselves; control comes back here only when none is ready.
@@ -431,6 +437,7 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
     }
     s.in_block = 0;
     tls_sched = nullptr;
+    if (rt != nullptr) rt->guard(nullptr);
     if (s.failed) record_error(s.msg);
 }
 

@@ -11,6 +11,7 @@
 //   workers are gone and the first parallel region on the forking thread waits for them forever.
 //   In a child, launches from the forking thread run on a new thread, which gets a new pool.
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,7 +114,27 @@ void on_int(int sig, siginfo_t* info, void* uc) {
 
 int reporting = 0;
 
+// The fiber stacks of the threads running a block with fibers (Runtime::guard).
+thread_local const kb_cpu::Guard* guard_now = nullptr;
+long guarded = 0;  // threads with a guard set: others never read guard_now in the handler
+
+void set_guard(const kb_cpu::Guard* g) {
+    const kb_cpu::Guard* old = guard_now;
+    if (old == nullptr && g != nullptr) __atomic_add_fetch(&guarded, 1, __ATOMIC_ACQ_REL);
+    else if (old != nullptr && g == nullptr) __atomic_sub_fetch(&guarded, 1, __ATOMIC_ACQ_REL);
+    guard_now = g;
+}
+
 void on_fatal(int sig, siginfo_t* info, void* uc) {
+    // A fault on a guard page of this thread's fiber stacks: the block ends with an error
+    // (the fiber code unblocks SIGSEGV after the jump).
+    if (sig == SIGSEGV && __atomic_load_n(&guarded, __ATOMIC_ACQUIRE) > 0) {
+        const kb_cpu::Guard* g = guard_now;
+        char* a = static_cast<char*>(info->si_addr);
+        if (g != nullptr && a >= g->stacks && a < g->stacks + g->map_bytes &&
+            (size_t)(a - g->stacks) % g->stride < g->page)
+            siglongjmp(*g->overflow, 1);
+    }
     int idx = 0;
     while (FATAL[idx] != sig) ++idx;
     (void)idx;
@@ -262,7 +283,8 @@ void thread_setup() {
     }
 }
 
-kb_cpu::Runtime api = {KB_CPU_RT_VERSION, &interrupts, &forked, enter, leave, must_move, run_elsewhere, thread_setup};
+kb_cpu::Runtime api = {KB_CPU_RT_VERSION, &interrupts,   &forked,      enter,    leave,
+                       must_move,         run_elsewhere, thread_setup, set_guard};
 
 }  // namespace
 
