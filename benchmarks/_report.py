@@ -221,9 +221,12 @@ def markdown_machine(result: dict) -> str:
     load = [m.get("load_average"), result.get("load_average_after")]
     if any(load):
         fmt_load = lambda la: "/".join(f"{x:.2f}" for x in la) if la else "?"
+        cores = m.get("cores")
+        peak = max((x for la in load if la for x in la), default=0.0)
+        busy = isinstance(cores, int) and peak > cores
         lines.append(
             f"- load average (1/5/15 min) before the run: {fmt_load(load[0])}, after: {fmt_load(load[1])}"
-            f" on {m.get('cores', '?')} cores (above the core count: other work competed for the CPU)"
+            f" on {cores or '?'} cores" + (" (above the core count: other work competed for the CPU)" if busy else "")
         )
     gpu = m.get("gpu")
     if gpu:

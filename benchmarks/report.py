@@ -31,6 +31,8 @@ How to read the tables: each figure is the median over many batches after a warm
 10th–90th percentile spread of the batches. Peers are timed interleaved (A, B, A, B...) in one
 process, so a noisy machine slows them alike. *kernelbay ÷ this* is kernelbay's cost as a
 multiple of that row's: below 1, kernelbay is faster. The bar charts show the same ratios.
+The cpu block-kernel and stream rows measured on 2 quiet cores (the shared development machine
+is rarely quiet) are in [performance-cpu-quiet.md](performance-cpu-quiet.md).
 """
 
 REPRODUCE = """## Reproduce
