@@ -109,6 +109,7 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
     stream = kc.Stream(dev)
     foreign = _ForeignStream(stream.handle)
     kst = dev.stream()  # the portable form: a kb.Stream holding a kc.Stream
+    s_user = d.CUstream(kst.handle.handle)
     kcfg = kb.LaunchConfig(grid=(1,), block=(32,))
     cases = {
         # one row per call form (the tuple form is the README's, the headline)
@@ -122,6 +123,8 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         "kernelbay-kb-stream": lambda: k.launch((1,), (32,), args, stream=kst),
         "kernelbay-foreign-stream": lambda: k.launch((1,), (32,), args, stream=foreign),
         "driver-prepacked": lambda: d.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, s0, addr, 0),
+        # the same on the user stream: what the driver itself costs more there than on stream 0
+        "driver-prepacked-user-stream": lambda: d.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, s_user, addr, 0),
         "driver-tuple": lambda: d.cuLaunchKernel(
             fn,
             1,
@@ -451,6 +454,17 @@ def goals(records: list[dict]) -> list[dict]:
             for f in forms
         ],
         *[("launch", f, "c-loop", f"launch host time, {f}, vs the C cuLaunchKernel loop", 1.3, False) for f in forms],
+        *[
+            (
+                "launch",
+                f,
+                "driver-prepacked-user-stream",
+                f"launch host time, {f}, vs driver binding with prepacked pointer on the same user stream",
+                1.0,
+                False,
+            )
+            for f in ("kernelbay-stream", "kernelbay-kb-stream", "kernelbay-foreign-stream")
+        ],
         (
             "launch",
             "triton-kernelbay",
