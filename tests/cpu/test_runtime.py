@@ -200,3 +200,44 @@ def test_ctrl_c_in_isolated_mode_stops_even_a_block_that_never_returns(env) -> N
     assert rc == 0, err
     assert "interrupted" in out
     assert "next launch [10.0, 10.0, 10.0, 10.0]" in out  # a new worker
+
+
+OPENMP_AFTER_CLOSE = r"""
+import gc, threading, numpy as np, kernelbay as kb
+
+def openmp_mapped():
+    return any("libgomp" in line or "libomp" in line or "libiomp" in line for line in open("/proc/self/maps"))
+
+y = kb.asarray(np.zeros(4096, np.int32), device="cpu")
+for i in range(3):
+    k = kb.compile(kb.Source('__global__ void a(int* y) { y[blockIdx.x * blockDim.x + threadIdx.x] = %d; }' % i,
+                             lang="cuda", name="a"), "cpu")
+    k.launch(16, 256, (y,))  # a parallel launch: OpenMP's workers now wait inside its library
+    assert openmp_mapped()
+    k.close()  # the last kernel module goes (dlclose) ...
+    del k
+    for _ in range(3):
+        gc.collect()
+    print("mapped after close:", openmp_mapped(), "threads:", threading.active_count())
+print("alive")
+"""
+
+
+def test_openmp_stays_loaded_after_the_last_kernel_is_closed(tmp_path):
+    # Closing the last kernel unloaded its module and, with it, the OpenMP runtime whose worker
+    # threads were parked inside: the next time they ran, the process died with SIGSEGV (seen
+    # in a fresh-clone test run). The backend pins the OpenMP runtime once a module has loaded
+    # it. Run twice: the second process loads the kernels from the warm disk cache, so nothing
+    # but the kernel modules (no compiler probe) has brought the OpenMP runtime in.
+    env = {**os.environ, "KERNELBAY_CACHE_DIR": str(tmp_path), "KERNELBAY_CPU_THREADS": "2"}
+    for _ in range(2):
+        r = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(OPENMP_AFTER_CLOSE)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert "mapped after close: False" not in r.stdout, r.stdout
+    assert "alive" in r.stdout

@@ -234,9 +234,29 @@ def load_library(image: bytes) -> ctypes.CDLL:
 
     try:
         with private_file(image, "kernelbay-cpu-", ".so") as path:
-            return ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))
+            lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))
     except OSError as exc:
         raise CompileError(f"the compiled kernel module could not be loaded from {load_dir()}: {exc}") from exc
+    _pin_thread_libraries()
+    return lib
+
+
+#: OpenMP runtimes a kernel module brings in (GCC's, LLVM's, Intel's). Their worker threads stay
+#: parked inside the library after a launch: unloaded with the last kernel module (Kernel.close,
+#: the module cache's bound), it would leave those threads in unmapped code, and the process
+#: would crash. Each is pinned (never unloaded) once a module has loaded it.
+_THREAD_LIBRARIES = ("libgomp.so.1", "libomp.so.5", "libomp.so", "libiomp5.so")
+_pinned: dict[str, ctypes.CDLL] = {}
+
+
+def _pin_thread_libraries() -> None:
+    mode = getattr(os, "RTLD_NOLOAD", 4) | getattr(os, "RTLD_NODELETE", 0x1000) | getattr(os, "RTLD_NOW", 2)
+    for name in _THREAD_LIBRARIES:
+        if name not in _pinned:
+            try:
+                _pinned[name] = ctypes.CDLL(name, mode=mode)  # only if already loaded (RTLD_NOLOAD)
+            except OSError:
+                pass  # not loaded by any module yet
 
 
 #: A launch whose blocks not yet started were cancelled by Ctrl-C (kb_cpu::CANCELLED).
