@@ -199,30 +199,23 @@ class Tracer:
         if found is not None:
             found.append(hit)
 
+    def _add(self, *fields: Any, err: str | None = None) -> None:
+        """Append one record: ``fields`` from its start, ``None`` up to the error slot, then
+        ``err`` (one ``extend`` call, so records of several threads never interleave)."""
+        self.buf.extend((*fields, *(None,) * (FIELDS - 1 - len(fields)), err))
+
     @hookimpl(wrapper=True)
     def kernelbay_compile(self, device: Any, source: Any) -> Any:
         outer = getattr(self._tls, "lookups", None)
         found: list[bool] = []
         self._tls.lookups = found
         t0 = perf_counter_ns()
+        tid = threading.get_ident()
         try:
             handle = yield
         except BaseException as exc:
-            self.buf.extend(
-                (
-                    COMPILE,
-                    t0,
-                    perf_counter_ns(),
-                    threading.get_ident(),
-                    self._ref(device),
-                    self._ref(source),
-                    "failed",
-                    None,
-                    None,
-                    None,
-                    None,
-                    _err(exc),
-                )
+            self._add(
+                COMPILE, t0, perf_counter_ns(), tid, self._ref(device), self._ref(source), "failed", err=_err(exc)
             )
             raise
         finally:
@@ -237,84 +230,27 @@ class Tracer:
             how = "uncached"  # no disk lookup: kept from before the trace, or a backend without a disk cache
         self._seen.add(key)
         self._seen.add(id(handle))
-        self.buf.extend(
-            (
-                COMPILE,
-                t0,
-                t1,
-                threading.get_ident(),
-                self._ref(device),
-                self._ref(source),
-                how,
-                None,
-                None,
-                None,
-                None,
-                None,
-            )
-        )
+        self._add(COMPILE, t0, t1, tid, self._ref(device), self._ref(source), how)
         return handle
 
     @hookimpl(wrapper=True)
     def kernelbay_synchronize(self, device: Any, stream: Any) -> Any:
         t0 = perf_counter_ns()
+        tid = threading.get_ident()
         try:
             r = yield
         except BaseException as exc:
-            self.buf.extend(
-                (
-                    SYNC,
-                    t0,
-                    perf_counter_ns(),
-                    threading.get_ident(),
-                    self._ref(device),
-                    self._ref(stream),
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    _err(exc),
-                )
-            )
+            self._add(SYNC, t0, perf_counter_ns(), tid, self._ref(device), self._ref(stream), err=_err(exc))
             raise
-        self.buf.extend(
-            (
-                SYNC,
-                t0,
-                perf_counter_ns(),
-                threading.get_ident(),
-                self._ref(device),
-                self._ref(stream),
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-            )
-        )
+        self._add(SYNC, t0, perf_counter_ns(), tid, self._ref(device), self._ref(stream))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_memset(self, dst: Any, value: int, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.extend(
-            (
-                MEMSET,
-                t0,
-                perf_counter_ns(),
-                threading.get_ident(),
-                self._ref(dst.device),
-                nbytes,
-                self._ref(stream),
-                None,
-                None,
-                None,
-                None,
-                None,
-            )
+        self._add(
+            MEMSET, t0, perf_counter_ns(), threading.get_ident(), self._ref(dst.device), nbytes, self._ref(stream)
         )
         return r
 
@@ -325,42 +261,15 @@ class Tracer:
     def kernelbay_launch(self, kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.extend(
-            (
-                LAUNCH,
-                t0,
-                perf_counter_ns(),
-                threading.get_ident(),
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream,
-                None,
-                None,
-                None,
-            )
-        )
+        self._add(LAUNCH, t0, perf_counter_ns(), threading.get_ident(), kernel, grid, block, shared_mem, stream)
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_copy(self, dst: Any, src: Any, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.extend(
-            (
-                COPY,
-                t0,
-                perf_counter_ns(),
-                threading.get_ident(),
-                *self._copy_ends(dst, src),
-                nbytes,
-                self._ref(stream),
-                None,
-                None,
-                None,
-                None,
-            )
+        self._add(
+            COPY, t0, perf_counter_ns(), threading.get_ident(), *self._copy_ends(dst, src), nbytes, self._ref(stream)
         )
         return r
 
@@ -368,44 +277,14 @@ class Tracer:
     def kernelbay_allocate(self, device: Any, nbytes: int) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.extend(
-            (
-                ALLOC,
-                t0,
-                perf_counter_ns(),
-                threading.get_ident(),
-                self._ref(device),
-                nbytes,
-                id(r),
-                None,
-                None,
-                None,
-                None,
-                None,
-            )
-        )
+        self._add(ALLOC, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), nbytes, id(r))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_free(self, device: Any, handle: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self.buf.extend(
-            (
-                FREE,
-                t0,
-                perf_counter_ns(),
-                threading.get_ident(),
-                self._ref(device),
-                id(handle),
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-            )
-        )
+        self._add(FREE, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), id(handle))
         return r
 
 
