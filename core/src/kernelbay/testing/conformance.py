@@ -293,6 +293,24 @@ class BackendConformance:
         xs, ys = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
         np.testing.assert_allclose(self._run_saxpy(again, device, 2.0, xs, ys), 2.0 * xs + ys, rtol=1e-6)
 
+    def test_close_lets_queued_launches_finish(self, device: kb.Device) -> None:
+        """``kernelbay_close_kernel`` releases a kernel's code only after the launches already
+        queued have run: launches queued on the default stream and on a user stream, closed at
+        once, still give their results."""
+        n = 1 << 16
+        xs = np.arange(n, dtype=np.float32)
+        k = kb.compile(self.saxpy_source(), device=device)
+        x = kb.asarray(xs, device=device)
+        y0, y1 = kb.zeros(n, "float32", device=device), kb.zeros(n, "float32", device=device)
+        s = device.stream()
+        for _ in range(4):
+            k.launch(**self.saxpy_launch(n), args=(x, y0, np.float32(1), np.int32(n)))
+            k.launch(**self.saxpy_launch(n), args=(x, y1, np.float32(1), np.int32(n)), stream=s)
+        k.close()  # before any synchronize
+        device.synchronize()
+        np.testing.assert_allclose(y0.numpy(), 4 * xs, rtol=1e-6)
+        np.testing.assert_allclose(y1.numpy(), 4 * xs, rtol=1e-6)
+
     def test_trace_records_this_backends_work(self, device: kb.Device, saxpy: kb.Kernel, tmp_path: Any) -> None:
         """A trace (the core's tracer, and the optional ``kernelbay_device_timer`` hook, whose
         fallback is host spans only) has host spans for the launch and copies, and any device
