@@ -2,12 +2,15 @@
 
 * graph replay per kernel: a graph of 100 saxpy launches against CuPy's graph of the same
   kernels (stream capture of ``RawKernel`` launches), each replay waited for. Goal: <= 1.05x.
-* a launch on a ``kb.Stream`` against ``stream=None``, host cost. Goal: <= 1.02x.
+* a launch on a ``kb.Stream`` against ``stream=None``, host cost. Goal: <= 1.02x. Beside them,
+  the same launch through the raw driver binding on stream 0 and on the kb.Stream's CUstream.
 * two independent chains of 100 ~20 us kernels replayed as one graph, against the same chains
   made one serial chain (every step also writes one token buffer). Goal: <= 0.6x.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from . import _kernels
 from ._timing import interleaved_samples, record, skipped, stats
@@ -44,8 +47,10 @@ def run(quick: bool) -> list[dict]:
     s = dev.stream()
     k.launch(16, 256, args, stream=s)
     k.launch(16, 256, args)
+    cases = {"kb.Stream": lambda: k.launch(16, 256, args, stream=s), "stream=None": lambda: k.launch(16, 256, args)}
+    cases.update(_driver_pair(k, x, y, n, s))
     st = interleaved_samples(
-        {"kb.Stream": lambda: k.launch(16, 256, args, stream=s), "stream=None": lambda: k.launch(16, 256, args)},
+        cases,
         number=200 if quick else 5000,
         repeat=3 if quick else 30,
         warmup=1,
@@ -103,6 +108,28 @@ def run(quick: bool) -> list[dict]:
     )
     out += [record(CUDA_CHAINS, name, stats(v)) for name, v in st.items()]
     return out
+
+
+def _driver_pair(k: Any, x: Any, y: Any, n: int, s: Any) -> dict[str, Any]:
+    """The same launch through the raw driver binding with a prepacked parameter block, on the
+    legacy default stream and on the kb.Stream's CUstream: what the driver itself costs more (or
+    less) on a blocking user stream, beside kernelbay's two forms."""
+    import ctypes
+
+    try:
+        from cuda.bindings import driver as d
+    except ImportError:
+        return {}
+    fn = d.CUfunction(int(k.handle.fn))
+    vals = (ctypes.c_uint64(x.handle), ctypes.c_uint64(y.handle), ctypes.c_float(0.5), ctypes.c_int(n))
+    ptrs = (ctypes.c_void_p * 4)(*[ctypes.addressof(v) for v in vals])
+    addr = ctypes.addressof(ptrs)
+    s0, su = d.CUstream(0), d.CUstream(s.handle.handle)
+    keep = (vals, ptrs)  # alive as long as the lambdas
+    return {
+        "driver, stream 0": lambda _k=keep: d.cuLaunchKernel(fn, 16, 1, 1, 256, 1, 1, 0, s0, addr, 0),
+        "driver, the kb.Stream's CUstream": lambda _k=keep: d.cuLaunchKernel(fn, 16, 1, 1, 256, 1, 1, 0, su, addr, 0),
+    }
 
 
 GOALS = [

@@ -288,3 +288,32 @@ def test_a_foreign_stream_without_weak_references_is_asked_every_launch() -> Non
     for _ in range(3):
         assert rig(1, 64, (Arr(1), Arr(2), 1.0, 1), 0, s)[3] == 0xD0
     assert s.asked == 3 and rig.slow == []
+
+
+@pytest.mark.parametrize("form", ["kb", "core"])
+def test_a_kernelbay_stream_is_remembered_until_a_stream_closes(form) -> None:
+    """The handle of the last stream object is kept (no attribute reads per launch); closing any
+    kernelbay_cuda.Stream makes every fast path read its stream again, so a closed stream's
+    handle is never launched on: the slow path says what is wrong."""
+    rig = Rig(SAXPY, (Arr(1), Arr(2), 1.0, 1), "PPfi")
+    args = (Arr(1), Arr(2), 1.0, 1)
+    inner = _stream(0x91)
+    s = inner if form == "kb" else _core(inner)
+    assert rig(1, 64, args, 0, s)[3] == 0x91
+    inner.handle = 0x92  # changed behind its back (never done for real): the remembered one is used
+    assert rig(1, 64, args, 0, s)[3] == 0x91
+    native.stream_closed()  # what Stream.close() calls
+    assert rig(1, 64, args, 0, s)[3] == 0x92
+    inner.handle = 0  # as close() leaves it
+    native.stream_closed()
+    assert rig(1, 64, args, 0, s) is None and len(rig.slow) == 1
+
+
+def test_closing_a_stream_tells_the_fast_paths(monkeypatch) -> None:
+    told: list[int] = []
+    monkeypatch.setattr(native, "stream_closed", lambda: told.append(1))
+    s = _stream(0)  # a stand-in that owns no CUstream: close() only marks it
+    s._owned, s.handle = True, 0x5
+    monkeypatch.setattr("kernelbay_cuda._driver.dead_reason", lambda index: "stand-in")
+    s.close()
+    assert told == [1] and s.handle == 0 and s.closed

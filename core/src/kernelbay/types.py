@@ -644,7 +644,7 @@ class Kernel:
             )
         if _streams.intercept:  # some thread has a current stream or records a graph
             return _streams.launch(self, grid, block, args, shared_mem, stream, reads, writes)
-        if stream is not None and type(stream) is _streams.Stream and stream.is_default:
+        if stream is not None and stream.__class__ is _streams.Stream and stream.is_default:
             stream = None  # no current stream here: the device's default is what None means
         return self._b.launch(self, grid, block, args, shared_mem, stream)
 

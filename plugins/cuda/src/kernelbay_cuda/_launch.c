@@ -95,6 +95,16 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyObject *s_handle, *s_device, *s_index, *s_cuda_stream_proto, *s_cuda_stream;
 
+/* Bumped whenever a kernelbay_cuda.Stream gives its CUstream up (streams.Stream.close calls
+ * stream_closed()): a remembered stream handle read at an older epoch is read again. */
+static unsigned long long stream_epoch = 1;
+
+static PyObject *stream_closed(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    stream_epoch++;
+    Py_RETURN_NONE;
+}
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -106,8 +116,9 @@ typedef struct {
     long long fixed_b[3], shm_base; /* fixed_b[0] == 0: the caller gives the block */
     PyObject *stream_type;    /* kernelbay_cuda.Stream */
     PyObject *kb_stream_type; /* kernelbay.Stream: its .handle is a kernelbay_cuda.Stream */
-    PyObject *fs_ref;         /* weak reference to the last foreign stream object, or NULL */
+    PyObject *fs_ref;         /* weak reference to the last stream object given, or NULL */
     void *fs_handle;          /* its CUstream, read once from it */
+    unsigned long long fs_epoch; /* stream_epoch when it was read */
     long long index;
     PyObject *dev;
     PyObject *types; /* tuple of exact types, one per argument */
@@ -219,25 +230,32 @@ static PyObject *weak_target(PyObject *ref) {
 }
 
 /* The CUstream of any stream= value but None. 0: ok; -1: the slow path decides.
- * A foreign stream's handle is read once per object: the last one is remembered through a
- * weak reference (an object that cannot be weakly referenced is asked every launch). */
+ * The last stream object given is remembered through a weak reference, with its handle and
+ * the stream epoch when that was read: the next launch on the same object, while no
+ * kernelbay_cuda.Stream has been closed since, costs two compares. (An object that cannot be
+ * weakly referenced is read every launch.) */
 static int stream_handle(FastLaunch *self, PyObject *stream, void **out) {
-    PyObject *t = (PyObject *)Py_TYPE(stream);
-    if (t == self->stream_type) return own_stream(self, stream, out);
-    if (t == self->kb_stream_type) {
-        PyObject *h = PyObject_GetAttr(stream, s_handle);
-        if (h == NULL) return -1;
-        int rc = (PyObject *)Py_TYPE(h) == self->stream_type ? own_stream(self, h, out) : -1;
-        Py_DECREF(h);
-        return rc;
-    }
-    if (self->fs_ref != NULL && weak_target(self->fs_ref) == stream) {
+    if (self->fs_ref != NULL && self->fs_epoch == stream_epoch && weak_target(self->fs_ref) == stream) {
         *out = self->fs_handle;
         return 0;
     }
-    if (PyLong_Check(stream) || PyObject_TypeCheck(stream, (PyTypeObject *)self->stream_type) ||
-        PyObject_TypeCheck(stream, (PyTypeObject *)self->kb_stream_type) || foreign_stream(stream, out))
-        return -1;
+    PyObject *t = (PyObject *)Py_TYPE(stream);
+    int rc;
+    if (t == self->stream_type) {
+        rc = own_stream(self, stream, out);
+    } else if (t == self->kb_stream_type) {
+        PyObject *h = PyObject_GetAttr(stream, s_handle);
+        if (h == NULL) return -1;
+        rc = (PyObject *)Py_TYPE(h) == self->stream_type ? own_stream(self, h, out) : -1;
+        Py_DECREF(h);
+    } else if (PyLong_Check(stream) || PyObject_TypeCheck(stream, (PyTypeObject *)self->stream_type) ||
+               PyObject_TypeCheck(stream, (PyTypeObject *)self->kb_stream_type)) {
+        rc = -1;
+    } else {
+        rc = foreign_stream(stream, out) ? -1 : 0;
+    }
+    if (rc) return -1;
+    unsigned long long epoch = stream_epoch; /* the GIL is held: no stream closed since the read */
     PyObject *ref = PyWeakref_NewRef(stream, NULL);
     if (ref == NULL) {
         PyErr_Clear();
@@ -245,6 +263,7 @@ static int stream_handle(FastLaunch *self, PyObject *stream, void **out) {
     }
     Py_XSETREF(self->fs_ref, ref);
     self->fs_handle = *out;
+    self->fs_epoch = epoch;
     return 0;
 }
 
@@ -441,6 +460,7 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
     Py_INCREF(self->kb_stream_type);
     Py_CLEAR(self->fs_ref);
     self->fs_handle = NULL;
+    self->fs_epoch = 0;
     Py_INCREF(self->dev);
     Py_INCREF(self->types);
     Py_INCREF(self->slow);
@@ -509,6 +529,7 @@ static PyTypeObject FastLaunchType = {
 static PyMethodDef module_methods[] = {
     {"set_launch", (PyCFunction)set_launch, METH_O, NULL},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
+    {"stream_closed", (PyCFunction)stream_closed, METH_NOARGS, "a kernelbay_cuda.Stream gave its CUstream up"},
     {NULL, NULL, 0, NULL},
 };
 

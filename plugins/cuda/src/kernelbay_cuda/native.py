@@ -36,6 +36,7 @@ PREBUILT = "_kbcuda_native"
 log = logging.getLogger("kernelbay.native")
 
 _state: list[Any] = []  # [module or None, reason or None, origin], filled once
+_loaded: list[Any] = []  # the module once loaded, even while _state turns it off
 
 
 def _sources() -> str:
@@ -81,8 +82,16 @@ def module() -> Any:
             if mod is None:
                 log.info("cuda: native helpers unavailable, the pure-Python paths run: %s", why)
             else:
+                _loaded.append(mod)
                 log.info("cuda: native helpers %s", orig)
     return _state[0]
+
+
+def stream_closed() -> None:
+    """Tell the C fast paths that a stream gave its CUstream up, so that none launches on a
+    handle it remembered from before (a no-op until the helpers are loaded)."""
+    for mod in _loaded:
+        mod.stream_closed()
 
 
 def status() -> str:

@@ -18,7 +18,7 @@ import kernelbay as kb
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
 from kernelbay.streams import Stream as KbStream
 
-from . import _driver
+from . import _driver, native
 from .devices import sync_failed
 
 __all__ = ["Stream", "Event", "Graph", "as_stream", "default_stream", "synchronize"]
@@ -102,6 +102,7 @@ class Stream:
     def close(self) -> None:
         if self._owned and self.handle:
             h, self.handle, self._owned, self.closed = self.handle, 0, False, True
+            native.stream_closed()  # the fast paths read stream handles again
             if _driver.dead_reason(self.index) is None:
                 lib = _driver.libcuda()
                 from . import allocator
