@@ -45,6 +45,10 @@ def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) 
             "tracing off": lambda: raw(k, 1, block, args, 0, None),
             "tracing on, host spans": lambda: host(k, 1, block, args, 0, None),
         }
+        if _tracehot.c_module() is not None:
+            # The Python wrapper (what runs with KERNELBAY_NATIVE=0 or no compiler), side by side.
+            host_py = _tracehot._make_launch(host_tr, raw, b, use_c=False)
+            cases["tracing on, host spans (Python wrapper)"] = lambda: host_py(k, 1, block, args, 0, None)
         note = f"{backend} backend"
         py_tr = None
         if dev_tr._timer(b) is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._tracerec import copy_ends
 from .errors import UnsupportedError
 from .hookspecs import hookimpl
 
@@ -64,8 +65,6 @@ class NvtxRanges:
 
     @hookimpl(wrapper=True)
     def kernelbay_copy(self, dst: Any, src: Any, nbytes: int, stream: Any) -> Any:
-        from ._trace import copy_ends
-
         return (yield from self._wrap(f"copy {copy_ends(dst, src)[1]}"))
 
     @hookimpl(wrapper=True)
@@ -96,8 +95,6 @@ def _positional(label: Any) -> Any:
 
 
 def _copy_label(dst: Any, src: Any, nbytes: int, stream: Any) -> str:
-    from ._trace import copy_ends
-
     return f"copy {copy_ends(dst, src)[1]}"
 
 

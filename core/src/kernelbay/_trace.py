@@ -23,9 +23,10 @@ import threading
 from time import perf_counter_ns
 from typing import Any
 
+from . import _tracehot
+from ._tracerec import ALLOC, CHUNK, COMPILE, COPY, FIELDS, FREE, LAUNCH, MEMSET, SYNC, copy_ends, err_text
 from .errors import InvalidArgumentError
 from .hookspecs import hookimpl
-from .types import Buffer
 
 __all__ = ["ENV_DEVICE", "ENV_MAX_EVENTS", "ENV_TRACE", "Tracer", "current", "trace"]
 
@@ -33,26 +34,11 @@ ENV_TRACE = "KERNELBAY_TRACE"
 ENV_MAX_EVENTS = "KERNELBAY_TRACE_MAX_EVENTS"
 ENV_DEVICE = "KERNELBAY_TRACE_DEVICE"
 DEFAULT_MAX_EVENTS = 100_000
-#: Records folded at a time (bounds the raw list, and how long CUDA events stay in flight).
-CHUNK = 8192
-#: Items per record: the buffer is flat, each record's items extended onto it in one call.
-FIELDS = 12
 
 log = logging.getLogger("kernelbay.trace")
 
 _active: Tracer | None = None
 _active_lock = threading.Lock()
-
-# Record kinds (the first item of every record tuple).
-LAUNCH, COPY, ALLOC, FREE, COMPILE, SYNC, MEMSET = (
-    "launch",
-    "copy",
-    "allocate",
-    "free",
-    "compile",
-    "synchronize",
-    "memset",
-)
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -215,7 +201,7 @@ class Tracer:
             handle = yield
         except BaseException as exc:
             self._add(
-                COMPILE, t0, perf_counter_ns(), tid, self._ref(device), self._ref(source), "failed", err=_err(exc)
+                COMPILE, t0, perf_counter_ns(), tid, self._ref(device), self._ref(source), "failed", err=err_text(exc)
             )
             raise
         finally:
@@ -240,7 +226,7 @@ class Tracer:
         try:
             r = yield
         except BaseException as exc:
-            self._add(SYNC, t0, perf_counter_ns(), tid, self._ref(device), self._ref(stream), err=_err(exc))
+            self._add(SYNC, t0, perf_counter_ns(), tid, self._ref(device), self._ref(stream), err=err_text(exc))
             raise
         self._add(SYNC, t0, perf_counter_ns(), tid, self._ref(device), self._ref(stream))
         return r
@@ -288,17 +274,6 @@ class Tracer:
         return r
 
 
-def _err(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]
-
-
-def copy_ends(dst: Any, src: Any) -> tuple[Any, str]:
-    """``(device, direction)`` of a copy: the buffer's device and HtoD, DtoH or DtoD."""
-    if isinstance(dst, Buffer):
-        return dst.device, ("DtoD" if isinstance(src, Buffer) else "HtoD")
-    return src.device, "DtoH"
-
-
 def _memory_stats() -> dict[str, Any]:
     from ._plugins import runtime
 
@@ -318,9 +293,7 @@ def _memory_stats() -> dict[str, Any]:
 
 
 # The positional forms live in _tracehot (kept apart: they are the code that runs per call).
-from ._tracehot import install as _install  # noqa: E402
-
-_install(Tracer)
+_tracehot.install(Tracer)
 
 
 def trace(path: str | os.PathLike[str], *, max_events: int | None = None, device_timing: bool | None = None) -> Tracer:

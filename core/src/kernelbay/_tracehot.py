@@ -13,33 +13,42 @@ Everything else (names, directions, device times, JSON) happens later, in batche
 
 from __future__ import annotations
 
+import logging
+from importlib import resources
 from threading import get_ident
 from time import perf_counter_ns
 from typing import Any
 
+from ._tracerec import ALLOC, CHUNK, COPY, FIELDS, FREE, LAUNCH, copy_ends, err_text
+
+log = logging.getLogger("kernelbay.trace")
+_c: list[Any] = []  # [the C wrapper module, or None where it cannot be built here]
+
+
+def c_module() -> Any:
+    """The C launch wrapper (``_tracehot.c``), built once with :mod:`kernelbay.native` (kept in
+    the disk cache, so later processes load it in about a millisecond); ``None`` where it
+    cannot be built (no compiler, ``KERNELBAY_NATIVE=0``): the Python wrappers below run."""
+    if not _c:
+        from . import native
+
+        try:
+            src = resources.files("kernelbay").joinpath("_tracehot.c").read_text(encoding="utf-8")
+            mod = native.load_extension("_kb_tracehot", src)
+        except (native.NativeUnavailable, OSError) as exc:
+            log.info("kernelbay trace: the C launch wrapper is unavailable, the Python one runs: %s", exc)
+            mod = None
+        _c.append(mod)
+    return _c[0]
+
 
 def _failed(tr: Any, kind: str, t0: int, key: Any, a: Any, b: Any, c: Any, stream: Any, exc: BaseException) -> None:
     """The record of a call that raised (not hot: kept out of the wrappers' bodies)."""
-    from ._trace import COPY, _err
-
     if kind == COPY:  # (device id, direction, nbytes, stream id)
-        rec = (
-            kind,
-            t0,
-            perf_counter_ns(),
-            get_ident(),
-            tr._ref(key),
-            a,
-            b,
-            tr._ref(stream),
-            None,
-            None,
-            None,
-            _err(exc),
-        )
+        rec = (kind, t0, perf_counter_ns(), get_ident(), tr._ref(key), a, b, tr._ref(stream))
     else:  # launch: (kernel, grid, block, shared_mem, stream), the objects themselves
-        rec = (kind, t0, perf_counter_ns(), get_ident(), key, a, b, c, stream, None, None, _err(exc))
-    tr.buf.extend(rec)
+        rec = (kind, t0, perf_counter_ns(), get_ident(), key, a, b, c, stream)
+    tr.buf.extend((*rec, *(None,) * (FIELDS - 1 - len(rec)), err_text(exc)))
 
 
 def _unmark(timer: Any, m0: Any) -> None:
@@ -52,15 +61,27 @@ def _unmark(timer: Any, m0: Any) -> None:
             pass
 
 
-def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
-    from ._trace import CHUNK, FIELDS, LAUNCH
-
+def _make_launch(tr: Any, inner: Any, b: Any, use_c: bool = True) -> Any:
+    """The launch wrapper of binding ``b``: the C one where it can be built (``use_c``), else
+    one of the Python ones below; both add the same records."""
     buf = tr.buf
     add = buf.extend
     fold = tr.fold
     clock = perf_counter_ns
     limit = CHUNK * FIELDS
     timer = tr._timer(b)
+    sync = timer is not None and getattr(timer, "synchronous", False)
+    mod = c_module() if use_c else None
+    if mod is not None:
+
+        def on_error(t0: int, kernel: Any, grid: Any, block: Any, shm: int, stream: Any, m0: Any, exc: Any) -> None:
+            if timer is not None and not sync:
+                _unmark(timer, m0)
+            _failed(tr, LAUNCH, t0, kernel, grid, block, shm, stream, exc)
+
+        mode = 0 if timer is None else 1 if sync else 2
+        mark = timer.mark if mode == 2 else None
+        return mod.Launch(inner, buf, limit, fold, on_error, mode, mark, LAUNCH)
     if timer is None:
 
         def launch(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
@@ -76,7 +97,7 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
             return r
 
         return launch
-    if getattr(timer, "synchronous", False):
+    if sync:
         # The work is done when the call returns: the device span is the backend's call, read
         # by the same two clock reads as the host span (no extra cost).
         def launch_sync(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
@@ -115,8 +136,6 @@ def _make_launch(tr: Any, inner: Any, b: Any) -> Any:
 
 
 def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
-    from ._trace import CHUNK, COPY, FIELDS, copy_ends
-
     buf = tr.buf
     add = buf.extend
     reg = tr.reg
@@ -160,8 +179,6 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
 
 
 def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
-    from ._trace import ALLOC, CHUNK, FIELDS, _err
-
     buf = tr.buf
     add = buf.extend
     clock = perf_counter_ns
@@ -173,7 +190,7 @@ def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
         try:
             h = inner(device, nbytes)
         except BaseException as exc:
-            add((ALLOC, t0, clock(), get_ident(), ref(device), nbytes, None, None, None, None, None, _err(exc)))
+            add((ALLOC, t0, clock(), get_ident(), ref(device), nbytes, None, None, None, None, None, err_text(exc)))
             raise
         add((ALLOC, t0, clock(), get_ident(), ref(device), nbytes, id(h), None, None, None, None, None))
         if len(buf) > limit:
@@ -184,8 +201,6 @@ def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
 
 
 def _make_free(tr: Any, inner: Any, b: Any) -> Any:
-    from ._trace import FREE
-
     add = tr.buf.extend
     clock = perf_counter_ns
     ref = tr._ref
