@@ -17,6 +17,9 @@
 #include <stdexcept>
 #include <string>
 #include <pthread.h>
+#if defined(__linux__)
+#include <sys/auxv.h>  // getauxval(AT_MINSIGSTKSZ)
+#endif
 #include <sys/mman.h>
 #include <unistd.h>
 #if !defined(__x86_64__)
@@ -264,15 +267,22 @@ inline void on_segv(int sig, siginfo_t* info, void* uctx) {
 
 inline void install_guard_handler() {
     // A stack overflow runs the handler on an alternate stack: give this thread one if it has none.
+    // (Without the runtime, KERNELBAY_CPU_RUNTIME=0: the same rule as kb_cpu_rt.cpp's
+    // thread_setup, at least 64 KiB and 4x AT_MINSIGSTKSZ, which AMX frames need.)
     static thread_local bool alt_done = false;
     if (!alt_done) {
         stack_t cur;
-        if (sigaltstack(nullptr, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
+        size_t want = 64 * 1024;
+#ifdef AT_MINSIGSTKSZ
+        if (4 * (size_t)getauxval(AT_MINSIGSTKSZ) > want) want = 4 * (size_t)getauxval(AT_MINSIGSTKSZ);
+#endif
+        if (sigaltstack(nullptr, &cur) == 0 && !(cur.ss_flags & SS_ONSTACK) &&
+            ((cur.ss_flags & SS_DISABLE) || cur.ss_size < want)) {
             stack_t ss;
-            ss.ss_size = 64 * 1024;
+            ss.ss_size = want;
             ss.ss_sp = std::malloc(ss.ss_size);  // kept for the thread's life
             ss.ss_flags = 0;
-            if (ss.ss_sp != nullptr) sigaltstack(&ss, nullptr);
+            if (ss.ss_sp != nullptr && sigaltstack(&ss, nullptr) != 0) std::free(ss.ss_sp);
         }
         alt_done = true;
     }

@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/auxv.h>  // getauxval(AT_MINSIGSTKSZ)
+#endif
 #include <unistd.h>
 
 #include "kb_cpu_rt.h"
@@ -268,19 +271,37 @@ void leave(int slot) {
     if (__atomic_sub_fetch(&active, 1, __ATOMIC_ACQ_REL) == 0) __atomic_store_n(&pending, 0, __ATOMIC_RELEASE);
 }
 
+// The alternate signal stack every thread that runs kernels (and the thread that installs the
+// Ctrl-C handler) gets: at least 64 KiB, and four times the kernel's minimum for a signal frame
+// (AT_MINSIGSTKSZ: a frame carrying AMX tile state is over 11 KiB). Our handlers run on it
+// (SA_ONSTACK, so that a fault on a fiber stack's guard page can be handled), and Python's
+// own handlers, chained from ours, run there too.
+size_t alt_stack_size() {
+    size_t want = 64 * 1024;
+#ifdef AT_MINSIGSTKSZ
+    size_t min = (size_t)getauxval(AT_MINSIGSTKSZ);
+    if (4 * min > want) want = 4 * min;
+#endif
+    return want;
+}
+
 void thread_setup() {
-    // A stack overflow runs the fault handler on an alternate stack: give this thread one.
+    // Give this thread an alternate stack if it has none, or only one too small for the signal
+    // frames of this CPU: an alt stack of SIGSTKSZ (8 KiB, as older code allocates) cannot hold
+    // a frame with AMX state, and the kernel then kills the process ("overflowed sigaltstack").
+    // A smaller stack found here is left allocated (its owner may still free or restore it).
     static thread_local bool done = false;
     if (done) return;
-    done = true;
     stack_t cur;
-    if (sigaltstack(nullptr, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
-        stack_t ss;
-        ss.ss_size = 64 * 1024;
-        ss.ss_sp = malloc(ss.ss_size);  // kept for the thread's life
-        ss.ss_flags = 0;
-        if (ss.ss_sp != nullptr) sigaltstack(&ss, nullptr);
-    }
+    if (sigaltstack(nullptr, &cur) != 0 || (cur.ss_flags & SS_ONSTACK)) return;  // on it now: later
+    done = true;
+    size_t want = alt_stack_size();
+    if (!(cur.ss_flags & SS_DISABLE) && cur.ss_size >= want) return;
+    stack_t ss;
+    ss.ss_size = want;
+    ss.ss_sp = malloc(ss.ss_size);  // kept for the thread's life
+    ss.ss_flags = 0;
+    if (ss.ss_sp != nullptr && sigaltstack(&ss, nullptr) != 0) free(ss.ss_sp);
 }
 
 kb_cpu::Runtime api = {KB_CPU_RT_VERSION, &interrupts,   &forked,      enter,    leave,
@@ -305,6 +326,7 @@ __attribute__((visibility("default"))) int kb_rt_install_interrupt() {
     sigemptyset(&sa.sa_mask);
     prev_int = cur;
     __atomic_store_n(&int_installed, 1, __ATOMIC_RELEASE);
+    thread_setup();  // the installing thread (Python's main thread) is where Ctrl-C lands
     return sigaction(SIGINT, &sa, nullptr);
 }
 
