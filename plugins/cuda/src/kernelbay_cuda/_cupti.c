@@ -425,6 +425,7 @@ static PyObject *cupti_set_api(PyObject *mod, PyObject *const *args, Py_ssize_t 
     cu.callbacks = (cu_callbacks_t)p[6];
     cu.ts_get = (cu_ts_get_t)p[7];
     cu.ts_register = (cu_ts_register_t)p[8];
+    cu.callbacks_set = 0; /* registered with this library at the next enable */
     Py_RETURN_NONE;
 }
 
