@@ -30,6 +30,7 @@ def timer(request, monkeypatch) -> str:
         assert isinstance(got, cupti.Timer), "CUPTI is unavailable on this GPU machine (see the kernelbay.trace log)"
     return request.param
 
+
 BUSY = r"""
 extern "C" __global__ void busy(float* y, int iters) {
     float v = y[threadIdx.x];
@@ -41,7 +42,9 @@ extern "C" __global__ void busy(float* y, int iters) {
 
 def test_cuda_workload_trace_event_by_event(tmp_path, cache_dir, timer) -> None:
     path = str(tmp_path / "t.json")
-    proc = run_workload("cuda", {"KERNELBAY_TRACE": path, "KERNELBAY_TRACE_TIMER": timer, "KERNELBAY_LOG": "info"}, "20")
+    proc = run_workload(
+        "cuda", {"KERNELBAY_TRACE": path, "KERNELBAY_TRACE_TIMER": timer, "KERNELBAY_LOG": "info"}, "20"
+    )
     if timer == "cupti":
         assert "not CUPTI" not in proc.stderr
     doc = load(path)
