@@ -50,28 +50,28 @@ def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) 
             host_py = _tracehot._make_launch(host_tr, raw, b, use_c=False)
             cases["tracing on, host spans (Python wrapper)"] = lambda: host_py(k, 1, block, args, 0, None)
         note = f"{backend} backend"
-        py_tr = None
+        extra: list = []  # further tracers of the cuda timers, folded at the end
+        after_batch = dev.synchronize
         if dev_tr._timer(b) is not None:
             cases["tracing on, device spans"] = lambda: timed(k, 1, block, args, 0, None)
-            if getattr(dev_tr._timer(b), "resolve", None) is not None and backend == "cuda":
-                # The same with the ctypes timer (what KERNELBAY_NATIVE=0 runs), side by side.
-                from kernelbay_cuda import timing
-
-                py_tr = _trace.Tracer(os.path.join(tmp, "p.json"), device_timing=True)
-                py_tr._timers[b.name] = timing.Timer(use_native=False)
-                py_timed = _tracehot._make_launch(py_tr, raw, b)
-                cases["tracing on, device spans (ctypes timer)"] = lambda: py_timed(k, 1, block, args, 0, None)
-        s = interleaved_samples(
-            cases,
-            number=200 if quick else 5000,
-            repeat=3 if quick else 40,
-            warmup=1 if quick else 3,
-            after_batch=dev.synchronize,
-        )
+            if backend == "cuda":
+                after_batch = _cuda_timer_cases(cases, extra, tmp, raw, b, k, block, args, dev_tr, dev)
+                note += ", device spans by " + ("CUPTI" if dev_tr.running else "CUDA events")
+        try:
+            s = interleaved_samples(
+                cases,
+                number=200 if quick else 5000,
+                repeat=3 if quick else 40,
+                warmup=1 if quick else 3,
+                after_batch=after_batch,
+            )
+        finally:
+            if dev_tr.running:
+                dev_tr.stop()
         host_tr.fold()
         dev_tr.fold()
-        if py_tr is not None:
-            py_tr.fold()
+        for tr in extra:
+            tr.fold()
     out = [record(LAUNCH, name, stats(v), backend=backend, note=note) for name, v in s.items()]
     for name in cases:
         if name != "tracing off":
@@ -79,6 +79,46 @@ def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) 
     if "tracing on, device spans" not in cases:
         out.append(skipped(ADDED, "tracing on, device spans", f"the {backend} backend has no device timer"))
     return out
+
+
+def _cuda_timer_cases(cases: dict, extra: list, tmp: str, raw, b, k, block: int, args, dev_tr, dev):
+    """The cuda timers side by side: "device spans" is the default timer (CUPTI where it works),
+    beside it the C event timer (where the default is CUPTI) and the ctypes one (what
+    ``KERNELBAY_NATIVE=0`` runs). CUPTI records every kernel of the process while its
+    activities are on, so they are on only during the CUPTI case's batches (switched between
+    batches, untimed), and that tracer records for real (its end is what turns them off).
+    Returns the ``after_batch`` to use."""
+    from kernelbay import _trace, _tracehot
+    from kernelbay_cuda import cupti, timing
+
+    def add(name: str, timer) -> None:
+        tr = _trace.Tracer(os.path.join(tmp, f"{len(extra)}.json"), device_timing=True)
+        tr._timers[b.name] = timer
+        fn = _tracehot._make_launch(tr, raw, b)
+        cases[name] = lambda: fn(k, 1, block, args, 0, None)
+        extra.append(tr)
+
+    default = dev_tr._timer(b)
+    if not isinstance(default, cupti.Timer):
+        add("tracing on, device spans (ctypes timer)", timing.Timer(use_native=False))
+        return dev.synchronize
+    add("tracing on, device spans (event timer)", timing.Timer())
+    add("tracing on, device spans (ctypes timer)", timing.Timer(use_native=False))
+    dev_tr.start()  # recording: the CUPTI timer keeps its activities on through its folds
+    mod = default._mod
+    order = list(cases)
+    nxt = [0]
+
+    def after_batch() -> None:
+        dev.synchronize()
+        nxt[0] = (nxt[0] + 1) % len(order)
+        if order[nxt[0]] == "tracing on, device spans":
+            default.start()
+        else:
+            mod.cupti_disable()
+
+    mod.cupti_disable()  # the first batch is "tracing off"
+    return after_batch
 
 
 def size_row(quick: bool, backend: str, dev, block: int = 256, n: int = 256) -> dict:

@@ -1,9 +1,11 @@
 """What tracing costs on cuda: the rows of ``bench_trace.py`` with a GPU (``SUITE = "gpu"``).
 
 Per launch: the cuda backend's launch function with tracing off, against the same function
-behind the tracer's positional form with host spans only and with device spans (two CUDA
-events recorded per launch); batches interleaved, paired differences. Size: the trace of
-100,000 launches with device spans.
+behind the tracer's positional form with host spans only and with device spans: by the default
+timer (CUPTI's activity records where they work, ``kernelbay_cuda.cupti``), and beside it by the
+C event timer (two CUDA events recorded per launch) and the ctypes one; batches interleaved,
+paired differences (CUPTI's activities on only during its own batches). Size: the trace of
+100,000 launches with device spans (default timer).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""The tracer on a real NVIDIA GPU: device spans from CUDA events, one track per stream.
-Skips without a GPU; fails instead under --kernelbay-require=cuda."""
+"""The tracer on a real NVIDIA GPU: device spans from CUPTI's activity records and from CUDA
+events (each test runs with both timers), one track per stream. Skips without a GPU; fails
+instead under --kernelbay-require=cuda (and the CUPTI runs fail where CUPTI cannot be had:
+KERNELBAY_TRACE_TIMER=cupti falls back to events only with a warning, which they check)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,22 @@ from .conftest import check_device_spans, load, run_workload, spans, track_names
 
 pytestmark = pytest.mark.kernelbay_device("cuda")
 
+TIMERS = ["cupti", "events"]
+
+
+@pytest.fixture(params=TIMERS)
+def timer(request, monkeypatch) -> str:
+    """KERNELBAY_TRACE_TIMER for this test, and a fresh choice of timer under it."""
+    from kernelbay_cuda import cupti, timing
+
+    monkeypatch.setenv("KERNELBAY_TRACE_TIMER", request.param)
+    monkeypatch.setattr(timing, "_timer", None)
+    if request.param == "cupti":
+        got = timing.device_timer()
+        assert isinstance(got, cupti.Timer), "CUPTI is unavailable on this GPU machine (see the kernelbay.trace log)"
+    return request.param
+
+
 BUSY = r"""
 extern "C" __global__ void busy(float* y, int iters) {
     float v = y[threadIdx.x];
@@ -22,15 +40,19 @@ extern "C" __global__ void busy(float* y, int iters) {
 """
 
 
-def test_cuda_workload_trace_event_by_event(tmp_path, cache_dir) -> None:
+def test_cuda_workload_trace_event_by_event(tmp_path, cache_dir, timer) -> None:
     path = str(tmp_path / "t.json")
-    run_workload("cuda", {"KERNELBAY_TRACE": path}, "20")
+    proc = run_workload(
+        "cuda", {"KERNELBAY_TRACE": path, "KERNELBAY_TRACE_TIMER": timer, "KERNELBAY_LOG": "info"}, "20"
+    )
+    if timer == "cupti":
+        assert "not CUPTI" not in proc.stderr
     doc = load(path)
     by_cat = Counter(e["cat"] for e in spans(doc))
     assert by_cat["compile"] == 2 and by_cat["launch"] == 21 and by_cat["synchronize"] == 2
     assert Counter(e["args"]["direction"] for e in spans(doc, "copy")) == {"HtoD": 2, "DtoD": 1, "DtoH": 1}
     assert [e["args"]["cache"] for e in spans(doc, "compile")] == ["miss", "memory"]
-    # Every launch and copy has a device span from CUDA events, within its lifetime: after the
+    # Every launch and copy has a device span (CUPTI or events), within its lifetime: after the
     # host call began, done by the end of the next synchronize (launches are asynchronous).
     assert check_device_spans(doc, synchronous=False, clock_error_us=20) == 21 + 4
     names = track_names(doc)
@@ -43,7 +65,7 @@ def test_cuda_workload_trace_event_by_event(tmp_path, cache_dir) -> None:
         assert a["ts"] + a["dur"] <= b["ts"] + 0.5  # event resolution is about 0.5 µs
 
 
-def test_cuda_streams_get_their_own_tracks_and_long_kernels_outlive_their_launch(tmp_path) -> None:
+def test_cuda_streams_get_their_own_tracks_and_long_kernels_outlive_their_launch(tmp_path, timer) -> None:
     import kernelbay_cuda as kc
 
     dev = kb.device("cuda:0")
@@ -84,23 +106,26 @@ def test_cuda_device_timing_off(tmp_path, monkeypatch) -> None:
     y.close()
 
 
-@pytest.mark.parametrize("timer_path", ["native", "python"])
-def test_cuda_device_spans_are_sane_on_the_c_and_the_ctypes_timer(tmp_path, monkeypatch, timer_path) -> None:
+@pytest.mark.parametrize("timer_path", ["native", "python", "cupti"])
+def test_cuda_device_spans_are_sane_on_the_c_the_ctypes_and_the_cupti_timer(tmp_path, monkeypatch, timer_path) -> None:
     """Many launches on three kinds of stream, folded every 16 records (so marks are resolved
     in many batches): every launch gets a device span inside its lifetime, durations >= 0, and
     the spans of one stream follow each other in launch order."""
     import kernelbay_cuda as kc
     from kernelbay import _trace
-    from kernelbay_cuda import native, timing
+    from kernelbay_cuda import cupti, native, timing
 
     if timer_path == "native" and not hasattr(native.module(), "Timer"):
         pytest.skip(f"the C timer is unavailable here: {native.status()}")
     if timer_path == "python":
         monkeypatch.setattr(native, "module", lambda: None)  # as KERNELBAY_NATIVE=0
+    monkeypatch.setenv("KERNELBAY_TRACE_TIMER", "cupti" if timer_path == "cupti" else "events")
     monkeypatch.setattr(timing, "_timer", None)
     monkeypatch.setattr(_trace, "CHUNK", 16)
-    is_c = type(timing.device_timer().mark).__name__ == "builtin_function_or_method"
-    assert is_c == (timer_path == "native")
+    t = timing.device_timer()
+    assert isinstance(t, cupti.Timer) == (timer_path == "cupti"), "CUPTI is unavailable (see the kernelbay.trace log)"
+    is_c = type(t.mark).__name__ == "builtin_function_or_method"
+    assert is_c == (timer_path != "python")
     dev = kb.device("cuda:0")
     k = kb.compile(kb.Source(BUSY, lang="cuda", name="busy"), device=dev)
     y = kb.zeros(32, np.float32, device=dev)

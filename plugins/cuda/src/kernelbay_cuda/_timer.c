@@ -437,6 +437,8 @@ static PyTypeObject TimerType = {
 /* Adds Timer to the module: called by _native.c's init. A module built at first use from the
  * joined sources has _launch.c's init, which does not call it (timing.py then runs its Python
  * timer), hence "maybe unused". */
+static int cupti_add_functions(PyObject *m); /* _cupti.c, joined after this file */
+
 #if defined(__GNUC__)
 __attribute__((unused))
 #endif
@@ -450,5 +452,5 @@ static int timer_add_type(PyObject *m) {
         Py_DECREF(&TimerType);
         return -1;
     }
-    return 0;
+    return cupti_add_functions(m);
 }

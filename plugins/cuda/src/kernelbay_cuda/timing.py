@@ -1,4 +1,5 @@
-"""Device spans for :mod:`kernelbay.trace`: CUDA events recorded around launches and copies.
+"""Device spans for :mod:`kernelbay.trace`: CUDA events recorded around launches and copies
+(the fallback where CUPTI's activity records, :mod:`kernelbay_cuda.cupti`, cannot be had).
 
 ``mark`` records a pooled event on the launch's stream (two ``cuEventRecord`` calls per
 launch); ``span`` waits for the second event and reads both against a reference event whose
@@ -18,6 +19,8 @@ first mark (its reference event), another context current, streams of other kind
 from __future__ import annotations
 
 import ctypes
+import logging
+import os
 import threading
 from time import perf_counter_ns
 from typing import Any
@@ -25,6 +28,8 @@ from typing import Any
 from . import _driver, native
 
 _c_void_p, _c_float = ctypes.c_void_p, ctypes.c_float
+
+log = logging.getLogger("kernelbay.trace")
 
 
 class Timer:
@@ -201,11 +206,29 @@ class Timer:
 
 _timer: Timer | None = None
 
+ENV_TIMER = "KERNELBAY_TRACE_TIMER"
+TIMERS = ("auto", "cupti", "events")
 
-def device_timer() -> Timer | None:
-    """The ``kernelbay_device_timer`` hook: one timer for the process, so each trace reuses the
-    events of the one before; touches no driver until the first mark."""
+
+def device_timer() -> Any:
+    """The ``kernelbay_device_timer`` hook, called when a trace starts: CUPTI's activity records
+    (:mod:`kernelbay_cuda.cupti`) where they work and ``KERNELBAY_TRACE_TIMER`` is ``auto`` (the
+    default) or ``cupti``, else CUDA events (``events``, or where CUPTI cannot run: the reason is
+    logged on ``kernelbay.trace``). The event timer is one for the process, so each trace reuses
+    the events of the one before; it touches no driver until the first mark."""
     global _timer
+    choice = os.environ.get(ENV_TIMER, "").strip().lower() or "auto"
+    if choice not in TIMERS:
+        log.warning("kernelbay trace: %s=%r is not one of %s; using auto", ENV_TIMER, choice, ", ".join(TIMERS))
+        choice = "auto"
+    if choice != "events":
+        from . import cupti
+
+        try:
+            return cupti.make_timer()
+        except cupti.CuptiUnavailable as exc:
+            level = logging.WARNING if choice == "cupti" else logging.INFO
+            log.log(level, "kernelbay trace: CUDA events time the device spans, not CUPTI: %s", exc)
     if _timer is None:
         _timer = Timer()
     return _timer
