@@ -412,6 +412,11 @@ static PyObject *cupti_set_api(PyObject *mod, PyObject *const *args, Py_ssize_t 
             return NULL;
         }
     }
+    if (cu.push == (cu_push_t)p[0] && cu.pop == (cu_pop_t)p[1] && cu.flush == (cu_flush_t)p[2] &&
+        cu.next == (cu_next_t)p[3] && cu.enable == (cu_kind_t)p[4] && cu.disable == (cu_kind_t)p[5] &&
+        cu.callbacks == (cu_callbacks_t)p[6] && cu.ts_get == (cu_ts_get_t)p[7] &&
+        cu.ts_register == (cu_ts_register_t)p[8])
+        Py_RETURN_NONE; /* the same library: its callbacks stay registered */
     if (cu.enabled) {
         PyErr_SetString(PyExc_RuntimeError, "cupti_set_api(): CUPTI activities are enabled; disable them first");
         return NULL;

@@ -111,12 +111,17 @@ class Timer:
         self._mod = mod
         self.where = where
         addr = [ctypes.cast(getattr(lib, f), ctypes.c_void_p).value if hasattr(lib, f) else 0 for f in FUNCTIONS]
+        self._addr = addr
         mod.cupti_set_api(*addr)
         self._sync = ctypes.CDLL(_driver.libcuda()._name).cuCtxSynchronize  # our own function object
         self.mark = mod.cupti_mark  # the C function itself: what the tracer's hot path calls
 
     def start(self) -> None:
         """Enable CUPTI's activities (a trace begins); raises :class:`CuptiUnavailable`."""
+        if not self._mod.cupti_state()["enabled"]:
+            # This library's functions again, should anything have set others since (the C
+            # side keeps one set per process; a no-op when they are these).
+            self._mod.cupti_set_api(*self._addr)
         failed = self._mod.cupti_enable()
         if failed is not None:
             what, status = failed
