@@ -44,6 +44,7 @@ def c_module() -> Any:
 
 def _failed(tr: Any, kind: str, t0: int, key: Any, a: Any, b: Any, c: Any, stream: Any, exc: BaseException) -> None:
     """The record of a call that raised (not hot: kept out of the wrappers' bodies)."""
+    rec: tuple[Any, ...]
     if kind == COPY:  # (device id, direction, nbytes, stream id)
         rec = (kind, t0, perf_counter_ns(), get_ident(), tr._ref(key), a, b, tr._ref(stream))
     else:  # launch: (kernel, grid, block, shared_mem, stream), the objects themselves
@@ -80,7 +81,7 @@ def _make_launch(tr: Any, inner: Any, b: Any, use_c: bool = True) -> Any:
             _failed(tr, LAUNCH, t0, kernel, grid, block, shm, stream, exc)
 
         mode = 0 if timer is None else 1 if sync else 2
-        mark = timer.mark if mode == 2 else None
+        mark = timer.mark if timer is not None and mode == 2 else None
         return mod.Launch(inner, buf, limit, fold, on_error, mode, mark, LAUNCH)
     if timer is None:
 
