@@ -13,12 +13,14 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__linux__)
 #include <sys/auxv.h>  // getauxval(AT_MINSIGSTKSZ)
 #endif
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "kb_cpu_rt.h"
@@ -89,7 +91,20 @@ void chain(const struct sigaction& prev, int sig, siginfo_t* info, void* uc) {
     }
 }
 
+long int_owner = 0;  // the thread (tid) running on_int, 0 when none
+
 void on_int(int sig, siginfo_t* info, void* uc) {
+    // Re-entered on this thread: a handler installed after ours chains back to it, and ours
+    // (put in front again at the next compile) chains to that one. Without this the two call
+    // each other until the signal stack overflows and the kernel kills the process.
+#ifdef SYS_gettid
+    long me = (long)syscall(SYS_gettid);  // async-signal-safe
+#else
+    long me = (long)(uintptr_t)pthread_self();
+#endif
+    if (__atomic_load_n(&int_owner, __ATOMIC_ACQUIRE) == me) return;
+    long none = 0;
+    bool owner = __atomic_compare_exchange_n(&int_owner, &none, me, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&active, __ATOMIC_ACQUIRE) > 0) {
         const char* name = first_running();
         if (__atomic_exchange_n(&pending, 1, __ATOMIC_ACQ_REL)) {
@@ -113,6 +128,7 @@ void on_int(int sig, siginfo_t* info, void* uc) {
         put("' that have not started; blocks already running finish first (Ctrl-C again ends the process)\n");
     }
     chain(prev_int, sig, info, uc);
+    if (owner) __atomic_store_n(&int_owner, 0, __ATOMIC_RELEASE);
 }
 
 int reporting = 0;
@@ -313,12 +329,22 @@ extern "C" {
 
 __attribute__((visibility("default"))) const kb_cpu::Runtime* kb_rt_api() { return &api; }
 
-// Put the SIGINT handler in front of the current one (Python's); again after Python replaced it.
+bool same_handler(const struct sigaction& a, const struct sigaction& b) {
+    if ((a.sa_flags & SA_SIGINFO) != (b.sa_flags & SA_SIGINFO)) return false;
+    return (a.sa_flags & SA_SIGINFO) ? a.sa_sigaction == b.sa_sigaction : a.sa_handler == b.sa_handler;
+}
+
+// Put the SIGINT handler in front of the current one (Python's); again after Python replaced it
+// (the current handler is again the one ours chained to). Returns 0 when ours is in front, 1
+// when SIGINT is ignored or has its default action, 2 when another library's handler went in
+// front of ours since: it is left there (it may chain to ours; putting ours in front of it
+// would make the two call each other, and lose Python's), -1 on error.
 __attribute__((visibility("default"))) int kb_rt_install_interrupt() {
     struct sigaction cur;
     if (sigaction(SIGINT, nullptr, &cur) != 0) return -1;
     if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_int) return 0;
     if (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_IGN || cur.sa_handler == SIG_DFL)) return 1;
+    if (__atomic_load_n(&int_installed, __ATOMIC_ACQUIRE) && !same_handler(cur, prev_int)) return 2;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = on_int;
