@@ -41,7 +41,7 @@ CHILD = textwrap.dedent(
     src = 'extern "C" __global__ void inc(float* y) {{ y[threadIdx.x] += {}.0f; }}'
     k1 = kb.compile(kb.Source(src.format(1), "cuda"), dev)  # the runtime's handler goes in front
     assert ctypes.CDLL(sys.argv[1]).install() == 0  # another library's, chaining to ours
-    k2 = kb.compile(kb.Source(src.format(2), "cuda"), dev)  # ours in front again, chaining to it
+    k2 = kb.compile(kb.Source(src.format(2), "cuda"), dev)  # a compile again: ours must not go in front of it
     y = kb.zeros(4, "float32", device=dev)
     k2.launch(1, 4, (y,))
     seen = []

@@ -100,7 +100,9 @@ def api() -> int | None:
 def install_interrupt() -> None:
     """Put the Ctrl-C handler in front of the current SIGINT handler, unless it already is, or
     SIGINT is ignored or has its default action. Called at each compile: a handler that the
-    program installs later (``signal.signal``) replaces it until the next compile."""
+    program installs later (``signal.signal``) replaces it until the next compile. A handler
+    another library installs in front of it later is left in front (it may chain to ours;
+    going in front of it again would make the two call each other)."""
     if _lib is not None:
         _lib.kb_rt_install_interrupt()
 
