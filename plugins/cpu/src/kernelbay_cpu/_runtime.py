@@ -27,6 +27,7 @@ ENV_RUNTIME = "KERNELBAY_CPU_RUNTIME"
 SOURCE = "kb_cpu_rt.cpp"
 HEADER = "kb_cpu_rt.h"
 _FLAGS = ["-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-pthread"]
+_LIBS = ["-ldl"]  # dlsym/dladdr (in libc itself from glibc 2.34)
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
@@ -47,7 +48,7 @@ def _build(tc: _driver.Toolchain) -> bytes:
         compiler=" ".join(argv),
         compiler_version=tc.version,
         arch=os.uname().machine,
-        options=_FLAGS,
+        options=[*_FLAGS, *_LIBS],
         source=texts[SOURCE],
         extra={"header": texts[HEADER]},
     )
@@ -59,7 +60,7 @@ def _build(tc: _driver.Toolchain) -> bytes:
             with open(os.path.join(d, n), "w", encoding="utf-8") as f:
                 f.write(t)
         out = os.path.join(d, "kb_cpu_rt.so")
-        r = subprocess.run([*argv, *_FLAGS, SOURCE, "-o", out], cwd=d, capture_output=True, text=True, timeout=300)
+        r = subprocess.run([*argv, *_FLAGS, SOURCE, *_LIBS, "-o", out], cwd=d, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise OSError(f"building the cpu runtime failed: {(r.stdout + r.stderr).strip()[:800]}")
         with open(out, "rb") as f:

@@ -10,6 +10,7 @@
 // * fork(): libgomp's thread pool belongs to the thread that opened it; in a fork()ed child its
 //   workers are gone and the first parallel region on the forking thread waits for them forever.
 //   In a child, launches from the forking thread run on a new thread, which gets a new pool.
+#include <dlfcn.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -329,22 +330,34 @@ extern "C" {
 
 __attribute__((visibility("default"))) const kb_cpu::Runtime* kb_rt_api() { return &api; }
 
+void* handler_fn(const struct sigaction& a) {
+    return (a.sa_flags & SA_SIGINFO) ? (void*)a.sa_sigaction : (void*)a.sa_handler;
+}
+
 bool same_handler(const struct sigaction& a, const struct sigaction& b) {
-    if ((a.sa_flags & SA_SIGINFO) != (b.sa_flags & SA_SIGINFO)) return false;
-    return (a.sa_flags & SA_SIGINFO) ? a.sa_sigaction == b.sa_sigaction : a.sa_handler == b.sa_handler;
+    return (a.sa_flags & SA_SIGINFO) == (b.sa_flags & SA_SIGINFO) && handler_fn(a) == handler_fn(b);
+}
+
+// Whether the handler is Python's own (signal.signal installs the same C function whatever the
+// Python callable): it lives in the object that defines PyOS_getsig.
+bool is_python_handler(const struct sigaction& a) {
+    void* py = dlsym(RTLD_DEFAULT, "PyOS_getsig");
+    Dl_info x, y;
+    return py != nullptr && dladdr(handler_fn(a), &x) && dladdr(py, &y) && x.dli_fbase == y.dli_fbase;
 }
 
 // Put the SIGINT handler in front of the current one (Python's); again after Python replaced it
-// (the current handler is again the one ours chained to). Returns 0 when ours is in front, 1
-// when SIGINT is ignored or has its default action, 2 when another library's handler went in
-// front of ours since: it is left there (it may chain to ours; putting ours in front of it
-// would make the two call each other, and lose Python's), -1 on error.
+// (the current handler is Python's, or the one ours chained to). Returns 0 when ours is in
+// front, 1 when SIGINT is ignored or has its default action, 2 when another library's handler
+// went in front of ours since: it is left there (it may chain to ours, as LLVM's does; putting
+// ours in front of it would make the two call each other, and lose Python's), -1 on error.
 __attribute__((visibility("default"))) int kb_rt_install_interrupt() {
     struct sigaction cur;
     if (sigaction(SIGINT, nullptr, &cur) != 0) return -1;
     if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_int) return 0;
     if (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_IGN || cur.sa_handler == SIG_DFL)) return 1;
-    if (__atomic_load_n(&int_installed, __ATOMIC_ACQUIRE) && !same_handler(cur, prev_int)) return 2;
+    if (__atomic_load_n(&int_installed, __ATOMIC_ACQUIRE) && !same_handler(cur, prev_int) && !is_python_handler(cur))
+        return 2;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = on_int;
