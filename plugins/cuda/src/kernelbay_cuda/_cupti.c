@@ -339,19 +339,7 @@ static PyObject *cupti_resolve(PyObject *mod, PyObject *const *args, Py_ssize_t 
         if (x != NULL && x->start != UINT64_MAX) {
             x->used = 1;
             long long begin = (long long)x->start + cu.offset, end = (long long)x->end + cu.offset;
-            PyObject *t0 = PySequence_Fast_GET_ITEM(t0s, i);
-            if (PyLong_Check(t0)) {
-                long long host = PyLong_AsLongLong(t0);
-                if (host == -1 && PyErr_Occurred()) goto unlock;
-                if (begin < host) begin = host;
-            }
-            if (end < begin) end = begin;
-            s0 = PyLong_FromLongLong(begin);
-            s1 = s0 ? PyLong_FromLongLong(end) : NULL;
-            if (s1 == NULL) {
-                Py_XDECREF(s0);
-                goto unlock;
-            }
+            if (tm_span(PySequence_Fast_GET_ITEM(t0s, i), begin, end, &s0, &s1) < 0) goto unlock;
         } else {
             Py_INCREF(Py_None);
             Py_INCREF(Py_None);

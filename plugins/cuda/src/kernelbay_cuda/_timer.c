@@ -198,6 +198,25 @@ static PyObject *Timer_record(Timer *self, PyObject *const *args, Py_ssize_t nar
     return tm_record_on(self, (int)index, h);
 }
 
+/* A device span as the two ints resolve() returns: begin clamped to the host clock at the
+ * call's start (t0, an int, or None for no clamp), end to begin. 0: *s0 and *s1 are new
+ * references; -1: an exception is set. Shared with _cupti.c's resolve (joined after this). */
+static int tm_span(PyObject *t0, long long begin, long long end, PyObject **s0, PyObject **s1) {
+    if (PyLong_Check(t0)) {
+        long long host = PyLong_AsLongLong(t0);
+        if (host == -1 && PyErr_Occurred()) return -1;
+        if (begin < host) begin = host;
+    }
+    if (end < begin) end = begin;
+    *s0 = PyLong_FromLongLong(begin);
+    *s1 = *s0 ? PyLong_FromLongLong(end) : NULL;
+    if (*s1 == NULL) {
+        Py_CLEAR(*s0);
+        return -1;
+    }
+    return 0;
+}
+
 /* A mark (an int or None) as an event index: -1 for None; -2 (exception set) for a bad one. */
 static Py_ssize_t tm_mark_id(Timer *self, PyObject *m) {
     if (m == Py_None) return -1;
@@ -269,19 +288,7 @@ static PyObject *Timer_resolve(Timer *self, PyObject *const *args, Py_ssize_t na
             if (rc == 0) {
                 long long begin = anchor_ns[dev] + llround((double)ms0 * 1e6);
                 long long end = begin + llround((double)ms1 * 1e6);
-                PyObject *t0 = PySequence_Fast_GET_ITEM(t0s, i);
-                if (PyLong_Check(t0)) {
-                    long long host = PyLong_AsLongLong(t0);
-                    if (host == -1 && PyErr_Occurred()) goto done;
-                    if (begin < host) begin = host;
-                }
-                if (end < begin) end = begin;
-                s0 = PyLong_FromLongLong(begin);
-                s1 = s0 ? PyLong_FromLongLong(end) : NULL;
-                if (s1 == NULL) {
-                    Py_XDECREF(s0);
-                    goto done;
-                }
+                if (tm_span(PySequence_Fast_GET_ITEM(t0s, i), begin, end, &s0, &s1) < 0) goto done;
             }
         }
         if (s0 == Py_None) {
