@@ -1,7 +1,7 @@
 """The tracer on a real NVIDIA GPU: device spans from CUPTI's activity records and from CUDA
 events (each test runs with both timers), one track per stream. Skips without a GPU; fails
-instead under --kernelbay-require=cuda (and the CUPTI runs fail where CUPTI cannot be had:
-KERNELBAY_TRACE_TIMER=cupti falls back to events only with a warning, which they check)."""
+instead under --kernelbay-require=cuda. The CUPTI runs skip where libcupti or the native
+helpers are missing, and fail where libcupti loads but CUPTI cannot be enabled."""
 
 from __future__ import annotations
 
@@ -26,8 +26,16 @@ def timer(request, monkeypatch) -> str:
     monkeypatch.setenv("KERNELBAY_TRACE_TIMER", request.param)
     monkeypatch.setattr(timing, "_timer", None)
     if request.param == "cupti":
-        got = timing.device_timer()
-        assert isinstance(got, cupti.Timer), "CUPTI is unavailable on this GPU machine (see the kernelbay.trace log)"
+        from kernelbay_cuda import native
+
+        if native.module() is None:
+            pytest.skip(f"the CUPTI timer needs the native helpers: {native.status()}")
+        try:
+            cupti.load_library()
+        except cupti.CuptiUnavailable as exc:
+            pytest.skip(f"no libcupti here (an optional dependency): {exc}")
+        got = timing.device_timer()  # libcupti loads: the CUPTI timer must then work
+        assert isinstance(got, cupti.Timer), "CUPTI could not be enabled (see the kernelbay.trace log)"
     return request.param
 
 
