@@ -50,6 +50,7 @@ class Tr:
     """What the wrappers use of a Tracer."""
 
     def __init__(self, timer: Any = None) -> None:
+        self.chunk = CHUNK
         self.buf: list[Any] = []
         self.timer = timer
         self.folds = 0
@@ -140,6 +141,17 @@ def test_a_launch_that_raises_is_recorded_and_its_error_kept(timed: bool) -> Non
 def test_fold_runs_past_the_limit() -> None:
     for tr, _timer, w in both(lambda: None):
         for _ in range(CHUNK + 1):
+            w(Kern(), 1, 1, (), 0, None)
+        assert tr.folds == 1
+
+
+def test_fold_follows_the_tracers_own_chunk() -> None:
+    # Tracer.chunk is _trace.CHUNK when the tracer is made: tests lower it to fold often.
+    for use_c in (True, False):
+        tr = Tr()
+        tr.chunk = 3
+        w = _tracehot._make_launch(tr, inner, None, use_c=use_c)
+        for _ in range(4):
             w(Kern(), 1, 1, (), 0, None)
         assert tr.folds == 1
 

@@ -81,7 +81,9 @@ class Tracer:
         # id -> the kernel, device, stream or source records name (kept alive, so no id in a
         # record can be reused by another object while the trace runs)
         self.reg: dict[int, Any] = {}
-        self.log = _tracefile.Log(max_events, os.getpid(), CHUNK, self.reg)
+        #: records per fold (this module's CHUNK when the tracer is made; tests lower it)
+        self.chunk = CHUNK
+        self.log = _tracefile.Log(max_events, os.getpid(), self.chunk, self.reg)
         self.running = False
         self._timers: dict[str, Any] = {}
         self._fold_lock = threading.Lock()

@@ -19,7 +19,7 @@ from threading import get_ident
 from time import perf_counter_ns
 from typing import Any
 
-from ._tracerec import ALLOC, CHUNK, COPY, FIELDS, FREE, LAUNCH, copy_ends, err_text
+from ._tracerec import ALLOC, COPY, FIELDS, FREE, LAUNCH, copy_ends, err_text
 
 log = logging.getLogger("kernelbay.trace")
 _c: list[Any] = []  # [the C wrapper module, or None where it cannot be built here]
@@ -69,7 +69,7 @@ def _make_launch(tr: Any, inner: Any, b: Any, use_c: bool = True) -> Any:
     add = buf.extend
     fold = tr.fold
     clock = perf_counter_ns
-    limit = CHUNK * FIELDS
+    limit = tr.chunk * FIELDS
     timer = tr._timer(b)
     sync = timer is not None and getattr(timer, "synchronous", False)
     mod = c_module() if use_c else None
@@ -141,7 +141,7 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
     add = buf.extend
     reg = tr.reg
     clock = perf_counter_ns
-    limit = CHUNK * FIELDS
+    limit = tr.chunk * FIELDS
     timer = tr._timer(b)
     sync = timer is not None and getattr(timer, "synchronous", False)
     mark = timer.mark if timer is not None and not sync else None
@@ -183,7 +183,7 @@ def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
     buf = tr.buf
     add = buf.extend
     clock = perf_counter_ns
-    limit = CHUNK * FIELDS
+    limit = tr.chunk * FIELDS
     ref = tr._ref
 
     def allocate(device: Any, nbytes: int) -> Any:

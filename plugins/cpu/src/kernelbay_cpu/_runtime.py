@@ -60,7 +60,9 @@ def _build(tc: _driver.Toolchain) -> bytes:
             with open(os.path.join(d, n), "w", encoding="utf-8") as f:
                 f.write(t)
         out = os.path.join(d, "kb_cpu_rt.so")
-        r = subprocess.run([*argv, *_FLAGS, SOURCE, *_LIBS, "-o", out], cwd=d, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [*argv, *_FLAGS, SOURCE, *_LIBS, "-o", out], cwd=d, capture_output=True, text=True, timeout=300
+        )
         if r.returncode != 0:
             raise OSError(f"building the cpu runtime failed: {(r.stdout + r.stderr).strip()[:800]}")
         with open(out, "rb") as f:
