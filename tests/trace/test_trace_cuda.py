@@ -125,6 +125,13 @@ def test_cuda_device_spans_are_sane_on_the_c_the_ctypes_and_the_cupti_timer(tmp_
 
     if timer_path == "native" and not hasattr(native.module(), "Timer"):
         pytest.skip(f"the C timer is unavailable here: {native.status()}")
+    if timer_path == "cupti":
+        if native.module() is None:
+            pytest.skip(f"the CUPTI timer needs the native helpers: {native.status()}")
+        try:
+            cupti.load_library()
+        except cupti.CuptiUnavailable as exc:
+            pytest.skip(f"no libcupti here (an optional dependency): {exc}")
     if timer_path == "python":
         monkeypatch.setattr(native, "module", lambda: None)  # as KERNELBAY_NATIVE=0
     monkeypatch.setenv("KERNELBAY_TRACE_TIMER", "cupti" if timer_path == "cupti" else "events")
