@@ -33,14 +33,6 @@ LIMIT = np.int64(4_000_000_000)  # the gate gives up after seconds, not minutes
 
 
 @pytest.fixture(scope="module")
-def dev() -> kb.Device:
-    try:
-        return kb.device("cpu")
-    except kb.BackendError as exc:
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
 def k(dev):
     return {n: kb.compile(kb.Source(SRC, "cuda", name=n), dev) for n in ("gate", "add")}
 

@@ -32,14 +32,6 @@ LONG = np.int64(60_000_000)  # a few hundred ms on one core
 
 
 @pytest.fixture(scope="module")
-def dev() -> kb.Device:
-    try:
-        return kb.device("cpu")
-    except kb.BackendError as exc:
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
 def k(dev):
     return {n: kb.compile(kb.Source(SRC, "cuda", name=n), dev) for n in ("spin_write", "add", "boom")}
 

@@ -18,6 +18,18 @@ pytestmark = pytest.mark.kernelbay_device("cuda")
 TIMERS = ["cupti", "events"]
 
 
+def _skip_without_cupti() -> None:
+    """Skip where the CUPTI timer cannot exist: no native helpers, or no libcupti."""
+    from kernelbay_cuda import cupti, native
+
+    if native.module() is None:
+        pytest.skip(f"the CUPTI timer needs the native helpers: {native.status()}")
+    try:
+        cupti.load_library()
+    except cupti.CuptiUnavailable as exc:
+        pytest.skip(f"no libcupti here (an optional dependency): {exc}")
+
+
 @pytest.fixture(params=TIMERS)
 def timer(request, monkeypatch) -> str:
     """KERNELBAY_TRACE_TIMER for this test, and a fresh choice of timer under it."""
@@ -26,14 +38,7 @@ def timer(request, monkeypatch) -> str:
     monkeypatch.setenv("KERNELBAY_TRACE_TIMER", request.param)
     monkeypatch.setattr(timing, "_timer", None)
     if request.param == "cupti":
-        from kernelbay_cuda import native
-
-        if native.module() is None:
-            pytest.skip(f"the CUPTI timer needs the native helpers: {native.status()}")
-        try:
-            cupti.load_library()
-        except cupti.CuptiUnavailable as exc:
-            pytest.skip(f"no libcupti here (an optional dependency): {exc}")
+        _skip_without_cupti()
         got = timing.device_timer()  # libcupti loads: the CUPTI timer must then work
         assert isinstance(got, cupti.Timer), "CUPTI could not be enabled (see the kernelbay.trace log)"
     return request.param
@@ -126,12 +131,7 @@ def test_cuda_device_spans_are_sane_on_the_c_the_ctypes_and_the_cupti_timer(tmp_
     if timer_path == "native" and not hasattr(native.module(), "Timer"):
         pytest.skip(f"the C timer is unavailable here: {native.status()}")
     if timer_path == "cupti":
-        if native.module() is None:
-            pytest.skip(f"the CUPTI timer needs the native helpers: {native.status()}")
-        try:
-            cupti.load_library()
-        except cupti.CuptiUnavailable as exc:
-            pytest.skip(f"no libcupti here (an optional dependency): {exc}")
+        _skip_without_cupti()
     if timer_path == "python":
         monkeypatch.setattr(native, "module", lambda: None)  # as KERNELBAY_NATIVE=0
     monkeypatch.setenv("KERNELBAY_TRACE_TIMER", "cupti" if timer_path == "cupti" else "events")
