@@ -312,23 +312,9 @@ static long long cu_mark_id(PyObject *m, int sign) {
 
 static PyObject *cupti_resolve(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     (void)mod;
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "cupti_resolve() takes (starts, ends, host_t0s), got %zd arguments", nargs);
-        return NULL;
-    }
     PyObject *starts = NULL, *ends = NULL, *t0s = NULL, *b = NULL, *e = NULL, *out = NULL;
-    starts = PySequence_Fast(args[0], "cupti_resolve(): starts must be a sequence");
-    ends = starts ? PySequence_Fast(args[1], "cupti_resolve(): ends must be a sequence") : NULL;
-    t0s = ends ? PySequence_Fast(args[2], "cupti_resolve(): host_t0s must be a sequence") : NULL;
-    if (t0s == NULL) goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(starts);
-    if (PySequence_Fast_GET_SIZE(ends) != n || PySequence_Fast_GET_SIZE(t0s) != n) {
-        PyErr_SetString(PyExc_ValueError, "cupti_resolve(): starts, ends and host_t0s differ in length");
-        goto done;
-    }
-    b = PyList_New(n);
-    e = PyList_New(n);
-    if (b == NULL || e == NULL) goto done;
+    Py_ssize_t n = tm_batch("cupti_resolve", args, nargs, &starts, &ends, &t0s, &b, &e);
+    if (n < 0) goto done;
     pthread_mutex_lock(&cu.lock);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *s0 = Py_None, *s1 = Py_None;

@@ -229,27 +229,38 @@ static Py_ssize_t tm_mark_id(Timer *self, PyObject *m) {
     return id;
 }
 
-static PyObject *Timer_resolve(Timer *self, PyObject *const *args, Py_ssize_t nargs) {
+/* A resolve()'s arguments (starts, ends, host_t0s): three sequences of one length, as fast
+ * sequences, and the two lists it fills (begins, ends). Returns their length, or -1 with an
+ * exception set; what was made is in the pointers either way (the caller releases them).
+ * Shared with _cupti.c's resolve (joined after this file). */
+static Py_ssize_t tm_batch(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject **starts,
+                           PyObject **ends, PyObject **t0s, PyObject **b, PyObject **e) {
     if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "resolve() takes (starts, ends, host_t0s), got %zd arguments", nargs);
-        return NULL;
+        PyErr_Format(PyExc_TypeError, "%s() takes (starts, ends, host_t0s), got %zd arguments", fn, nargs);
+        return -1;
     }
+    *starts = PySequence_Fast(args[0], "resolve(): starts must be a sequence");
+    *ends = *starts ? PySequence_Fast(args[1], "resolve(): ends must be a sequence") : NULL;
+    *t0s = *ends ? PySequence_Fast(args[2], "resolve(): host_t0s must be a sequence") : NULL;
+    if (*t0s == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(*starts);
+    if (PySequence_Fast_GET_SIZE(*ends) != n || PySequence_Fast_GET_SIZE(*t0s) != n) {
+        PyErr_Format(PyExc_ValueError, "%s(): starts, ends and host_t0s differ in length", fn);
+        return -1;
+    }
+    *b = PyList_New(n);
+    *e = *b ? PyList_New(n) : NULL;
+    return *e ? n : -1;
+}
+
+static PyObject *Timer_resolve(Timer *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *starts = NULL, *ends = NULL, *t0s = NULL, *b = NULL, *e = NULL, *out = NULL;
     Py_ssize_t *ids = NULL, nids = 0;
-    starts = PySequence_Fast(args[0], "resolve(): starts must be a sequence");
-    ends = starts ? PySequence_Fast(args[1], "resolve(): ends must be a sequence") : NULL;
-    t0s = ends ? PySequence_Fast(args[2], "resolve(): host_t0s must be a sequence") : NULL;
-    if (t0s == NULL) goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(starts);
-    if (PySequence_Fast_GET_SIZE(ends) != n || PySequence_Fast_GET_SIZE(t0s) != n) {
-        PyErr_SetString(PyExc_ValueError, "resolve(): starts, ends and host_t0s differ in length");
-        goto done;
-    }
-    b = PyList_New(n);
-    e = PyList_New(n);
+    Py_ssize_t n = tm_batch("resolve", args, nargs, &starts, &ends, &t0s, &b, &e);
+    if (n < 0) goto done;
     ids = PyMem_Malloc((2 * n + 1) * sizeof(Py_ssize_t));
-    if (b == NULL || e == NULL || ids == NULL) {
-        if (ids == NULL) PyErr_NoMemory();
+    if (ids == NULL) {
+        PyErr_NoMemory();
         goto done;
     }
     /* Per device: the batch's anchor (its first start mark with a known time) and that time. */
