@@ -10,8 +10,9 @@ from collections import Counter
 import kernelbay as kb
 import numpy as np
 import pytest
-from kernelbay import _nvtx, _tracehot
 from kernelbay._plugins import runtime
+from kernelbay.tracing import hot
+from kernelbay.tracing import nvtx as kb_nvtx
 
 from .conftest import load, spans
 
@@ -31,8 +32,8 @@ def kernel():
 
 def _is_tracers(fn) -> bool:
     """Whether ``fn`` is the tracer's launch wrapper: the C one where it builds, else Python's."""
-    mod = _tracehot.c_module()
-    return type(fn) is mod.Launch if mod is not None else fn.__module__ == "kernelbay._tracehot"
+    mod = hot.c_module()
+    return type(fn) is mod.Launch if mod is not None else fn.__module__ == "kernelbay.tracing.hot"
 
 
 def _backend_launch():
@@ -87,18 +88,18 @@ def fake_nvtx(monkeypatch):
     mod.pop_range = lambda domain=None: calls.append(("pop", None, domain))
     monkeypatch.setitem(sys.modules, "nvtx", mod)
     yield calls
-    _nvtx.disable()
+    kb_nvtx.disable()
 
 
 def test_nvtx_ranges_around_operations(fake_nvtx, tmp_path, kernel) -> None:
     k, y = kernel
-    _nvtx.enable()
+    kb_nvtx.enable()
     with kb.trace(tmp_path / "t.json"):  # both extensions at once: still direct calls
         assert _is_tracers(runtime.load("cpu").launch)  # registered last: outermost
         k.launch(1, 8, (y,))
         kb.copy(y, np.zeros(8, np.float32))
         kb.device("cpu").synchronize()
-    _nvtx.disable()
+    kb_nvtx.disable()
     k.launch(1, 8, (y,))  # off again: no range
     pushed = [m for op, m, _ in fake_nvtx if op == "push"]
     assert pushed == ["launch inc", "copy HtoD", "synchronize"]
@@ -115,7 +116,7 @@ def test_nvtx_ranges_around_operations(fake_nvtx, tmp_path, kernel) -> None:
 def test_nvtx_without_the_package_is_a_clear_error(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "nvtx", None)
     with pytest.raises(kb.UnsupportedError, match="pip install nvtx"):
-        _nvtx.enable()
+        kb_nvtx.enable()
 
 
 def test_a_backend_without_device_timer_gets_host_spans_only(tmp_path) -> None:

@@ -222,6 +222,22 @@ def test_marks_push_and_pop_and_spans_come_back_through_the_buffer_callback(nat)
     assert nat.cupti_mark(None, None) is None
 
 
+def test_close_turns_cupti_off_and_a_resolve_leaves_it_on(nat, monkeypatch) -> None:
+    # The tracer calls close() when a trace ends; a resolve alone (a fold) never turns CUPTI off.
+    fake = FakeCupti()
+    nat.cupti_set_api(*fake.addresses())
+    assert nat.cupti_enable() is None
+    t = object.__new__(cupti.Timer)  # no driver here: only what resolve and close use
+    t._mod = nat
+    monkeypatch.setattr(t, "_settle", nat.cupti_flush)  # no context to wait for
+    t0 = time.perf_counter_ns()
+    m0, m1 = nat.cupti_mark(None, None), nat.cupti_mark(None, None)
+    begins, _ends = t.resolve([m0], [m1], [t0])
+    assert begins[0] is not None and sorted(fake.enabled) == sorted([DRIVER, MEMCPY, MEMSET, KERNEL, EXTERNAL])
+    t.close()
+    assert fake.enabled == [] and nat.cupti_mark(None, None) is None
+
+
 def test_a_refused_enable_leaves_nothing_enabled(nat) -> None:
     fake = FakeCupti(refuse_enable=MEMSET)
     nat.cupti_set_api(*fake.addresses())

@@ -13,6 +13,7 @@ import kernelbay as kb
 import numpy as np
 import pytest
 from kernelbay._plugins import runtime
+from kernelbay.tracing import tracer
 
 from .conftest import check_device_spans, load, run_workload, spans, track_names
 
@@ -102,7 +103,7 @@ def test_context_manager_writes_when_the_block_raises(tmp_path) -> None:
     a.close()
     # Tracing is off again: the core calls the backend's functions directly.
     assert runtime.load("cpu").launch is runtime.own_impls(runtime.load("cpu").plugin, "kernelbay_launch")[0].function
-    assert kb._trace.current() is None
+    assert tracer.current() is None
 
 
 def test_env_trace_written_when_the_program_raises(tmp_path, cache_dir) -> None:
@@ -152,8 +153,6 @@ def test_pid_in_the_path(tmp_path, cache_dir) -> None:
 
 
 def test_ring_buffer_bounds_the_timeline(tmp_path) -> None:
-    from kernelbay import _trace
-
     dev = kb.device("cpu")
     src = kb.Source(
         textwrap.dedent("""
@@ -164,9 +163,9 @@ def test_ring_buffer_bounds_the_timeline(tmp_path) -> None:
     )
     k = kb.compile(src, device=dev)
     y = kb.zeros(32, np.float32, device=dev)
-    n = 5 * _trace.CHUNK
+    n = 5 * tracer.CHUNK
     path = tmp_path / "ring.json"
-    keep = 2 * _trace.CHUNK + 100
+    keep = 2 * tracer.CHUNK + 100
     with kb.trace(path, max_events=keep):
         for _ in range(n):
             k.launch(1, 32, (y,))

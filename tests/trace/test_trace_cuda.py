@@ -125,7 +125,7 @@ def test_cuda_device_spans_are_sane_on_the_c_the_ctypes_and_the_cupti_timer(tmp_
     in many batches): every launch gets a device span inside its lifetime, durations >= 0, and
     the spans of one stream follow each other in launch order."""
     import kernelbay_cuda as kc
-    from kernelbay import _trace
+    from kernelbay.tracing import tracer
     from kernelbay_cuda import cupti, native, timing
 
     if timer_path == "native" and not hasattr(native.module(), "Timer"):
@@ -136,7 +136,7 @@ def test_cuda_device_spans_are_sane_on_the_c_the_ctypes_and_the_cupti_timer(tmp_
         monkeypatch.setattr(native, "module", lambda: None)  # as KERNELBAY_NATIVE=0
     monkeypatch.setenv("KERNELBAY_TRACE_TIMER", "cupti" if timer_path == "cupti" else "events")
     monkeypatch.setattr(timing, "_timer", None)
-    monkeypatch.setattr(_trace, "CHUNK", 16)
+    monkeypatch.setattr(tracer, "CHUNK", 16)
     t = timing.device_timer()
     assert isinstance(t, cupti.Timer) == (timer_path == "cupti"), "CUPTI is unavailable (see the kernelbay.trace log)"
     is_c = type(t.mark).__name__ == "builtin_function_or_method"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import random
 
-from kernelbay import _trace, _tracefile
+from kernelbay.tracing import records, tracefile
+from kernelbay.tracing.records import SIZE, Field
 
 
 class _Kernel:
@@ -20,16 +21,24 @@ class _Dev:
         return "fake:0"
 
 
+def _record(**fields) -> list:
+    """One flat record: the fields named (Field names, lower case), None elsewhere."""
+    rec = [None] * SIZE
+    for name, v in fields.items():
+        rec[Field[name.upper()]] = v
+    return rec
+
+
 def _launch(k, t0, dt, err=None, span=None):
     s0, s1 = span if span else (None, None)
-    return ("launch", t0, t0 + dt, 1, k, 1, 1, 0, None, s0, s1, err)
+    return _record(kind="launch", t0=t0, t1=t0 + dt, thread=1, key=k, a=1, b=1, c=0, m0=s0, m1=s1, error=err)
 
 
 def test_totals_count_every_call_per_kernel_across_dropped_chunks() -> None:
     rng = random.Random(7)
     dev = _Dev()
     reg = {id(dev): dev}
-    log = _tracefile.Log(max_events=40, pid=1, chunk=16, reg=reg)
+    log = tracefile.Log(max_events=40, pid=1, chunk=16, reg=reg)
     kernels = [_Kernel(f"k{i}") for i in range(12)]
     want: dict[str, list[int]] = {}
     failed = 0
@@ -51,7 +60,7 @@ def test_totals_count_every_call_per_kernel_across_dropped_chunks() -> None:
             w[1] += dt
             w[2] += timed
             w[3] += dt if timed else 0
-        flat += ("copy", t, t + 10, 1, id(dev), "HtoD", 64, None, None, t, t + 5, None)
+        flat += _record(kind="copy", t0=t, t1=t + 10, thread=1, key=id(dev), a="HtoD", b=64, m0=t, m1=t + 5)
         log.fold(flat, {})
     log.finish()
     s = log.summary()
@@ -62,5 +71,7 @@ def test_totals_count_every_call_per_kernel_across_dropped_chunks() -> None:
     assert s["copies"]["HtoD"]["count"] == 5 and s["copies"]["HtoD"]["bytes"] == 5 * 64
 
 
-def test_flat_records_hold_twelve_items() -> None:
-    assert _trace.FIELDS == _tracefile.F == 12
+def test_the_record_fields_are_one_definition() -> None:
+    # Field's values are the indices: 0..SIZE-1, once each, and NAMES (the C wrapper's) follows.
+    assert [int(f) for f in sorted(Field)] == list(range(SIZE)) == list(range(len(records.NAMES)))
+    assert tuple(f.name for f in sorted(Field)) == records.NAMES

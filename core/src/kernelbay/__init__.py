@@ -8,11 +8,11 @@
 from __future__ import annotations
 
 import os as _os
+from typing import TYPE_CHECKING, Any
 
 from . import _log
 from ._api import asarray, backends, buffer, compile, copy, device, devices, empty, register, unregister, zeros
 from ._plugins import Backend
-from ._trace import trace
 from .errors import (
     ArgumentTypeError,
     BackendBrokenError,
@@ -38,8 +38,23 @@ __version__ = "0.1.0"
 
 _log.configure_from_env()  # KERNELBAY_LOG, before a trace or anything else logs
 
+if TYPE_CHECKING:
+    from .tracing.tracer import trace
+
+
+def __getattr__(name: str) -> Any:
+    # kb.trace loads the tracing extension (kernelbay.tracing) when first asked for, so that
+    # import kernelbay and a plain launch load none of it.
+    if name == "trace":
+        from .tracing.tracer import trace
+
+        globals()["trace"] = trace
+        return trace
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 if _os.environ.get("KERNELBAY_TRACE") or _os.environ.get("KERNELBAY_NVTX", "0") not in ("", "0"):
-    from . import _trace as _t
+    from .tracing import tracer as _t  # asked for: KERNELBAY_TRACE / KERNELBAY_NVTX start at import
 
     _t.start_from_env()
     del _t

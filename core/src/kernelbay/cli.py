@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     ci = csub.add_parser("info", help="where the cache is, whether it is usable, what it holds")
     ci.add_argument("--json", action="store_true", help="machine-readable output")
     csub.add_parser("clear", help="delete every cached compile result")
-    from . import _precompile, _profile  # light: their heavy imports happen when they run
+    from . import _precompile  # light: their heavy imports happen when they run
+    from .tracing import profile as _profile
 
     _profile.add_parser(sub)
     _precompile.add_parser(sub)

@@ -1,4 +1,4 @@
-"""Device spans for :mod:`kernelbay.trace` from CUPTI's activity records (the way PyTorch's
+"""Device spans for :func:`kernelbay.trace` from CUPTI's activity records (the way PyTorch's
 profiler, through Kineto, times kernels): the hardware's own start and end of each kernel, copy
 and memset, with no CUDA event on the stream.
 
@@ -11,8 +11,8 @@ contexts this backend made, flushes CUPTI's buffers and looks the ids up.
 This module finds and loads libcupti (:func:`find_library`) and makes the timer
 (:func:`make_timer`); :mod:`kernelbay_cuda.timing` chooses between it and the CUDA-event timer
 (``KERNELBAY_TRACE_TIMER``). Activities are enabled when a trace asks for the timer and
-disabled (after a last flush) by the resolve that follows the trace's end, so a process pays
-for CUPTI only while it traces.
+disabled (after a last flush) by :meth:`Timer.close`, which the tracer calls when the trace
+ends, so a process pays for CUPTI only while it traces.
 """
 
 from __future__ import annotations
@@ -142,16 +142,16 @@ class Timer:
 
     def resolve(self, starts: list, ends: list, host_t0s: list) -> tuple[list, list]:
         """The device spans of a batch of mark pairs in perf_counter_ns units (``None`` where
-        unknown); the trace's end (none recording any more) disables CUPTI's activities."""
+        unknown)."""
         self._settle()
-        got = self._mod.cupti_resolve(starts, ends, host_t0s)
-        from kernelbay import _trace
+        return self._mod.cupti_resolve(starts, ends, host_t0s)
 
-        if _trace.current() is None:
-            self._mod.cupti_disable()
-            state = self._mod.cupti_state()
-            log.debug("kernelbay trace: CUPTI activities disabled (%s)", state)
-        return got
+    def close(self) -> None:
+        """The trace has ended (its last resolve is done): disable CUPTI's activities, after a
+        last flush, so the process pays for CUPTI only while it traces. The next trace's
+        ``kernelbay_device_timer`` enables them again (:func:`make_timer`)."""
+        self._mod.cupti_disable()
+        log.debug("kernelbay trace: CUPTI activities disabled (%s)", self._mod.cupti_state())
 
     def span(self, start: int | None, end: int | None) -> tuple[int, int] | None:
         """The device span between two marks; a start mark without an end (its call raised) is

@@ -1,5 +1,5 @@
-"""Folding trace records into a bounded timeline plus whole-run aggregates, and writing the
-Chrome trace-event JSON (the format https://ui.perfetto.dev and chrome://tracing open).
+"""Folding trace records into a bounded timeline plus whole-run aggregates (:class:`Log`);
+:mod:`.chrome` turns a folded log into the file.
 
 Size: the timeline keeps the newest ``max_events`` records (a ring of chunks); a launch with a device
 span is about 450 bytes of JSON (host span, device span, flow arrow), so the default 100,000
@@ -12,47 +12,27 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import logging
 import operator
-import os
-import tempfile
 import threading
 from typing import Any
 
-from .errors import InvalidArgumentError
+from .records import ALLOC, COMPILE, COPY, FREE, LAUNCH, MEMSET, SIZE, SYNC, Field
 
+__all__ = ["SCHEMA", "Log"]
+
+#: The version of the file's ``kernelbay`` summary.
 SCHEMA = 1
 log = logging.getLogger("kernelbay.trace")
-#: Items per record in the tracer's flat buffer (``kernelbay._trace.FIELDS``).
-F = 12
-
-
-def check_path(path: str) -> str:
-    """The absolute trace path (``{pid}`` filled in) after proving its directory takes a file."""
-    if not path:
-        raise InvalidArgumentError("the trace path is empty; give a file name such as trace.json")
-    path = os.path.abspath(os.path.expanduser(path.replace("{pid}", str(os.getpid()))))
-    if os.path.isdir(path):
-        raise InvalidArgumentError(f"cannot write the trace to {path!r}: it is a directory; give a file name")
-    d = os.path.dirname(path)
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".kbtrace-", dir=d)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise InvalidArgumentError(
-            f"cannot write the trace to {path!r}: {exc.strerror or exc} in {d!r}; choose a writable path"
-        ) from None
-    return path
+F = SIZE  # the stride of one field in a flat chunk
 
 
 class Log:
     """The folded trace: a ring of record chunks and the aggregates of every call.
 
-    A record is the 12 items the tracer added to its flat buffer: ``(kind, t0, t1, thread,
-    key, a, b, c, d, m0, m1, error)``; a chunk is a flat list of records, ``key`` the id of the kernel (launch) or device (objects in ``reg``),
-    ``m0``/``m1`` the device timer's marks. The ring holds ``(chunk, spans)``: ``spans`` the
+    A chunk is a flat list of records (:mod:`.records`: ``SIZE`` items each, in
+    :class:`~.records.Field` order), ``reg`` the objects their ids name, ``M0``/``M1`` the
+    device timer's marks. The ring holds ``(chunk, spans)``: ``spans`` the
     device spans resolved at fold time as two lists (begins, ends) beside the records, or
     ``None`` where the marks already are the spans (synchronous and host-clock timers), so no
     record is rebuilt. Records are aggregated only when their chunk leaves the ring or the
@@ -82,7 +62,8 @@ class Log:
         self._live: dict[int, int] = {}  # id(handle) -> bytes, for the allocations still live
         self.memory_stats: dict[str, Any] = {}
         self.timing_failed = False
-        self._freed: dict[tuple[int, int], int] | None = None  # (thread, t0) of a free -> bytes, for its span
+        #: (thread, t0) of a free -> the bytes it gave back, for its span (filled by finish())
+        self.freed: dict[tuple[int, int], int] | None = None
         self._key_timer: dict[int, Any] = {}  # record key -> the timer resolving its marks, or None
 
     def fold(self, chunk: list[Any], timers: dict[str, Any]) -> None:
@@ -110,8 +91,8 @@ class Log:
         except KeyError:
             pass
         obj = self.reg[key] if type(key) is int else key  # launches hold their kernel itself
-        b = getattr(obj, "_b", None)  # a kernel's binding; a device names its backend
-        name = b.name if b is not None else getattr(obj, "backend", None)
+        dev = getattr(obj, "device", obj)  # a kernel's device; a device is its own
+        name = getattr(dev, "backend", None)
         timer = timers.get(name) if name is not None else None
         if timer is not None and (getattr(timer, "host_clock", False) or getattr(timer, "synchronous", False)):
             timer = None
@@ -126,19 +107,19 @@ class Log:
             for t in timers.values()
         ):
             return None
-        keys = chunk[4::F]
+        keys = chunk[Field.KEY :: F]
         by_key = {k: self._timer_of(k, timers) for k in set(keys)}
         used = {id(t): t for t in by_key.values() if t is not None}
         if not used:
             return None
-        s0s, s1s = chunk[9::F], chunk[10::F]
+        s0s, s1s = chunk[Field.M0 :: F], chunk[Field.M1 :: F]
         for t in used.values():
             if len(used) == 1 and None not in by_key.values():
                 idx = None  # the whole chunk (the common case: one device backend)
-                m0, m1, t0 = s0s, s1s, chunk[1::F]
+                m0, m1, t0 = s0s, s1s, chunk[Field.T0 :: F]
             else:
                 idx = [i for i, k in enumerate(keys) if by_key[k] is t]
-                m0, m1, t0 = [s0s[i] for i in idx], [s1s[i] for i in idx], [chunk[i * F + 1] for i in idx]
+                m0, m1, t0 = [s0s[i] for i in idx], [s1s[i] for i in idx], [chunk[i * F + Field.T0] for i in idx]
             got: tuple[list, list] | None = None
             if not self.timing_failed:
                 try:
@@ -159,7 +140,7 @@ class Log:
     def finish(self) -> None:
         """Aggregate what is still in the ring (before :meth:`summary`), noting the bytes each
         free gave back for its span."""
-        self._freed = {}
+        self.freed = {}
         for entry in self.ring:
             self.aggregate(entry)
 
@@ -167,20 +148,24 @@ class Log:
         # Each field is one strided slice of the flat chunk; the bulk, launches without errors,
         # is summed per kernel with sum() and compress() (C loops); the rest one by one.
         chunk, spans = entry
-        s0s, s1s = spans if spans is not None else (chunk[9::F], chunk[10::F])
-        kinds = chunk[0::F]
-        t0s, t1s, keys, errs = chunk[1::F], chunk[2::F], chunk[4::F], chunk[11::F]
+        s0s, s1s = spans if spans is not None else (chunk[Field.M0 :: F], chunk[Field.M1 :: F])
+        kinds = chunk[Field.KIND :: F]
+        t0s, t1s, keys, errs = (chunk[f::F] for f in (Field.T0, Field.T1, Field.KEY, Field.ERROR))
         rest: Any = ()
-        if kinds.count("launch") != len(kinds):
-            mask = list(map(operator.eq, kinds, itertools.repeat("launch")))
+        if kinds.count(LAUNCH) != len(kinds):
+            mask = list(map(operator.eq, kinds, itertools.repeat(LAUNCH)))
             other = list(map(operator.not_, mask))
-            fields = [list(itertools.compress(chunk[i::F], other)) for i in range(F)]
-            rest = zip(zip(*fields), itertools.compress(s0s, other), itertools.compress(s1s, other))
+            named = (Field.KIND, Field.T0, Field.T1, Field.THREAD, Field.KEY, Field.A, Field.B, Field.ERROR)
+            rest = zip(
+                *(itertools.compress(chunk[f::F], other) for f in named),
+                itertools.compress(s0s, other),
+                itertools.compress(s1s, other),
+            )
             t0s, t1s, keys, errs, s0s, s1s = (
                 list(itertools.compress(v, mask)) for v in (t0s, t1s, keys, errs, s0s, s1s)
             )
         if errs.count(None) != len(errs):
-            self.failures["launch"] = self.failures.get("launch", 0) + len(errs) - errs.count(None)
+            self.failures[LAUNCH] = self.failures.get(LAUNCH, 0) + len(errs) - errs.count(None)
             ok = list(map(operator.is_, errs, itertools.repeat(None)))
             t0s, t1s, keys, s0s, s1s = (list(itertools.compress(v, ok)) for v in (t0s, t1s, keys, s0s, s1s))
         if keys:
@@ -194,13 +179,12 @@ class Log:
             else:
                 for key, a, b, c, d in zip(keys, t0s, t1s, s0s, s1s):
                     self._launches(key, [a], [b], [c], [d])
-        for r, s0, s1 in rest:
-            kind, t0, t1, tid, key, a, b, _c, _d, _m0, _m1, err = r
+        for kind, t0, t1, tid, key, a, b, err, s0, s1 in rest:  # the fields named above, in order
             if err is not None:
                 self.failures[kind] = self.failures.get(kind, 0) + 1
-                if kind != "compile":
+                if kind != COMPILE:
                     continue
-            elif kind == "copy":
+            elif kind == COPY:
                 cp = self.copies.get(a)
                 if cp is None:
                     cp = self.copies[a] = [0, 0, 0, 0, 0, 0]
@@ -211,19 +195,19 @@ class Log:
                     cp[3] += 1
                     cp[4] += s1 - s0
                     cp[5] += b
-            elif kind == "compile":
+            elif kind == COMPILE:
                 how = "failed" if err is not None else b
                 cs = self.compiles.setdefault(how, [0, 0])
                 cs[0] += 1
                 cs[1] += t1 - t0
-            elif kind == "allocate" or kind == "free":
+            elif kind in (ALLOC, FREE):
                 freed = self._memory(kind, str(self.reg[key]), a, b)
-                if freed is not None and self._freed is not None:
-                    self._freed[(tid, t0)] = freed
-            elif kind == "synchronize":
+                if freed is not None and self.freed is not None:
+                    self.freed[(tid, t0)] = freed
+            elif kind == SYNC:
                 self.syncs[0] += 1
                 self.syncs[1] += t1 - t0
-            elif kind == "memset":
+            elif kind == MEMSET:
                 self.memsets[0] += 1
                 self.memsets[1] += a
 
@@ -249,7 +233,7 @@ class Log:
         st = self.alloc.get(dev)
         if st is None:
             st = self.alloc[dev] = {"allocations": 0, "frees": 0, "bytes": 0, "live": 0, "peak_live": 0}
-        if kind == "allocate":
+        if kind == ALLOC:
             st["allocations"] += 1
             st["bytes"] += a
             st["live"] += a
@@ -316,7 +300,7 @@ class Log:
         flat: list[tuple[tuple, Any, Any]] = []
         for chunk, spans in self.ring:
             records = zip(*(chunk[i::F] for i in range(F)))
-            flat.extend(zip(records, *(spans if spans is not None else (chunk[9::F], chunk[10::F]))))
+            flat.extend(zip(records, *(spans if spans is not None else (chunk[Field.M0 :: F], chunk[Field.M1 :: F]))))
         return flat[-self.max_events :] if len(flat) > self.max_events else flat
 
 
@@ -341,28 +325,3 @@ def _resolve_with(timer: Any, m0: list, m1: list, t0: list) -> tuple[list, list]
             s0s.append(begin)
             s1s.append(max(sp[1], begin))
     return s0s, s1s
-
-
-def write(path: str, log: Log) -> None:
-    """Write the trace of ``log`` to ``path`` (see :func:`write_doc`)."""
-    from ._tracejson import events
-
-    write_doc(path, {"traceEvents": events(log), "displayTimeUnit": "ms", "kernelbay": log.summary()})
-
-
-def write_doc(path: str, doc: dict[str, Any]) -> None:
-    """Write a trace atomically: a temporary file in the same directory, renamed into place,
-    so a reader (or a second process writing the same path) never sees half a file."""
-    d = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".kbtrace-", suffix=".json", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"), default=str)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the trace from the viewer's user
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

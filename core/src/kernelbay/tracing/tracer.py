@@ -2,16 +2,17 @@
 
 The tracer is an extension plugin (:func:`kernelbay.register`) made of ``wrapper=True`` hook
 implementations, the mechanism hookspecs.py offers every extension. Its hot-path wrappers
-(allocate, free, copy, launch) also carry a positional form (``kernelbay_positional``), so
-the core chains them as direct calls instead of going through pluggy; with no trace running
-nothing is registered and the hot path is exactly what it is without this module.
+(allocate, free, copy, launch) also carry a positional form (``kernelbay_positional``, made by
+:mod:`.hot`), so the core chains them as direct calls instead of going through pluggy; with no
+trace running nothing is registered and the hot path is exactly what it is without this
+package.
 
-Each call extends a flat list by one record (two clock reads, no formatting); every
-``CHUNK`` records the list is folded (:mod:`kernelbay._tracefile`): device spans resolved in
-one batch per timer, the records kept in a ring of the newest ``max_events``, and the chunk
-leaving the ring summed into the whole-run aggregates (per kernel, with C-level loops).
-The file is written at the end (context exit, :meth:`Tracer.stop`, or interpreter exit), to a
-temporary file renamed into place.
+Each call extends a flat list by one record (:mod:`.records`: two clock reads, no
+formatting); every ``CHUNK`` records the list is folded (:mod:`.tracefile`): device spans
+resolved in one batch per timer, the records kept in a ring of the newest ``max_events``, and
+the chunk leaving the ring summed into the whole-run aggregates (per kernel, with C-level
+loops). The file is written at the end (context exit, :meth:`Tracer.stop`, or interpreter
+exit) by :mod:`.chrome`, to a temporary file renamed into place.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ import threading
 from time import perf_counter_ns
 from typing import Any
 
-from . import _tracehot
-from ._tracerec import ALLOC, CHUNK, COMPILE, COPY, FIELDS, FREE, LAUNCH, MEMSET, SYNC, copy_ends, err_text
-from .errors import InvalidArgumentError
-from .hookspecs import hookimpl
+from .. import _api, cache
+from .._plugins import runtime
+from ..errors import InvalidArgumentError
+from ..hookspecs import hookimpl
+from . import chrome, hot, nvtx
+from .records import ALLOC, CHUNK, COMPILE, COPY, FREE, LAUNCH, MEMSET, SIZE, SYNC, copy_ends, err_text
+from .tracefile import Log
 
 __all__ = ["ENV_DEVICE", "ENV_MAX_EVENTS", "ENV_TRACE", "Tracer", "current", "trace"]
 
@@ -51,6 +55,10 @@ def _flag(name: str, default: bool) -> bool:
 class Tracer:
     """Records kernelbay's operations while registered; :meth:`stop` writes the trace.
 
+    Its hot wrappers (:mod:`.hot`) use it through the wrapper protocol only
+    (:class:`.hot.Recorder`): ``buf``, ``chunk``, ``reg``, :meth:`fold`, :meth:`ref` and
+    :meth:`timer`.
+
     :param path: the JSON file to write; ``{pid}`` in it becomes the process id.
     :param max_events: how many records the timeline keeps (the newest); the summary in the
         file counts every call regardless. Default ``KERNELBAY_TRACE_MAX_EVENTS`` or 100,000.
@@ -62,9 +70,7 @@ class Tracer:
     def __init__(
         self, path: str | os.PathLike[str], max_events: int | None = None, device_timing: bool | None = None
     ) -> None:
-        from . import _tracefile  # json, tempfile: only once a trace is asked for
-
-        self.path = _tracefile.check_path(os.fspath(path))
+        self.path = chrome.check_path(os.fspath(path))
         if max_events is None:
             raw = os.environ.get(ENV_MAX_EVENTS, "")
             try:
@@ -74,18 +80,20 @@ class Tracer:
         if max_events < 1:
             raise InvalidArgumentError(f"max_events must be >= 1, got {max_events}")
         self.device_timing = _flag(ENV_DEVICE, True) if device_timing is None else device_timing
-        # Flat: record i is buf[12 * i : 12 * i + 12], added by one extend() (atomic under the
-        # GIL, so records of threads never interleave). No tuple outlives the call: nothing for
-        # the garbage collector to track, and a fold reads each field as one strided slice.
+        #: the records not folded yet, flat: record i is ``buf[SIZE * i : SIZE * (i + 1)]``
+        #: (:mod:`.records`), each added by one ``extend`` call
         self.buf: list[Any] = []
-        # id -> the kernel, device, stream or source records name (kept alive, so no id in a
-        # record can be reused by another object while the trace runs)
+        #: id -> the kernel, device, stream or source a record names by id (kept alive, so no
+        #: id in a record can be reused by another object while the trace runs)
         self.reg: dict[int, Any] = {}
         #: records per fold (this module's CHUNK when the tracer is made; tests lower it)
         self.chunk = CHUNK
-        self.log = _tracefile.Log(max_events, os.getpid(), self.chunk, self.reg)
+        self.log = Log(max_events, os.getpid(), self.chunk, self.reg)
         self.running = False
-        self._timers: dict[str, Any] = {}
+        #: backend name -> its device timer (``None``: host spans only), asked of the backend
+        #: the first time its calls are wrapped; set an entry before :meth:`start` to choose
+        #: the timer (the benchmarks compare timers so). Each is closed when the trace ends.
+        self.timers: dict[str, Any] = {}
         self._fold_lock = threading.Lock()
         self._tls = threading.local()
         self._seen: set[Any] = set()
@@ -93,9 +101,11 @@ class Tracer:
     # --- lifecycle --------------------------------------------------------------------
 
     def start(self) -> Tracer:
-        global _active
-        from . import _api, cache
+        """Start recording (``with tracer:`` does this).
 
+        :raises InvalidArgumentError: when a trace is already recording in this process.
+        """
+        global _active
         with _active_lock:
             if _active is not None:
                 raise InvalidArgumentError(
@@ -114,10 +124,9 @@ class Tracer:
         return self
 
     def stop(self) -> str:
-        """Stop recording and write the file; returns its path. Stopping twice is harmless."""
+        """Stop recording, close the device timers (``close()``, where a timer has it) and write
+        the file; returns its path. Stopping twice is harmless."""
         global _active
-        from . import _api, cache
-
         if not self.running:
             return self.path
         self.running = False
@@ -129,12 +138,13 @@ class Tracer:
             with _active_lock:
                 if _active is self:
                     _active = None
-        self.fold()
+        try:
+            self.fold()
+        finally:
+            self._close_timers()
         self.log.finish()
         self.log.memory_stats = _memory_stats()
-        from . import _tracefile
-
-        _tracefile.write(self.path, self.log)
+        chrome.write(self.path, self.log)
         log.info("kernelbay trace written to %s (%d calls)", self.path, self.log.total)
         return self.path
 
@@ -151,34 +161,49 @@ class Tracer:
             n = len(buf)
             chunk = buf[:n]
             del buf[:n]  # appends from other threads meanwhile land after n and stay
-            self.log.fold(chunk, self._timers)
+            self.log.fold(chunk, self.timers)
 
-    def _ref(self, obj: Any) -> int | None:
-        """``obj``'s id, keeping ``obj`` in ``self.reg`` (``None`` stays ``None``)."""
+    def ref(self, obj: Any) -> int | None:
+        """``obj``'s id, keeping ``obj`` in ``reg`` (``None`` stays ``None``)."""
         if obj is None:
             return None
         self.reg[id(obj)] = obj
         return id(obj)
 
-    def _copy_ends(self, dst: Any, src: Any) -> tuple[int | None, str]:
-        dev, direction = copy_ends(dst, src)
-        return self._ref(dev), direction
-
-    def _timer(self, b: Any) -> Any:
+    def timer(self, binding: Any) -> Any:
+        """The device timer of ``binding``'s backend (its ``kernelbay_device_timer``, asked once
+        per trace), or ``None``: device timing is off, or the backend has none."""
         if not self.device_timing:
             return None
-        if b.name not in self._timers:
-            from ._plugins import runtime
-
+        name = binding.name
+        if name not in self.timers:
             # The backend's own implementation, called directly: the binding may not have
             # resolved this hook yet (the core is binding the hot path right now).
-            impls = runtime.own_impls(b.plugin, "kernelbay_device_timer")
+            impls = runtime.own_impls(binding.plugin, "kernelbay_device_timer")
             try:
-                self._timers[b.name] = impls[0].function() if impls else None
+                self.timers[name] = impls[0].function() if impls else None
             except Exception:
-                log.warning("kernelbay trace: backend %r has no working device timer", b.name, exc_info=True)
-                self._timers[b.name] = None
-        return self._timers[b.name]
+                log.warning("kernelbay trace: backend %r has no working device timer", name, exc_info=True)
+                self.timers[name] = None
+        return self.timers[name]
+
+    def _close_timers(self) -> None:
+        """The trace has ended: each timer's optional ``close()`` (CUPTI turns its activities
+        off there), once per timer object; a failing one is logged, never raised."""
+        done: set[int] = set()
+        for name, t in self.timers.items():
+            close = getattr(t, "close", None)
+            if close is None or id(t) in done:
+                continue
+            done.add(id(t))
+            try:
+                close()
+            except Exception:
+                log.warning("kernelbay trace: closing the device timer of %r failed", name, exc_info=True)
+
+    def _copy_ends(self, dst: Any, src: Any) -> tuple[int | None, str]:
+        dev, direction = copy_ends(dst, src)
+        return self.ref(dev), direction
 
     # --- compile: a pluggy wrapper (not hot); the cache reports disk hits and misses ------
 
@@ -190,7 +215,7 @@ class Tracer:
     def _add(self, *fields: Any, err: str | None = None) -> None:
         """Append one record: ``fields`` from its start, ``None`` up to the error slot, then
         ``err`` (one ``extend`` call, so records of several threads never interleave)."""
-        self.buf.extend((*fields, *(None,) * (FIELDS - 1 - len(fields)), err))
+        self.buf.extend((*fields, *(None,) * (SIZE - 1 - len(fields)), err))
 
     @hookimpl(wrapper=True)
     def kernelbay_compile(self, device: Any, source: Any) -> Any:
@@ -203,7 +228,7 @@ class Tracer:
             handle = yield
         except BaseException as exc:
             self._add(
-                COMPILE, t0, perf_counter_ns(), tid, self._ref(device), self._ref(source), "failed", err=err_text(exc)
+                COMPILE, t0, perf_counter_ns(), tid, self.ref(device), self.ref(source), "failed", err=err_text(exc)
             )
             raise
         finally:
@@ -218,7 +243,7 @@ class Tracer:
             how = "uncached"  # no disk lookup: kept from before the trace, or a backend without a disk cache
         self._seen.add(key)
         self._seen.add(id(handle))
-        self._add(COMPILE, t0, t1, tid, self._ref(device), self._ref(source), how)
+        self._add(COMPILE, t0, t1, tid, self.ref(device), self.ref(source), how)
         return handle
 
     @hookimpl(wrapper=True)
@@ -228,22 +253,20 @@ class Tracer:
         try:
             r = yield
         except BaseException as exc:
-            self._add(SYNC, t0, perf_counter_ns(), tid, self._ref(device), self._ref(stream), err=err_text(exc))
+            self._add(SYNC, t0, perf_counter_ns(), tid, self.ref(device), self.ref(stream), err=err_text(exc))
             raise
-        self._add(SYNC, t0, perf_counter_ns(), tid, self._ref(device), self._ref(stream))
+        self._add(SYNC, t0, perf_counter_ns(), tid, self.ref(device), self.ref(stream))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_memset(self, dst: Any, value: int, nbytes: int, stream: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self._add(
-            MEMSET, t0, perf_counter_ns(), threading.get_ident(), self._ref(dst.device), nbytes, self._ref(stream)
-        )
+        self._add(MEMSET, t0, perf_counter_ns(), threading.get_ident(), self.ref(dst.device), nbytes, self.ref(stream))
         return r
 
     # --- the hot path: pluggy wrappers (used when another extension without a positional
-    # form wraps the same hook), each with the positional form the core chains (_tracehot) --
+    # form wraps the same hook), each with the positional form the core chains (.hot) ------
 
     @hookimpl(wrapper=True)
     def kernelbay_launch(self, kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
@@ -257,7 +280,7 @@ class Tracer:
         t0 = perf_counter_ns()
         r = yield
         self._add(
-            COPY, t0, perf_counter_ns(), threading.get_ident(), *self._copy_ends(dst, src), nbytes, self._ref(stream)
+            COPY, t0, perf_counter_ns(), threading.get_ident(), *self._copy_ends(dst, src), nbytes, self.ref(stream)
         )
         return r
 
@@ -265,20 +288,18 @@ class Tracer:
     def kernelbay_allocate(self, device: Any, nbytes: int) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self._add(ALLOC, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), nbytes, id(r))
+        self._add(ALLOC, t0, perf_counter_ns(), threading.get_ident(), self.ref(device), nbytes, id(r))
         return r
 
     @hookimpl(wrapper=True)
     def kernelbay_free(self, device: Any, handle: Any) -> Any:
         t0 = perf_counter_ns()
         r = yield
-        self._add(FREE, t0, perf_counter_ns(), threading.get_ident(), self._ref(device), id(handle))
+        self._add(FREE, t0, perf_counter_ns(), threading.get_ident(), self.ref(device), id(handle))
         return r
 
 
 def _memory_stats() -> dict[str, Any]:
-    from ._plugins import runtime
-
     out: dict[str, Any] = {}
     for b in list(runtime.bindings.values()):
         try:
@@ -294,8 +315,12 @@ def _memory_stats() -> dict[str, Any]:
     return out
 
 
-# The positional forms live in _tracehot (kept apart: they are the code that runs per call).
-_tracehot.install(Tracer)
+# The positional forms the core chains as direct calls (kept apart in .hot: the code that runs
+# per call).
+Tracer.kernelbay_launch.kernelbay_positional = hot.make_launch  # type: ignore[attr-defined]
+Tracer.kernelbay_copy.kernelbay_positional = hot.make_copy  # type: ignore[attr-defined]
+Tracer.kernelbay_allocate.kernelbay_positional = hot.make_allocate  # type: ignore[attr-defined]
+Tracer.kernelbay_free.kernelbay_positional = hot.make_free  # type: ignore[attr-defined]
 
 
 def trace(path: str | os.PathLike[str], *, max_events: int | None = None, device_timing: bool | None = None) -> Tracer:
@@ -328,10 +353,8 @@ def current() -> Tracer | None:
 def start_from_env() -> Tracer | None:
     """Start the trace ``KERNELBAY_TRACE`` asks for (at ``import kernelbay``), written at exit,
     and the NVTX ranges ``KERNELBAY_NVTX=1`` asks for."""
-    from . import _nvtx
-
-    if _flag(_nvtx.ENV_NVTX, False):
-        _nvtx.enable()
+    if _flag(nvtx.ENV_NVTX, False):
+        nvtx.enable()
     path = os.environ.get(ENV_TRACE, "").strip()
     if not path or _active is not None:
         return None

@@ -2,7 +2,7 @@
 
 Needs the ``nvtx`` package (``pip install nvtx``); off by default. While on, every compile,
 allocate, free, copy, launch, memset and synchronize is a range in the ``kernelbay`` NVTX
-domain, named like the spans of :mod:`kernelbay.trace` (``launch saxpy``, ``copy HtoD``...),
+domain, named like the spans of :func:`kernelbay.trace` (``launch saxpy``, ``copy HtoD``...),
 so an ``nsys profile`` capture shows which kernelbay call queued which CUDA work. Like the
 tracer it is an extension plugin of ``wrapper=True`` hooks; its hot-path wrappers carry
 positional forms, so it costs two NVTX calls per operation and no pluggy call.
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._tracerec import copy_ends
-from .errors import UnsupportedError
-from .hookspecs import hookimpl
+from .. import _api
+from ..errors import UnsupportedError
+from ..hookspecs import hookimpl
+from .records import copy_ends
 
 ENV_NVTX = "KERNELBAY_NVTX"
 DOMAIN = "kernelbay"
@@ -23,7 +24,7 @@ _active: NvtxRanges | None = None
 
 
 def _nvtx() -> Any:
-    try:
+    try:  # optional (the [nvtx] extra): imported when ranges are turned on
         import nvtx
     except ImportError:
         raise UnsupportedError(
@@ -99,7 +100,7 @@ def _copy_label(dst: Any, src: Any, nbytes: int, stream: Any) -> str:
 
 
 def _install(cls: Any) -> None:
-    """Attach the positional forms to the hook implementations (as _tracehot.install does)."""
+    """Attach the positional forms to the hook implementations (as the tracer does with .hot's)."""
     cls.kernelbay_launch.kernelbay_positional = _positional(lambda k, *a: f"launch {k.name}")
     cls.kernelbay_copy.kernelbay_positional = _positional(_copy_label)
     cls.kernelbay_allocate.kernelbay_positional = _positional(lambda *a: "allocate")
@@ -116,8 +117,6 @@ def enable() -> NvtxRanges:
     """
     global _active
     if _active is None:
-        from . import _api
-
         plugin = NvtxRanges()
         _api.register(plugin, name="kernelbay-nvtx")
         _active = plugin
@@ -128,7 +127,5 @@ def disable() -> None:
     """Turn NVTX ranges off."""
     global _active
     if _active is not None:
-        from . import _api
-
         _api.unregister(_active)
         _active = None

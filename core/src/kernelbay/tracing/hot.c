@@ -1,17 +1,21 @@
-/* The tracer's launch wrapper in C (kernelbay._tracehot builds it at the first trace with
- * kernelbay.native.load_extension; without a compiler the Python wrapper in _tracehot.py runs).
+/* The tracer's launch wrapper in C (kernelbay.tracing.hot builds it at the first trace with
+ * kernelbay.native.load_extension; without a compiler the Python wrapper in hot.py runs).
  *
- * Launch(inner, buf, limit, fold, on_error, mode, mark) is called as the backend's launch
- * function is, (kernel, grid, block, args, shared_mem, stream), and does what _tracehot.py's
+ * Launch(inner, buf, limit, fold, on_error, mode, mark, kind, fields) is called as the backend's
+ * launch function is, (kernel, grid, block, args, shared_mem, stream), and does what hot.py's
  * launch wrappers do: reads the clock, calls the timer's mark (mode 2), calls inner, reads the
- * clock again and appends one record of FIELDS items to the flat list buf, with no Python code
- * run in between (so records of several threads never interleave), then calls fold() once buf
- * holds more than limit items.
+ * clock again and appends one record to the flat list buf, with no Python code run in between
+ * (so records of several threads never interleave), then calls fold() once buf holds more than
+ * limit items.
  *
- * mode 0: host spans only, the device-time slots None; mode 1: a synchronous backend, the
- * device span is the call itself (t0, t1); mode 2: mark(kernel.device, stream) before and
- * after the call, the marks in the device-time slots (a mark that raises gives None: tracing
- * never fails the launch it watches).
+ * The record's layout is not known here: fields is the tuple of field names in record order
+ * (kernelbay.tracing.records.NAMES, from its Field enum). This file fills the fields it has by
+ * name -- KIND (kind), T0, T1, THREAD, KEY (the kernel), A (grid), B (block), C (shared_mem),
+ * D (the stream), M0, M1 -- and leaves every other field None.
+ *
+ * mode 0: host spans only, M0 and M1 None; mode 1: a synchronous backend, the device span is
+ * the call itself (t0, t1); mode 2: mark(kernel.device, stream) before and after the call, the
+ * marks in M0 and M1 (a mark that raises gives None: tracing never fails the launch it watches).
  *
  * When inner raises, on_error(t0, kernel, grid, block, shared_mem, stream, m0, exc) records it
  * (and gives the start mark back); the launch's own exception is then raised unchanged.
@@ -30,7 +34,11 @@
 #include <time.h>
 #endif
 
-#define FIELDS 12
+/* The fields this wrapper fills, by name; where each goes comes from the fields tuple. */
+enum { F_KIND, F_T0, F_T1, F_THREAD, F_KEY, F_A, F_B, F_C, F_D, F_M0, F_M1, N_FILLED };
+static const char *const filled_names[N_FILLED] = {"KIND", "T0", "T1", "THREAD", "KEY", "A",
+                                                   "B", "C", "D", "M0", "M1"};
+#define MAX_FIELDS 64 /* a record's items are gathered on the stack */
 
 static PyObject *s_device;
 
@@ -40,6 +48,8 @@ typedef struct {
     PyObject *inner, *buf, *fold, *on_error, *mark, *kind;
     Py_ssize_t limit;
     int mode;
+    Py_ssize_t size;         /* items per record */
+    Py_ssize_t at[N_FILLED]; /* the index of each filled field in the record */
     unsigned long tid;  /* the thread of the last call, and */
     PyObject *tid_obj;  /* its id as an int (one object for all of that thread's records) */
 } Launch;
@@ -119,10 +129,23 @@ static PyObject *launch_call(Launch *self, PyObject *const *a, size_t nargsf, Py
         m0 = (Py_INCREF(t0o), t0o);
         m1 = (Py_INCREF(t1o), t1o);
     }
-    PyObject *rec[FIELDS] = {self->kind, t0o, t1o, tid, a[0], a[1], a[2], a[4], a[5],
-                             m0 ? m0 : Py_None, m1 ? m1 : Py_None, Py_None};
+    PyObject *rec[MAX_FIELDS];
+    Py_ssize_t size = self->size;
+    for (Py_ssize_t i = 0; i < size; i++) rec[i] = Py_None;
+    const Py_ssize_t *at = self->at;
+    rec[at[F_KIND]] = self->kind;
+    rec[at[F_T0]] = t0o;
+    rec[at[F_T1]] = t1o;
+    rec[at[F_THREAD]] = tid;
+    rec[at[F_KEY]] = a[0];
+    rec[at[F_A]] = a[1];
+    rec[at[F_B]] = a[2];
+    rec[at[F_C]] = a[4];
+    rec[at[F_D]] = a[5];
+    rec[at[F_M0]] = m0 ? m0 : Py_None;
+    rec[at[F_M1]] = m1 ? m1 : Py_None;
     PyObject *buf = self->buf;
-    for (int i = 0; i < FIELDS; i++) {
+    for (Py_ssize_t i = 0; i < size; i++) {
         if (PyList_Append(buf, rec[i]) < 0) { /* only out of memory; drop the partial record */
             Py_ssize_t n = PyList_GET_SIZE(buf);
             PyList_SetSlice(buf, n - i, n, NULL);
@@ -153,18 +176,51 @@ fail:
     return NULL;
 }
 
+/* Where each filled field goes, from fields (the names in record order); -1 on a bad tuple. */
+static int read_layout(Launch *self, PyObject *fields) {
+    Py_ssize_t size = PyTuple_GET_SIZE(fields);
+    if (size < N_FILLED || size > MAX_FIELDS) {
+        PyErr_Format(PyExc_ValueError, "Launch: a record of %zd fields (from %d to %d)", size, N_FILLED, MAX_FIELDS);
+        return -1;
+    }
+    for (int f = 0; f < N_FILLED; f++) {
+        self->at[f] = -1;
+        for (Py_ssize_t i = 0; i < size; i++) {
+            PyObject *name = PyTuple_GET_ITEM(fields, i);
+            if (!PyUnicode_Check(name)) {
+                PyErr_SetString(PyExc_TypeError, "Launch: fields holds the field names (str)");
+                return -1;
+            }
+            if (PyUnicode_CompareWithASCIIString(name, filled_names[f]) == 0) {
+                if (self->at[f] >= 0) {
+                    PyErr_Format(PyExc_ValueError, "Launch: field %s is named twice", filled_names[f]);
+                    return -1;
+                }
+                self->at[f] = i;
+            }
+        }
+        if (self->at[f] < 0) {
+            PyErr_Format(PyExc_ValueError, "Launch: fields has no %s", filled_names[f]);
+            return -1;
+        }
+    }
+    self->size = size;
+    return 0;
+}
+
 static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
-    PyObject *inner, *buf, *fold, *on_error, *mark, *kind;
+    PyObject *inner, *buf, *fold, *on_error, *mark, *kind, *fields;
     Py_ssize_t limit;
     int mode;
-    static char *names[] = {"inner", "buf", "limit", "fold", "on_error", "mode", "mark", "kind", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!nOOiOU", names, &inner, &PyList_Type, &buf, &limit, &fold,
-                                     &on_error, &mode, &mark, &kind))
+    static char *names[] = {"inner", "buf", "limit", "fold", "on_error", "mode", "mark", "kind", "fields", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!nOOiOUO!", names, &inner, &PyList_Type, &buf, &limit, &fold,
+                                     &on_error, &mode, &mark, &kind, &PyTuple_Type, &fields))
         return -1;
     if (mode < 0 || mode > 2 || (mode == 2 && !PyCallable_Check(mark))) {
         PyErr_SetString(PyExc_ValueError, "Launch: mode is 0, 1 or 2 (2 with a callable mark)");
         return -1;
     }
+    if (read_layout(self, fields) < 0) return -1;
     Py_INCREF(inner);
     Py_INCREF(buf);
     Py_INCREF(fold);
@@ -223,7 +279,7 @@ static PyTypeObject LaunchType = {
     .tp_name = "_kb_tracehot.Launch",
     .tp_basicsize = sizeof(Launch),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "The tracer's launch wrapper (see kernelbay._tracehot).",
+    .tp_doc = "The tracer's launch wrapper (see kernelbay.tracing.hot).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Launch_init,
     .tp_dealloc = (destructor)Launch_dealloc,

@@ -1,6 +1,7 @@
-"""The tracer's C launch wrapper (_tracehot.c) against its Python twin: the same records in
-every mode (host spans, synchronous backend, marked by a device timer), the same behaviour
-when the launch raises or a mark does, and a clock that is perf_counter_ns's."""
+"""The tracer's C launch wrapper (kernelbay/tracing/hot.c) against its Python twin: the same
+records, read by field name (records.Field), in every mode (host spans, synchronous backend,
+marked by a device timer), the same behaviour when the launch raises or a mark does, a record
+layout handed over from Python, and a clock that is perf_counter_ns's."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import traceback
 from typing import Any
 
 import pytest
-from kernelbay import _tracehot
-from kernelbay._tracerec import CHUNK, FIELDS, LAUNCH
+from kernelbay.tracing import hot
+from kernelbay.tracing.records import CHUNK, LAUNCH, NAMES, SIZE, Field
 
-mod = _tracehot.c_module()
+mod = hot.c_module()
 pytestmark = pytest.mark.skipif(mod is None, reason="the C trace wrapper cannot be built here (see kernelbay info)")
 
 
@@ -47,23 +48,23 @@ class Timer:
 
 
 class Tr:
-    """What the wrappers use of a Tracer."""
+    """The wrapper protocol (hot.Recorder), and nothing more of a Tracer."""
 
     def __init__(self, timer: Any = None) -> None:
         self.chunk = CHUNK
         self.buf: list[Any] = []
-        self.timer = timer
+        self.the_timer = timer
         self.folds = 0
         self.reg: dict[int, Any] = {}
 
-    def _timer(self, b: Any) -> Any:
-        return self.timer
+    def timer(self, b: Any) -> Any:
+        return self.the_timer
 
     def fold(self) -> None:
         self.folds += 1
         self.buf.clear()
 
-    def _ref(self, obj: Any) -> Any:
+    def ref(self, obj: Any) -> Any:
         return None if obj is None else id(obj)
 
 
@@ -73,8 +74,10 @@ def inner(kernel: Any, grid: Any, block: Any, args: Any, shm: int, stream: Any) 
     return ("launched", grid)
 
 
-def records(buf: list[Any]) -> list[tuple]:
-    return [tuple(buf[i : i + FIELDS]) for i in range(0, len(buf), FIELDS)]
+def records(buf: list[Any]) -> list[dict[str, Any]]:
+    """The records in ``buf``, each as {field name: value}."""
+    assert len(buf) % SIZE == 0
+    return [{f.name: buf[i + f] for f in Field} for i in range(0, len(buf), SIZE)]
 
 
 def both(timer_factory: Any) -> list[tuple[Tr, Any, Any]]:
@@ -82,14 +85,14 @@ def both(timer_factory: Any) -> list[tuple[Tr, Any, Any]]:
     for use_c in (True, False):
         timer = timer_factory()
         tr = Tr(timer)
-        out.append((tr, timer, _tracehot._make_launch(tr, inner, None, use_c=use_c)))
+        out.append((tr, timer, hot.make_launch(tr, inner, None, use_c=use_c)))
     return out
 
 
 def test_the_c_wrapper_is_the_one_made() -> None:
     tr = Tr()
-    assert type(_tracehot._make_launch(tr, inner, None)) is mod.Launch
-    assert callable(_tracehot._make_launch(tr, inner, None, use_c=False))
+    assert type(hot.make_launch(tr, inner, None)) is mod.Launch
+    assert callable(hot.make_launch(tr, inner, None, use_c=False))
 
 
 @pytest.mark.parametrize("mode", ["host", "sync", "marked"])
@@ -101,11 +104,11 @@ def test_same_records_as_the_python_wrapper(mode: str) -> None:
         before = time.perf_counter_ns()
         assert w(k, (2,), 64, (1, 2), 16, stream) == ("launched", (2,))
         after = time.perf_counter_ns()
-        (rec,) = records(tr.buf)
-        kind, t0, t1, tid, kern, grid, block, shm, st, m0, m1, err = rec
-        assert kind == LAUNCH and kern is k and grid == (2,) and block == 64 and shm == 16 and st is stream
-        assert before <= t0 <= t1 <= after and tid == threading.get_ident() and err is None
-        got.append((m0, m1) if mode != "sync" else (m0 == t0, m1 == t1))
+        (r,) = records(tr.buf)
+        assert r["KIND"] == LAUNCH and r["KEY"] is k and r["A"] == (2,) and r["B"] == 64 and r["C"] == 16
+        assert r["D"] is stream and r["ERROR"] is None and r["THREAD"] == threading.get_ident()
+        assert before <= r["T0"] <= r["T1"] <= after
+        got.append((r["M0"], r["M1"]) if mode != "sync" else (r["M0"] == r["T0"], r["M1"] == r["T1"]))
     expected = {"host": (None, None), "sync": (True, True), "marked": (1, 2)}[mode]
     assert got == [expected, expected]
 
@@ -121,7 +124,8 @@ def test_a_mark_that_raises_leaves_the_launch_alone() -> None:
     tr, timer, w = both(Timer)[0]  # the C one: a failing mark gives None, the launch goes on
     timer.fail = True
     assert w(Kern(), 1, 1, (), 0, None) == ("launched", 1)
-    assert records(tr.buf)[0][9:11] == (None, None)
+    (r,) = records(tr.buf)
+    assert r["M0"] is None and r["M1"] is None
 
 
 @pytest.mark.parametrize("timed", [False, True])
@@ -131,9 +135,9 @@ def test_a_launch_that_raises_is_recorded_and_its_error_kept(timed: bool) -> Non
             w(Kern(), 3, 32, "boom", 0, None)
         # the launch's own traceback, down to inner
         assert "inner" in "".join(traceback.format_tb(info.value.__traceback__))
-        (rec,) = records(tr.buf)
-        assert rec[0] == LAUNCH and rec[4].__class__ is Kern and rec[5] == 3
-        assert rec[11] == "ValueError: bad launch"
+        (r,) = records(tr.buf)
+        assert r["KIND"] == LAUNCH and r["KEY"].__class__ is Kern and r["A"] == 3 and r["B"] == 32
+        assert r["ERROR"] == "ValueError: bad launch"
         if timed:
             assert timer.given_back == [(1, None)]  # the start mark, given back
 
@@ -146,11 +150,11 @@ def test_fold_runs_past_the_limit() -> None:
 
 
 def test_fold_follows_the_tracers_own_chunk() -> None:
-    # Tracer.chunk is _trace.CHUNK when the tracer is made: tests lower it to fold often.
+    # Tracer.chunk is tracer.CHUNK when the tracer is made: tests lower it to fold often.
     for use_c in (True, False):
         tr = Tr()
         tr.chunk = 3
-        w = _tracehot._make_launch(tr, inner, None, use_c=use_c)
+        w = hot.make_launch(tr, inner, None, use_c=use_c)
         for _ in range(4):
             w(Kern(), 1, 1, (), 0, None)
         assert tr.folds == 1
@@ -174,8 +178,8 @@ def test_records_of_threads_stay_whole() -> None:
     for t in threads:
         t.join()
     recs = records(tr.buf)
-    assert len(recs) == 8000 and all(r[0] == LAUNCH and r[4] is k for r in recs)
-    assert len({r[3] for r in recs}) == 4  # each thread's own id
+    assert len(recs) == 8000 and all(r["KIND"] == LAUNCH and r["KEY"] is k for r in recs)
+    assert len({r["THREAD"] for r in recs}) == 4  # each thread's own id
 
 
 def test_the_clock_is_perf_counter_ns() -> None:
@@ -188,9 +192,30 @@ def test_the_clock_is_perf_counter_ns() -> None:
     pytest.fail(f"the C clock {c} is not between two perf_counter_ns reads {a}, {b}")
 
 
+def test_the_c_wrapper_places_fields_by_the_layout_it_is_handed() -> None:
+    # Another order, and a field the C code does not know (left None): the C side follows.
+    names = ("EXTRA", *reversed(NAMES))
+    buf: list[Any] = []
+    k, stream = Kern(), object()
+    w = mod.Launch(inner, buf, 1000, lambda: None, lambda *a: None, 1, None, LAUNCH, names)
+    w(k, 4, 8, (), 16, stream)
+    r = dict(zip(names, buf))
+    assert len(buf) == len(names) and r["EXTRA"] is None and r["ERROR"] is None
+    assert r["KIND"] == LAUNCH and r["KEY"] is k and (r["A"], r["B"], r["C"], r["D"]) == (4, 8, 16, stream)
+    assert r["M0"] == r["T0"] <= r["T1"] == r["M1"] and r["THREAD"] == threading.get_ident()
+
+
 def test_bad_construction_is_refused() -> None:
+    def make(mode: int = 0, mark: Any = None, names: Any = NAMES) -> Any:
+        return mod.Launch(inner, [], 10, lambda: None, lambda *a: None, mode, mark, LAUNCH, names)
+
     with pytest.raises(ValueError, match="mode"):
-        mod.Launch(inner, [], 10, lambda: None, lambda *a: None, 2, None, LAUNCH)
-    w = mod.Launch(inner, [], 10, lambda: None, lambda *a: None, 0, None, LAUNCH)
+        make(2)
+    with pytest.raises(ValueError, match="has no M1"):
+        make(names=tuple(n for n in NAMES if n != "M1"))
+    with pytest.raises(ValueError, match="named twice"):
+        make(names=(*NAMES, "T0"))
+    with pytest.raises(TypeError, match="names"):
+        make(names=(*NAMES, 3))
     with pytest.raises(TypeError, match="takes"):
-        w(1, 2, 3)
+        make()(1, 2, 3)

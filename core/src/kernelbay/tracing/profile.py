@@ -10,15 +10,20 @@ the busiest stretch of it (matplotlib, an optional dependency).
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import subprocess
 import sys
+import tempfile
 from typing import Any
 
-from .errors import InvalidArgumentError, UnsupportedError
+from ..errors import InvalidArgumentError, UnsupportedError
+from .chrome import check_path, write_doc
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``profile`` command to the CLI's subparsers ``sub``."""
     p = sub.add_parser("profile", help="run a command under the tracer and summarise where the time went")
     p.add_argument(
         "--trace", default=None, metavar="OUT.json", help="also keep the merged timeline (Perfetto / chrome://tracing)"
@@ -33,10 +38,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    import glob
-    import subprocess
-    import tempfile
-
+    """Run ``kernelbay profile``: the command's exit status (1 where it wrote no trace)."""
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -46,8 +48,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
         )
     if args.png:
         _need_matplotlib()
-    from ._tracefile import check_path
-
     if args.trace:
         check_path(args.trace)
     with tempfile.TemporaryDirectory(prefix="kbprofile-") as tmp:
@@ -66,8 +66,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return rc or 1
     doc = merge(docs)
     if args.trace:
-        from ._tracefile import write_doc
-
         write_doc(os.path.abspath(args.trace), doc)
     summary = summarise(doc["kernelbay"])
     if args.json:
@@ -177,6 +175,8 @@ def _bytes(n: float) -> str:
 
 
 def render(s: dict[str, Any], top: int = 15) -> str:
+    """The text ``kernelbay profile`` prints for summary ``s`` (:func:`summarise`), the
+    ``top`` kernels by time."""
     out = [f"kernelbay profile: {s['calls']} calls traced"]
     if s["dropped_records"]:
         out[0] += f" ({s['dropped_records']} oldest left out of the timeline; the figures count them all)"
@@ -218,7 +218,7 @@ def render(s: dict[str, Any], top: int = 15) -> str:
 
 
 def _need_matplotlib() -> None:
-    try:
+    try:  # optional (the [profile] extra) and heavy: looked for only when --png asks
         import matplotlib  # noqa: F401
     except ImportError:
         raise UnsupportedError(
@@ -249,7 +249,7 @@ def busiest(events: list[dict[str, Any]], bins: int = 50) -> tuple[float, float]
 def draw(events: list[dict[str, Any]], png: str) -> None:
     """A timeline picture of the busiest stretch: one row per track, spans as bars."""
     _need_matplotlib()
-    import matplotlib
+    import matplotlib  # heavy: only when a picture is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -1,14 +1,13 @@
 """The tracer's positional forms of the hot-path hooks: what runs per call while tracing.
 
 Each is made per backend binding by the core (``kernelbay_positional(tracer, inner, binding)``)
-and does the least that still gives a span: two clock reads, one record's items extended onto
-the tracer's flat list, and -- where the backend has a device timer -- two ``timer.mark`` calls.
-No record tuple outlives its call (the buffer is one flat list: nothing per record for the
-garbage collector to track), so a launch record holds its kernel and stream objects themselves
-(no lookup per call; the ring keeps them alive). Other records name their device and stream by
-id, the objects going into ``tracer.reg`` (which keeps them alive, so no id in it can be
-reused by another object while the trace runs).
-Everything else (names, directions, device times, JSON) happens later, in batches.
+and does the least that still gives a span: two clock reads, one record extended onto the
+tracer's flat list (:mod:`.records`), and -- where the backend has a device timer -- two
+``timer.mark`` calls. Everything else (names, directions, device times, JSON) happens later,
+in batches (:mod:`.tracefile`).
+
+The wrappers use a tracer only through :class:`Recorder`, the wrapper protocol; the launch
+wrapper is C (``hot.c``) where it can be built, with the Python one here as its twin.
 """
 
 from __future__ import annotations
@@ -17,23 +16,50 @@ import logging
 from importlib import resources
 from threading import get_ident
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Protocol
 
-from ._tracerec import ALLOC, COPY, FIELDS, FREE, LAUNCH, copy_ends, err_text
+from .. import native
+from .records import ALLOC, COPY, FREE, LAUNCH, NAMES, SIZE, copy_ends, err_text
+
+__all__ = ["Recorder", "c_module", "make_allocate", "make_copy", "make_free", "make_launch"]
 
 log = logging.getLogger("kernelbay.trace")
 _c: list[Any] = []  # [the C wrapper module, or None where it cannot be built here]
 
 
-def c_module() -> Any:
-    """The C launch wrapper (``_tracehot.c``), built once with :mod:`kernelbay.native` (kept in
-    the disk cache, so later processes load it in about a millisecond); ``None`` where it
-    cannot be built (no compiler, ``KERNELBAY_NATIVE=0``): the Python wrappers below run."""
-    if not _c:
-        from . import native
+class Recorder(Protocol):
+    """The wrapper protocol: all the hot wrappers use of a tracer (:class:`.tracer.Tracer`
+    implements it; a test can hand them anything that does).
 
+    * ``buf``: the flat list of records. A wrapper adds one record, :data:`.records.SIZE` items
+      in :class:`.records.Field` order, with one ``buf.extend`` call.
+    * ``chunk``: records per fold. A wrapper calls ``fold()`` once ``len(buf)`` passes
+      ``chunk * SIZE`` (read when the wrapper is made).
+    * ``reg``: id -> object, for the ids records hold; ``ref(obj)`` puts ``obj`` there and
+      returns its id (``None`` for ``None``). A wrapper may add to ``reg`` itself.
+    * ``fold()``: move the records out of ``buf`` (may block; never called from ``free``, which
+      runs from finalisers).
+    * ``timer(binding)``: the device timer of that backend binding, or ``None`` for host spans.
+    """
+
+    buf: list[Any]
+    chunk: int
+    reg: dict[int, Any]
+
+    def fold(self) -> None: ...
+
+    def ref(self, obj: Any) -> int | None: ...
+
+    def timer(self, binding: Any) -> Any: ...
+
+
+def c_module() -> Any:
+    """The C launch wrapper (``hot.c``), built once with :mod:`kernelbay.native` (kept in the
+    disk cache, so later processes load it in about a millisecond); ``None`` where it cannot be
+    built (no compiler, ``KERNELBAY_NATIVE=0``): the Python wrappers below run."""
+    if not _c:
         try:
-            src = resources.files("kernelbay").joinpath("_tracehot.c").read_text(encoding="utf-8")
+            src = resources.files(__package__).joinpath("hot.c").read_text(encoding="utf-8")
             mod = native.load_extension("_kb_tracehot", src)
         except (native.NativeUnavailable, OSError) as exc:
             log.info("kernelbay trace: the C launch wrapper is unavailable, the Python one runs: %s", exc)
@@ -42,14 +68,16 @@ def c_module() -> Any:
     return _c[0]
 
 
-def _failed(tr: Any, kind: str, t0: int, key: Any, a: Any, b: Any, c: Any, stream: Any, exc: BaseException) -> None:
+def _failed(
+    tr: Recorder, kind: str, t0: int, key: Any, a: Any, b: Any, c: Any, stream: Any, exc: BaseException
+) -> None:
     """The record of a call that raised (not hot: kept out of the wrappers' bodies)."""
     rec: tuple[Any, ...]
-    if kind == COPY:  # (device id, direction, nbytes, stream id)
-        rec = (kind, t0, perf_counter_ns(), get_ident(), tr._ref(key), a, b, tr._ref(stream))
-    else:  # launch: (kernel, grid, block, shared_mem, stream), the objects themselves
+    if kind == COPY:  # KEY device id, A direction, B nbytes, C stream id
+        rec = (kind, t0, perf_counter_ns(), get_ident(), tr.ref(key), a, b, tr.ref(stream))
+    else:  # launch: KEY the kernel, A grid, B block, C shared_mem, D the stream (the objects)
         rec = (kind, t0, perf_counter_ns(), get_ident(), key, a, b, c, stream)
-    tr.buf.extend((*rec, *(None,) * (FIELDS - 1 - len(rec)), err_text(exc)))
+    tr.buf.extend((*rec, *(None,) * (SIZE - 1 - len(rec)), err_text(exc)))
 
 
 def _unmark(timer: Any, m0: Any) -> None:
@@ -62,15 +90,20 @@ def _unmark(timer: Any, m0: Any) -> None:
             pass
 
 
-def _make_launch(tr: Any, inner: Any, b: Any, use_c: bool = True) -> Any:
+# The records below are tuple literals in Field order (KIND, T0, T1, THREAD, KEY, A, B, C, D,
+# M0, M1, ERROR): a literal is what keeps the Python wrapper within a microsecond.
+# tests/trace/test_hot_c.py reads the records of both wrappers by Field name.
+
+
+def make_launch(tr: Recorder, inner: Any, b: Any, use_c: bool = True) -> Any:
     """The launch wrapper of binding ``b``: the C one where it can be built (``use_c``), else
     one of the Python ones below; both add the same records."""
     buf = tr.buf
     add = buf.extend
     fold = tr.fold
     clock = perf_counter_ns
-    limit = tr.chunk * FIELDS
-    timer = tr._timer(b)
+    limit = tr.chunk * SIZE
+    timer = tr.timer(b)
     sync = timer is not None and getattr(timer, "synchronous", False)
     mod = c_module() if use_c else None
     if mod is not None:
@@ -82,7 +115,7 @@ def _make_launch(tr: Any, inner: Any, b: Any, use_c: bool = True) -> Any:
 
         mode = 0 if timer is None else 1 if sync else 2
         mark = timer.mark if timer is not None and mode == 2 else None
-        return mod.Launch(inner, buf, limit, fold, on_error, mode, mark, LAUNCH)
+        return mod.Launch(inner, buf, limit, fold, on_error, mode, mark, LAUNCH, NAMES)
     if timer is None:
 
         def launch(kernel: Any, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any) -> Any:
@@ -136,13 +169,14 @@ def _make_launch(tr: Any, inner: Any, b: Any, use_c: bool = True) -> Any:
     return launch_timed
 
 
-def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
+def make_copy(tr: Recorder, inner: Any, b: Any) -> Any:
+    """The copy wrapper of binding ``b``."""
     buf = tr.buf
     add = buf.extend
     reg = tr.reg
     clock = perf_counter_ns
-    limit = tr.chunk * FIELDS
-    timer = tr._timer(b)
+    limit = tr.chunk * SIZE
+    timer = tr.timer(b)
     sync = timer is not None and getattr(timer, "synchronous", False)
     mark = timer.mark if timer is not None and not sync else None
 
@@ -179,12 +213,13 @@ def _make_copy(tr: Any, inner: Any, b: Any) -> Any:
     return copy
 
 
-def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
+def make_allocate(tr: Recorder, inner: Any, b: Any) -> Any:
+    """The allocate wrapper of binding ``b``."""
     buf = tr.buf
     add = buf.extend
     clock = perf_counter_ns
-    limit = tr.chunk * FIELDS
-    ref = tr._ref
+    limit = tr.chunk * SIZE
+    ref = tr.ref
 
     def allocate(device: Any, nbytes: int) -> Any:
         t0 = clock()
@@ -201,10 +236,11 @@ def _make_allocate(tr: Any, inner: Any, b: Any) -> Any:
     return allocate
 
 
-def _make_free(tr: Any, inner: Any, b: Any) -> Any:
+def make_free(tr: Recorder, inner: Any, b: Any) -> Any:
+    """The free wrapper of binding ``b``."""
     add = tr.buf.extend
     clock = perf_counter_ns
-    ref = tr._ref
+    ref = tr.ref
 
     def free(device: Any, handle: Any) -> Any:
         # Runs from finalisers too: no fold here (it could block or take a lock mid-collection).
@@ -214,11 +250,3 @@ def _make_free(tr: Any, inner: Any, b: Any) -> Any:
         return r
 
     return free
-
-
-def install(tracer_cls: Any) -> None:
-    """Attach the positional forms to the tracer's hook implementations."""
-    tracer_cls.kernelbay_launch.kernelbay_positional = _make_launch
-    tracer_cls.kernelbay_copy.kernelbay_positional = _make_copy
-    tracer_cls.kernelbay_allocate.kernelbay_positional = _make_allocate
-    tracer_cls.kernelbay_free.kernelbay_positional = _make_free
