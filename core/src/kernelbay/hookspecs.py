@@ -573,11 +573,11 @@ def kernelbay_graph_destroy(device: Device, graph: Any) -> None:
 @hookspec(firstresult=True)
 def kernelbay_device_timer() -> Any:
     """*Optional* (fallback: ``None``, the trace has host spans only). An object that times this
-    backend's launches and copies on the device, for :mod:`kernelbay.trace`.
+    backend's launches and copies on the device, for :func:`kernelbay.trace`.
 
-    Called once per backend when a trace starts (never on the hot path while tracing is off).
-    Backends without it get host spans only: the trace shows when each call was made and how
-    long it took on the host, and no device track.
+    Called once per backend by each trace, when it starts (never on the hot path while tracing
+    is off). Backends without it get host spans only: the trace shows when each call was made
+    and how long it took on the host, and no device track.
 
     The object has two methods; both run only while a trace is recording:
 
@@ -599,6 +599,11 @@ def kernelbay_device_timer() -> Any:
       tpu backend's does), so ``span`` is never called.
     * optionally ``synchronous = True``: the work has finished when the backend's call returns
       (the cpu backend), so the device span is the call itself; neither method is called.
+    * optionally ``close() -> None``: called once when the trace that asked for the timer ends,
+      after its last ``resolve``/``span``; release what the timer holds for a trace (the cuda
+      backend's CUPTI timer turns CUPTI's activities off). The next trace calls this hook
+      again. An error it raises is logged on ``kernelbay.trace``, not raised. A timer keeps no
+      other link to the tracer: a backend never imports the tracing package.
 
     Marks should be numbers (event handles, clock values): the tracer keeps them until the
     next batch, and objects there would keep garbage collection busy.
