@@ -28,7 +28,7 @@ SIZE = "trace: file size of a 100k-launch run"
 def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) -> list[dict]:
     import kernelbay as kb
     import numpy as np
-    from kernelbay import _trace, _tracehot
+    from kernelbay.tracing import hot, tracer
 
     k = _kernels.saxpy_kernel(backend, dev)
     x = kb.asarray(np.ones(n, np.float32), device=dev)
@@ -37,22 +37,22 @@ def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) 
     b = k._b
     raw = b.launch  # tracing off: the backend's own function, as the core binds it
     with tempfile.TemporaryDirectory() as tmp:
-        host_tr = _trace.Tracer(os.path.join(tmp, "h.json"), device_timing=False)
-        dev_tr = _trace.Tracer(os.path.join(tmp, "d.json"), device_timing=True)
-        host = _tracehot._make_launch(host_tr, raw, b)
-        timed = _tracehot._make_launch(dev_tr, raw, b)
+        host_tr = tracer.Tracer(os.path.join(tmp, "h.json"), device_timing=False)
+        dev_tr = tracer.Tracer(os.path.join(tmp, "d.json"), device_timing=True)
+        host = hot.make_launch(host_tr, raw, b)
+        timed = hot.make_launch(dev_tr, raw, b)
         cases = {
             "tracing off": lambda: raw(k, 1, block, args, 0, None),
             "tracing on, host spans": lambda: host(k, 1, block, args, 0, None),
         }
-        if _tracehot.c_module() is not None:
+        if hot.c_module() is not None:
             # The Python wrapper (what runs with KERNELBAY_NATIVE=0 or no compiler), side by side.
-            host_py = _tracehot._make_launch(host_tr, raw, b, use_c=False)
+            host_py = hot.make_launch(host_tr, raw, b, use_c=False)
             cases["tracing on, host spans (Python wrapper)"] = lambda: host_py(k, 1, block, args, 0, None)
         note = f"{backend} backend"
         extra: list = []  # further tracers of the cuda timers, folded at the end
         after_batch = dev.synchronize
-        if dev_tr._timer(b) is not None:
+        if dev_tr.timer(b) is not None:
             cases["tracing on, device spans"] = lambda: timed(k, 1, block, args, 0, None)
             if backend == "cuda":
                 after_batch = _cuda_timer_cases(cases, extra, tmp, raw, b, k, block, args, dev_tr, dev)
@@ -86,19 +86,19 @@ def _cuda_timer_cases(cases: dict, extra: list, tmp: str, raw, b, k, block: int,
     beside it the C event timer (where the default is CUPTI) and the ctypes one (what
     ``KERNELBAY_NATIVE=0`` runs). CUPTI records every kernel of the process while its
     activities are on, so they are on only during the CUPTI case's batches (switched between
-    batches, untimed), and that tracer records for real (its end is what turns them off).
-    Returns the ``after_batch`` to use."""
-    from kernelbay import _trace, _tracehot
+    batches, untimed), and that tracer records for real (its end closes the CUPTI timer, which
+    turns them off). Returns the ``after_batch`` to use."""
+    from kernelbay.tracing import hot, tracer
     from kernelbay_cuda import cupti, timing
 
     def add(name: str, timer) -> None:
-        tr = _trace.Tracer(os.path.join(tmp, f"{len(extra)}.json"), device_timing=True)
-        tr._timers[b.name] = timer
-        fn = _tracehot._make_launch(tr, raw, b)
+        tr = tracer.Tracer(os.path.join(tmp, f"{len(extra)}.json"), device_timing=True)
+        tr.timers[b.name] = timer  # this timer, not the one the backend would choose
+        fn = hot.make_launch(tr, raw, b)
         cases[name] = lambda: fn(k, 1, block, args, 0, None)
         extra.append(tr)
 
-    default = dev_tr._timer(b)
+    default = dev_tr.timer(b)
     if not isinstance(default, cupti.Timer):
         add("tracing on, device spans (ctypes timer)", timing.Timer(use_native=False))
         return dev.synchronize
