@@ -26,6 +26,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <string.h>
 #include "pythread.h"
 #if PY_VERSION_HEX < 0x030D0000
 #if !defined(__linux__)
@@ -48,8 +49,8 @@ typedef struct {
     PyObject *inner, *buf, *fold, *on_error, *mark, *kind;
     Py_ssize_t limit;
     int mode;
-    Py_ssize_t size;         /* items per record */
-    Py_ssize_t at[N_FILLED]; /* the index of each filled field in the record */
+    Py_ssize_t size;               /* items per record */
+    unsigned char src[MAX_FIELDS]; /* per item of a record: the F_* value that goes there, N_FILLED: None */
     unsigned long tid;  /* the thread of the last call, and */
     PyObject *tid_obj;  /* its id as an int (one object for all of that thread's records) */
 } Launch;
@@ -129,24 +130,15 @@ static PyObject *launch_call(Launch *self, PyObject *const *a, size_t nargsf, Py
         m0 = (Py_INCREF(t0o), t0o);
         m1 = (Py_INCREF(t1o), t1o);
     }
-    PyObject *rec[MAX_FIELDS];
-    Py_ssize_t size = self->size;
-    for (Py_ssize_t i = 0; i < size; i++) rec[i] = Py_None;
-    const Py_ssize_t *at = self->at;
-    rec[at[F_KIND]] = self->kind;
-    rec[at[F_T0]] = t0o;
-    rec[at[F_T1]] = t1o;
-    rec[at[F_THREAD]] = tid;
-    rec[at[F_KEY]] = a[0];
-    rec[at[F_A]] = a[1];
-    rec[at[F_B]] = a[2];
-    rec[at[F_C]] = a[4];
-    rec[at[F_D]] = a[5];
-    rec[at[F_M0]] = m0 ? m0 : Py_None;
-    rec[at[F_M1]] = m1 ? m1 : Py_None;
+    PyObject *val[N_FILLED + 1] = {
+        [F_KIND] = self->kind, [F_T0] = t0o, [F_T1] = t1o, [F_THREAD] = tid,
+        [F_KEY] = a[0], [F_A] = a[1], [F_B] = a[2], [F_C] = a[4], [F_D] = a[5],
+        [F_M0] = m0 ? m0 : Py_None, [F_M1] = m1 ? m1 : Py_None, [N_FILLED] = Py_None,
+    };
     PyObject *buf = self->buf;
-    for (Py_ssize_t i = 0; i < size; i++) {
-        if (PyList_Append(buf, rec[i]) < 0) { /* only out of memory; drop the partial record */
+    const unsigned char *src = self->src;
+    for (Py_ssize_t i = 0, size = self->size; i < size; i++) {
+        if (PyList_Append(buf, val[src[i]]) < 0) { /* only out of memory; drop the partial record */
             Py_ssize_t n = PyList_GET_SIZE(buf);
             PyList_SetSlice(buf, n - i, n, NULL);
             goto fail;
@@ -176,34 +168,38 @@ fail:
     return NULL;
 }
 
-/* Where each filled field goes, from fields (the names in record order); -1 on a bad tuple. */
+/* What goes where in a record, from fields (the names in record order); -1 on a bad tuple. */
 static int read_layout(Launch *self, PyObject *fields) {
     Py_ssize_t size = PyTuple_GET_SIZE(fields);
+    unsigned char src[MAX_FIELDS];
     if (size < N_FILLED || size > MAX_FIELDS) {
         PyErr_Format(PyExc_ValueError, "Launch: a record of %zd fields (from %d to %d)", size, N_FILLED, MAX_FIELDS);
         return -1;
     }
-    for (int f = 0; f < N_FILLED; f++) {
-        self->at[f] = -1;
-        for (Py_ssize_t i = 0; i < size; i++) {
-            PyObject *name = PyTuple_GET_ITEM(fields, i);
-            if (!PyUnicode_Check(name)) {
-                PyErr_SetString(PyExc_TypeError, "Launch: fields holds the field names (str)");
-                return -1;
-            }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *name = PyTuple_GET_ITEM(fields, i);
+        if (!PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "Launch: fields holds the field names (str)");
+            return -1;
+        }
+        src[i] = N_FILLED;
+        for (int f = 0; f < N_FILLED; f++) {
             if (PyUnicode_CompareWithASCIIString(name, filled_names[f]) == 0) {
-                if (self->at[f] >= 0) {
-                    PyErr_Format(PyExc_ValueError, "Launch: field %s is named twice", filled_names[f]);
-                    return -1;
-                }
-                self->at[f] = i;
+                src[i] = (unsigned char)f;
+                break;
             }
         }
-        if (self->at[f] < 0) {
-            PyErr_Format(PyExc_ValueError, "Launch: fields has no %s", filled_names[f]);
+    }
+    for (int f = 0; f < N_FILLED; f++) {
+        int seen = 0;
+        for (Py_ssize_t i = 0; i < size; i++) seen += src[i] == f;
+        if (seen != 1) {
+            PyErr_Format(PyExc_ValueError, seen ? "Launch: field %s is named twice" : "Launch: fields has no %s",
+                         filled_names[f]);
             return -1;
         }
     }
+    memcpy(self->src, src, (size_t)size);
     self->size = size;
     return 0;
 }
