@@ -88,6 +88,23 @@ def test_env_trace_still_starts_at_import(tmp_path, cache_dir) -> None:
     assert load(path)["kernelbay"]["calls"] == 0
 
 
+def test_env_nvtx_still_starts_at_import(tmp_path, cache_dir) -> None:
+    (tmp_path / "nvtx.py").write_text(  # a stand-in nvtx package
+        "def push_range(message, domain=None): pass\ndef pop_range(domain=None): pass\n"
+    )
+    got = _run(
+        """
+        import json
+        import kernelbay as kb
+        from kernelbay.tracing import nvtx
+        print(json.dumps({"on": nvtx._active is not None}))
+        """,
+        KERNELBAY_NVTX="1",
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    )
+    assert got == {"on": True}
+
+
 def test_trace_is_public_api() -> None:
     assert "trace" in kb.__all__ and callable(kb.trace)
     assert kb.trace.__module__ == "kernelbay.tracing.tracer" and kb.trace.__doc__
