@@ -75,3 +75,32 @@ def test_the_record_fields_are_one_definition() -> None:
     # Field's values are the indices: 0..SIZE-1, once each, and NAMES (the C wrapper's) follows.
     assert [int(f) for f in sorted(Field)] == list(range(SIZE)) == list(range(len(records.NAMES)))
     assert tuple(f.name for f in sorted(Field)) == records.NAMES
+
+
+class _BatchTimer:
+    """A device timer whose span of marks (m0, m1) is (10 * m0, 10 * m1)."""
+
+    def mark(self, device, stream):
+        return None
+
+    def span(self, m0, m1):
+        return None
+
+    def resolve(self, starts, ends, host_t0s):
+        return [10 * m for m in starts], [10 * m for m in ends]
+
+
+def test_fold_resolves_marks_with_the_timer_of_each_records_backend() -> None:
+    # Launch records hold their kernel (its device names the backend); copies a device id.
+    dev, other = _Dev(), _Dev()
+    other.backend = "untimed"
+    kernel = _Kernel("k")
+    kernel.device = dev
+    reg = {id(dev): dev, id(other): other}
+    log = tracefile.Log(max_events=40, pid=1, chunk=16, reg=reg)
+    flat = _launch(kernel, 100, 5, span=(1, 2))
+    flat += _record(kind="copy", t0=100, t1=110, thread=1, key=id(dev), a="HtoD", b=8, m0=3, m1=4)
+    flat += _record(kind="copy", t0=100, t1=110, thread=1, key=id(other), a="HtoD", b=8)
+    log.fold(flat, {"fake": _BatchTimer(), "untimed": None})
+    ((_chunk, spans),) = log.ring
+    assert spans == ([10, 30, None], [20, 40, None])
