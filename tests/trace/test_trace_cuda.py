@@ -151,6 +151,8 @@ def test_cuda_device_spans_are_sane_on_the_c_the_ctypes_and_the_cupti_timer(tmp_
         for i in range(n):
             k.launch(1, 32, (y, np.int32(2_000)), stream=streams[i % 3])
         dev.synchronize()
+    if timer_path == "cupti":  # the trace's end closed the timer: CUPTI is off again
+        assert not t._mod.cupti_state()["enabled"]
     doc = load(str(path))
     assert check_device_spans(doc, synchronous=False, clock_error_us=20) == n
     assert doc["kernelbay"]["kernels"]["busy"]["device_count"] == n
