@@ -29,7 +29,7 @@ from .errors import (
     NoDeviceError,
     SettingError,
 )
-from .types import Device
+from .device import Device
 
 ENV_DEVICE = "KERNELBAY_DEVICE"
 log = logging.getLogger("kernelbay.select")
