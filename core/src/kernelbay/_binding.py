@@ -171,7 +171,7 @@ class Binding:
         except Exception as exc:
             self._devices_error = broken(self.name, label, "its device probe failed", exc)
             return
-        devices = tuple(found or ())
+        devices: tuple[Device, ...] = tuple(found or ())
         bad = [d for d in devices if not isinstance(d, Device) or d.backend != self.name]
         idx = [d.index for d in devices if isinstance(d, Device)]
         if bad or idx != list(range(len(devices))):
