@@ -16,8 +16,8 @@ import pluggy
 from . import _discovery, _log, hookspecs
 from ._binding import ALL_HOOKS, ENV_BACKENDS, REQUIRED_HOOKS, Binding, bind
 from ._discovery import ENTRY_POINT_GROUP, Backend
-from .errors import BackendBrokenError, BackendNotInstalledError
 from .device import Device
+from .errors import BackendBrokenError, BackendNotInstalledError
 
 __all__ = [
     "ALL_HOOKS",

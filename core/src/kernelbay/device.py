@@ -29,6 +29,7 @@ def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
     # converter=tuple, typed (type checkers cannot infer tuple's element type as a converter)
     return tuple(value)
 
+
 class _Registry:
     """The two lookups values need from the registry above them, installed there at import
     (:mod:`kernelbay._api`): values never import the registry, selection or API modules.
