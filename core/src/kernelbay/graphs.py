@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import streams as _streams
-from .csource import pointer_access
 from .errors import InvalidArgumentError, UseAfterFreeError
 from .types import Buffer, Device, Kernel
 
@@ -74,6 +73,15 @@ class Step:
             assert self.kernel is not None
             return f"step {self.index} (launch of {self.kernel.name!r})"
         return f"step {self.index} ({self.kind} of {self.nbytes} bytes)"
+
+
+def pointer_access(text: str, name: str) -> tuple[str | None, ...] | None:
+    """Access modes of a C/C++/CUDA function's parameters, read from its source: see
+    :func:`kernelbay.csource.pointer_access`, which this calls."""
+    # Deferred: the C reader is needed when a graph records a launch, not by `import kernelbay`.
+    from .csource import pointer_access as read
+
+    return read(text, name)
 
 
 class Graph:
