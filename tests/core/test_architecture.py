@@ -250,7 +250,8 @@ def format_cycle(chain: list[Import]) -> str:
 
 @pytest.mark.xfail(
     strict=False,
-    reason="issue #23: the core and each backend still have import cycles; this mark goes when they are removed",
+    reason="issue #23: the core and each backend still have import cycles (`python tests/core/test_architecture.py` "
+    "lists them); this mark goes when they are removed",
 )
 @pytest.mark.parametrize("dist", DISTRIBUTIONS, ids=[d.name for d in DISTRIBUTIONS])
 def test_no_import_cycle(dist: Distribution) -> None:
