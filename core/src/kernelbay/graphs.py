@@ -22,7 +22,6 @@ runs the recorded steps in order through the ordinary hooks
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -80,45 +79,13 @@ class Step:
         return f"step {self.index} ({self.kind} of {self.nbytes} bytes)"
 
 
-_CONST_PTR = re.compile(r"\bconst\b[^*]*\*")
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-
-
 def pointer_access(text: str, name: str) -> tuple[str | None, ...] | None:
-    """Access modes of a C/C++/CUDA function's parameters, read from its source.
+    """Access modes of a C/C++/CUDA function's parameters, read from its source: see
+    :func:`kernelbay.csource.pointer_access`, which this calls."""
+    # Deferred: the C reader is needed when a graph records a launch, not by `import kernelbay`.
+    from .csource import pointer_access as read
 
-    For backends implementing ``kernelbay_kernel_access`` from source text: ``"r"`` for a
-    pointer to ``const`` data, ``"rw"`` for another pointer, ``None`` for a value parameter.
-
-    :return: one mode per parameter, or ``None`` when the definition is not found (or found
-        more than once: overloads).
-    """
-    code = _COMMENTS.sub(" ", text)
-    found = [m.end() for m in re.finditer(rf"\b{re.escape(name)}\s*\(", code)]
-    defs = []
-    for start in found:
-        depth, i = 1, start
-        while i < len(code) and depth:
-            depth += {"(": 1, ")": -1}.get(code[i], 0)
-            i += 1
-        if re.match(r"\s*(?:__\w+__\s*(?:\([^)]*\))?\s*)*\{", code[i:]):  # a definition, not a call
-            defs.append(code[start : i - 1])
-    if len(defs) != 1:
-        return None
-    params, depth, cur = [], 0, ""
-    for ch in defs[0]:
-        if ch in "<([":
-            depth += 1
-        elif ch in ">)]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            params.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip() and cur.strip() != "void":
-        params.append(cur)
-    return tuple(None if "*" not in p else ("r" if _CONST_PTR.search(p.split("*")[0] + "*") else "rw") for p in params)
+    return read(text, name)
 
 
 class Graph:

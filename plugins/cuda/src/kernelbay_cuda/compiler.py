@@ -19,6 +19,7 @@ from typing import Any
 
 from kernelbay.argrules import PARAM
 from kernelbay.cache import lookup, make_key, store
+from kernelbay.csource import default_kernel
 from kernelbay.errors import CompileError, InvalidArgumentError
 
 from . import _driver, _install, launcher
@@ -84,28 +85,12 @@ def choose_arch(cc: tuple[int, int]) -> tuple[str, str]:
     return f"compute_{max(older)}", "ptx"
 
 
-_GLOBAL_RE = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:[\w:]+\s+)*?(\w+)\s*\(")
-_TEMPLATE_RE = re.compile(r"template\s*<[^>]*>\s*__global__")
-
-
 def entry_names(source: Any) -> tuple[str, list[str]]:
     """The kernel to launch and every name expression to compile."""
     exprs = list(source.name_expressions)
     entry = source.name
     if entry is None:
-        if exprs:
-            entry = exprs[0]
-        else:
-            text = source.text
-            found = [] if _TEMPLATE_RE.search(text) else _GLOBAL_RE.findall(text)
-            found = list(dict.fromkeys(found))
-            if len(found) != 1:
-                raise InvalidArgumentError(
-                    "cannot tell which kernel to launch: "
-                    + (f"the source defines {', '.join(found)}" if found else "no plain __global__ function found")
-                    + "; pass Source(..., name='kernel') (or name='axpy<float>' for a template)"
-                )
-            entry = found[0]
+        entry = exprs[0] if exprs else default_kernel(source.text)
     if entry not in exprs:
         exprs.insert(0, entry)
     return entry, exprs
