@@ -491,7 +491,7 @@ def kernelbay_kernel_access(kernel: Kernel) -> Sequence[str | None] | None:
     """*Optional* (fallback: ``None``, every buffer argument is read and written).
 
     How ``kernel`` uses each parameter, for graph dependencies.
-    :func:`kernelbay.graphs.pointer_access` reads it from C-like source text.
+    :func:`kernelbay.csource.pointer_access` reads it from C-like source text.
 
     :param kernel: a kernel this backend compiled.
     :return: one entry per parameter: ``"r"`` (only read, e.g. a pointer to ``const``), ``"w"``,
