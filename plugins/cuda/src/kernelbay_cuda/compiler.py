@@ -38,7 +38,6 @@ __all__ = [
     "choose_arch",
     "nvrtc_version",
     "parse_ptx_params",
-    "load_module",
     "close_kernel",
     "set_max_kernels",
     "module_stats",
@@ -367,10 +366,6 @@ def _probe_kinds(ptx: str, symbol: str) -> str | None:
 # --- the compile hook (the caches and module loading: .modules) ----------------------------
 
 cache = KernelCache()
-
-
-def load_module(device_index: int, image: Image) -> Module:
-    return Module(device_index, image)
 
 
 def set_max_kernels(bound: int) -> None:

@@ -179,9 +179,6 @@ def make_packer(
     return ns["pack"]
 
 
-_C_CODES = frozenset("fdbBhHiIqQ?")
-
-
 def c_kinds(ckinds: Sequence[str | None]) -> str | None:
     """The kinds string FastLaunch takes, or None where an argument needs Python (raw bytes,
     foreign arrays) or there are more arguments than it holds."""

@@ -328,8 +328,6 @@ def hook_stream_query(device: Any, stream: Any) -> bool:
     rc = _driver.libcuda().cuStreamQuery(s.cvp)
     if rc in (0, 600):  # CUDA_ERROR_NOT_READY
         return rc == 0
-    from .devices import sync_failed
-
     sync_failed(s.index, rc)
     return False
 
