@@ -141,12 +141,11 @@ class Graph(kb.Graph, metaclass=_Alias):
         self.stream.synchronize()
 
     def _drop_capture(self) -> None:
-        lib = _driver.libcuda()
         if self._cu_exec.value:
-            lib.cuGraphExecDestroy(self._cu_exec)
+            _driver.libcuda().cuGraphExecDestroy(self._cu_exec)
             self._cu_exec = ctypes.c_void_p()
         if self._cu_graph.value:
-            lib.cuGraphDestroy(self._cu_graph)
+            _driver.libcuda().cuGraphDestroy(self._cu_graph)
             self._cu_graph = ctypes.c_void_p()
 
     def close(self) -> None:
