@@ -3,7 +3,7 @@
 * Import cost: ``import kernelbay`` (and ``import kernelbay`` + picking the host device) against
   ``import pluggy`` and ``import numpy``, each in a fresh interpreter, the four interleaved; the
   child times itself, so the interpreter's own start-up is left out.
-* Dispatch overhead: ``k.launch(...)`` against ``k._b.launch(k, grid, block, args, 0, None)``
+* Dispatch overhead: ``k.launch(...)`` against ``k._binding.launch(k, grid, block, args, 0, None)``
   -- the backend function the core resolved at load time -- on the cpu backend (the pure-Python
   pyref example when cpu is missing), batches interleaved; the overhead is the median of the
   paired per-batch differences.
@@ -68,7 +68,7 @@ def dispatch(quick: bool, backend: str) -> list[dict]:
     x = kb.asarray(np.ones(n, np.float32), device=dev)
     y = kb.asarray(np.zeros(n, np.float32), device=dev)
     args = (x, y, np.float32(0.5), np.int32(n))
-    fn = k._b.launch  # the function k.launch calls: the backend's own hook (fast path)
+    fn = k._binding.launch  # the function k.launch calls: the backend's own hook (fast path)
     launch = k.launch
 
     def through_core() -> None:
@@ -85,7 +85,7 @@ def dispatch(quick: bool, backend: str) -> list[dict]:
         warmup=1 if quick else 3,
         after_batch=sync,
     )
-    extra = {"backend": backend, "note": f"{backend} backend" + ("" if k._b.wrapped is False else ", wrapped")}
+    extra = {"backend": backend, "note": f"{backend} backend" + ("" if k._binding.wrapped is False else ", wrapped")}
     return [
         record(DISPATCH, "kernelbay", stats(s["kernelbay"]), **extra),
         record(DISPATCH, "backend function", stats(s["backend function"]), **extra),

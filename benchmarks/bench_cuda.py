@@ -97,18 +97,17 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
     args = (x, y, a, nn)
     k.launch(1, 32, args)
     h = k.handle
-    fn = d.CUfunction(h.fn)
+    fn = d.CUfunction(h.function)
     # The raw driver binding with its own prepacked parameter block.
     vals = (ctypes.c_uint64(x.handle), ctypes.c_uint64(y.handle), ctypes.c_float(2), ctypes.c_int(n))
     ptrs = (ctypes.c_void_p * 4)(*[ctypes.addressof(v) for v in vals])
     addr = ctypes.addressof(ptrs)
     s0 = d.CUstream(0)
     lib = _driver.libcuda()
-    import kernelbay_cuda as kc
-
-    stream = kc.Stream(dev)
+    owner = dev.stream()
+    stream = owner.handle  # the backend's stream handle (what kernelbay_cuda.Stream made until now)
     foreign = _ForeignStream(stream.handle)
-    kst = dev.stream()  # the portable form: a kb.Stream holding a kc.Stream
+    kst = dev.stream()  # the portable form: a kb.Stream holding such a handle
     s_user = d.CUstream(kst.handle.handle)
     kcfg = kb.LaunchConfig(grid=(1,), block=(32,))
     cases = {
@@ -138,7 +137,9 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
             ((x.handle, y.handle, 2.0, n), (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_int)),
             0,
         ),
-        "ctypes-prepacked": lambda: lib.cuLaunchKernel(h.fn_c, 1, 1, 1, 32, 1, 1, 0, None, h.block.cvp, None),
+        "ctypes-prepacked": lambda: lib.cuLaunchKernel(
+            h.ctypes_function, 1, 1, 1, 32, 1, 1, 0, None, h.param_block.ctypes_kernel_params, None
+        ),
     }
     from kernelbay_cuda import native
 
@@ -147,7 +148,7 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         from kernelbay.native import load_extension
 
         cl = load_extension("_kb_bench_cloop", _C_LOOP)
-        cl.setup(ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value, int(h.fn), addr)
+        cl.setup(ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value, h.function, addr)
         cl.loop(1)
         cases["c-loop"] = lambda: cl.loop(C_LOOP_BATCH)
     except Exception as exc:
@@ -162,7 +163,7 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         out.append(_skip("launch", "kernelbay-torch-stream", f"torch unusable: {exc!r}"))
     _triton_cases(dev, cases, out)
     if nat is not None:
-        cases["native-prepacked"] = lambda: nat.launch(h.fn, 1, 1, 1, 32, 1, 1, 0, 0, addr)
+        cases["native-prepacked"] = lambda: nat.launch(h.function, 1, 1, 1, 32, 1, 1, 0, 0, addr)
         # The same kernel launched by kernelbay with the native helpers turned off (a distinct
         # source, so it gets its own fast path, built while the helpers look unavailable).
         saved = native._state[:]
@@ -248,13 +249,17 @@ def _triton_cases(dev, cases: dict, out: list[dict]) -> None:
 
 
 def _graph(quick: bool, dev, out: list[dict]) -> None:
+    import warnings
+
     import kernelbay as kb
     import kernelbay_cuda as kc
 
     k = kb.compile(kb.Source(EMPTY, "cuda"), dev)
     p = kb.zeros(1, "int32", device=dev)
     nodes = 100 if quick else 1000
-    g = kc.Graph(dev)
+    with warnings.catch_warnings():  # the stream capture of 0.1, deprecated but kept: the same figure as before
+        warnings.simplefilter("ignore", DeprecationWarning)
+        g = kc.Graph(dev)
     with g.capture() as s:
         for _ in range(nodes):
             k.launch(1, 32, (p,), stream=s)

@@ -120,7 +120,7 @@ def _driver_pair(k: Any, x: Any, y: Any, n: int, s: Any) -> dict[str, Any]:
         from cuda.bindings import driver as d
     except ImportError:
         return {}
-    fn = d.CUfunction(int(k.handle.fn))
+    fn = d.CUfunction(k.handle.function)
     vals = (ctypes.c_uint64(x.handle), ctypes.c_uint64(y.handle), ctypes.c_float(0.5), ctypes.c_int(n))
     ptrs = (ctypes.c_void_p * 4)(*[ctypes.addressof(v) for v in vals])
     addr = ctypes.addressof(ptrs)

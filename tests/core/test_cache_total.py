@@ -6,7 +6,7 @@ import os
 import time
 
 import pytest
-from kernelbay import cache as cache_mod
+from kernelbay import _cachespace
 from kernelbay.cache import DiskCache
 
 
@@ -52,7 +52,7 @@ def test_an_old_total_is_recomputed(tmp_path, scans, monkeypatch) -> None:
     c.put(_key(1), b"z")
     c.put(_key(2), b"z")
     assert scans[0] == 1
-    monkeypatch.setattr(cache_mod, "RESCAN_SECONDS", 0.0)
+    monkeypatch.setattr(_cachespace, "RESCAN_SECONDS", 0.0)
     c.put(_key(3), b"z")
     assert scans[0] == 2
 
@@ -84,6 +84,6 @@ def test_a_store_right_after_the_scan_does_not_scan_again(tmp_path, scans, monke
     assert scans[0] == 1
     total, scanned = (tmp_path / "c" / ".size").read_text().split()
     (tmp_path / "c" / ".size").write_text(f"{total} {float(scanned) + 0.0005:.3f}\n")
-    monkeypatch.setattr(cache_mod.time, "time", lambda: float(scanned))
+    monkeypatch.setattr(time, "time", lambda: float(scanned))
     c.put(_key(2), b"z")
     assert scans[0] == 1

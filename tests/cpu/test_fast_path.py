@@ -83,3 +83,23 @@ __global__ void k(unsigned* y) {
     y = kb.asarray(np.zeros(8, np.uint32), device=cpu)
     k.launch(2097154, 2, (y,))
     np.testing.assert_array_equal(y.numpy(), 2097150 * 2 + np.arange(8))
+
+
+LAUNCH_BOUNDS = r"""
+// __global__ void old(float* y) {}  (a comment, not a second kernel)
+extern "C" __global__ void __launch_bounds__(256, 2) k(const float* __restrict__ x, float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+
+
+def test_launch_bounds_kernel_found_without_a_name_and_wrapped(cpu):
+    src = kb.Source(LAUNCH_BOUNDS, lang="cuda")
+    wrapped = compiler.wrap_thread_loops(src, src.text)
+    assert wrapped is not None and wrapped.count("KB_THREADS_BEGIN") == 1
+    k = kb.compile(src, cpu)
+    x = kb.asarray(np.arange(300, dtype=np.float32), device=cpu)
+    y = kb.asarray(np.zeros(300, np.float32), device=cpu)
+    k.launch(2, 256, (x, y, 300))
+    np.testing.assert_array_equal(y.numpy(), 2 * np.arange(300, dtype=np.float32))

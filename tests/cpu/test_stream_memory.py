@@ -44,7 +44,7 @@ def _queue(how: str, k, dev, s, x, y) -> None:
     elif how == "copy":
         kb.copy(y, x, stream=s)
     elif how == "memset":  # writes x: no read, but the memory must stay until it has run
-        x._b.memset(x, 7, x.nbytes, s)
+        x._binding.memset(x, 7, x.nbytes, s)
     else:
         with dev.graph() as g:
             k["add"].launch(N // 256, 256, (x, y, np.int32(N)))

@@ -39,7 +39,7 @@ def _forms(k, x, y, stream, core_stream=None):
         "config": lambda: k.launch(config=cfg, args=a),
         "keywords": lambda: k.launch(grid=(1,), block=(N,), args=a),
         "call": lambda: k((1,), (N,), a),
-        "kb-stream": lambda: k.launch((1,), (N,), a, stream=stream),
+        "handle-stream": lambda: k.launch((1,), (N,), a, stream=stream),  # dev.stream().handle
         "foreign-stream": lambda: k.launch((1,), (N,), a, stream=_Foreign(stream)),
         "core-stream": lambda: k.launch((1,), (N,), a, stream=core_stream),  # dev.stream(): portable
     }
@@ -53,7 +53,7 @@ FORMS = [
     "config",
     "keywords",
     "call",
-    "kb-stream",
+    "handle-stream",
     "foreign-stream",
     "core-stream",
 ]
@@ -76,21 +76,21 @@ def launcher(request, monkeypatch) -> str:
 @pytest.mark.parametrize("form", FORMS)
 def test_every_call_form(form, launcher) -> None:
     from kernelbay_cuda import native
-    from kernelbay_cuda.streams import Stream
 
     dev = kb.device("cuda:0")
     tag = f"-DFORM_{form.replace('-', '_')}_{launcher}"
     k = kb.compile(kb.Source(SAXPY, "cuda", name="saxpy", options=(tag,)), dev)
     x, y = kb.asarray(np.ones(N, np.float32), device=dev), kb.zeros(N, "float32", device=dev)
-    s = Stream(dev)
-    launch = _forms(k, x, y, s, dev.stream())[form]
+    core = dev.stream()
+    s = core.handle  # the backend's stream handle, which kb.Stream holds
+    launch = _forms(k, x, y, s, core)[form]
     for _ in range(3):
         launch()
     s.synchronize()
     dev.synchronize()
     np.testing.assert_array_equal(y.numpy(), np.full(N, 3.0, np.float32))
     if launcher == "native":
-        assert type(k.handle.fast) is native.module().FastLaunch  # every form in C
+        assert type(k.handle.entry) is native.module().FastLaunch  # every form in C
 
 
 def test_torch_stream_on_the_fast_path() -> None:

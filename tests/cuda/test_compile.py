@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import kernelbay as kb
 import pytest
-from kernelbay_cuda import compiler
+from kernelbay_cuda import images, nvrtc
 
 SAXPY = r"""
 extern "C" __global__ void saxpy(const float* x, float* y, float a, int n) {
@@ -24,7 +24,7 @@ __global__ void axpy(const T* x, T* y, T a, int n) {
 
 
 def test_cubin_for_a_known_arch(cache_dir) -> None:
-    img = compiler.compile_image(kb.Source(SAXPY, "cuda", name="saxpy"), (9, 0))
+    img = nvrtc.compile_image(kb.Source(SAXPY, "cuda", name="saxpy"), (9, 0))
     assert img.kind == "cubin" and img.arch == "sm_90"
     assert img.data[:4] == b"\x7fELF"
     assert img.lowered == {"saxpy": "saxpy"}
@@ -33,8 +33,8 @@ def test_cubin_for_a_known_arch(cache_dir) -> None:
 
 
 def test_ptx_for_an_arch_newer_than_nvrtc(cache_dir) -> None:
-    img = compiler.compile_image(kb.Source(SAXPY, "cuda", name="saxpy"), (99, 0))
-    newest = max(compiler.supported_archs())
+    img = nvrtc.compile_image(kb.Source(SAXPY, "cuda", name="saxpy"), (99, 0))
+    newest = max(nvrtc.supported_archs())
     assert img.kind == "ptx" and img.arch == f"compute_{newest}"
     assert b".entry saxpy" in img.data and img.data.endswith(b"\0")
 
@@ -48,8 +48,8 @@ def test_disk_cache_hit_keeps_lowered_names(cache_dir) -> None:
         headers={"scale.cuh": "#define SCALE 1"},
         options=("--std=c++17",),
     )
-    first = compiler.compile_image(src, (8, 0))
-    again = compiler.compile_image(src, (8, 0))
+    first = nvrtc.compile_image(src, (8, 0))
+    again = nvrtc.compile_image(src, (8, 0))
     assert again.from_cache == "disk" and again.data == first.data
     assert again.lowered["axpy<float>"] == "_Z4axpyIfEvPKT_PS0_S0_i"
     assert again.lowered["axpy<double>"].startswith("_Z4axpyIdEv")
@@ -58,14 +58,14 @@ def test_disk_cache_hit_keeps_lowered_names(cache_dir) -> None:
 
 
 def test_cache_key_changes_with_options_and_arch(cache_dir) -> None:
-    a = compiler.compile_image(
+    a = nvrtc.compile_image(
         kb.Source(AXPY, "cuda", name="axpy<float>", headers={"scale.cuh": "#define SCALE 1"}), (8, 0)
     )
-    b = compiler.compile_image(
+    b = nvrtc.compile_image(
         kb.Source(AXPY, "cuda", name="axpy<float>", headers={"scale.cuh": "#define SCALE 1"}, options=("-DUNUSED=1",)),
         (8, 0),
     )
-    c = compiler.compile_image(
+    c = nvrtc.compile_image(
         kb.Source(AXPY, "cuda", name="axpy<float>", headers={"scale.cuh": "#define SCALE 1"}), (9, 0)
     )
     assert not b.from_cache and not c.from_cache
@@ -75,15 +75,15 @@ def test_cache_key_changes_with_options_and_arch(cache_dir) -> None:
 def test_define_option_reaches_the_compiler(cache_dir) -> None:
     src = 'extern "C" __global__ void k(int* o) { o[0] = VALUE; }'
     with pytest.raises(kb.CompileError):
-        compiler.compile_image(kb.Source(src, "cuda", name="k"), (9, 0))
-    img = compiler.compile_image(kb.Source(src, "cuda", name="k", options=("-DVALUE=7",)), (9, 0))
+        nvrtc.compile_image(kb.Source(src, "cuda", name="k"), (9, 0))
+    img = nvrtc.compile_image(kb.Source(src, "cuda", name="k", options=("-DVALUE=7",)), (9, 0))
     assert img.kind == "cubin"
 
 
 def test_compile_error_has_log_and_numbered_lines(cache_dir) -> None:
     bad = 'extern "C" __global__ void broken(float* y, int n) {\n  int i = 0\n  y[i] = undeclared_name;\n}\n'
     with pytest.raises(kb.CompileError) as info:
-        compiler.compile_image(kb.Source(bad, "cuda", name="broken"), (9, 0))
+        nvrtc.compile_image(kb.Source(bad, "cuda", name="broken"), (9, 0))
     err = info.value
     assert "undeclared_name" in err.log
     assert err.lines and max(err.lines) <= 4
@@ -91,11 +91,11 @@ def test_compile_error_has_log_and_numbered_lines(cache_dir) -> None:
 
 
 def test_entry_found_without_a_name(cache_dir) -> None:
-    entry, exprs = compiler.entry_names(kb.Source(SAXPY, "cuda"))
+    entry, exprs = nvrtc.entry_names(kb.Source(SAXPY, "cuda"))
     assert entry == "saxpy" and exprs == ["saxpy"]
     two = SAXPY + '\nextern "C" __global__ void other(int* p) {}\n'
     with pytest.raises(kb.InvalidArgumentError, match="saxpy, other"):
-        compiler.entry_names(kb.Source(two, "cuda"))
+        nvrtc.entry_names(kb.Source(two, "cuda"))
 
 
 def test_ptx_param_parsing_handles_structs() -> None:
@@ -109,12 +109,12 @@ def test_ptx_param_parsing_handles_structs() -> None:
 { ret; }
 """
     # a pointer's ".align 1" is its pointee's: the parameter itself is 8-aligned
-    assert compiler.parse_ptx_params(ptx) == {"f": [(8, 8, "u64"), (24, 8, "b8"), (8, 8, "f64"), (2, 2, "u16")]}
+    assert images.parse_ptx_params(ptx) == {"f": [(8, 8, "u64"), (24, 8, "b8"), (8, 8, "f64"), (2, 2, "u16")]}
 
 
 def test_toolkit_headers_are_on_nvrtc_search_path() -> None:
     """cooperative_groups.h (and CUDA 13's CCCL under include/cccl) resolve without -I."""
-    if not compiler.toolkit_include():
+    if not nvrtc.toolkit_include():
         pytest.skip("no CUDA headers found here (no toolkit, no nvidia-cuda-runtime wheel)")
     src = kb.Source(
         "#include <cooperative_groups.h>\n#include <cooperative_groups/reduce.h>\n"
@@ -125,5 +125,5 @@ def test_toolkit_headers_are_on_nvrtc_search_path() -> None:
         "cuda",
         name="k",
     )
-    img = compiler.compile_image(src, (8, 0), use_cache=False)
+    img = nvrtc.compile_image(src, (8, 0), use_cache=False)
     assert img.kind == "cubin" and len(img.data) > 0

@@ -10,8 +10,8 @@ import threading
 import numpy as np
 import pytest
 from kernelbay.streams import Stream as KbStream
-from kernelbay_cuda import kernel, launcher, native, packing
-from kernelbay_cuda.streams import Stream
+from kernelbay_cuda import launcher, native, packing
+from kernelbay_cuda.streams import _StreamHandle
 
 nat = native.module()
 pytestmark = pytest.mark.skipif(nat is None, reason=f"the native helpers are unavailable: {native.status()}")
@@ -48,7 +48,7 @@ class Rig:
 
     def __init__(self, params: list[tuple[int, int, str]], sample: tuple, kinds: str, rc: int = 0) -> None:
         self.params = packing.layout(params)
-        self.block = kernel.ParamBlock(self.params)
+        self.block = packing.ParamBlock(self.params)
         self.calls: list[tuple] = []
         self.slow: list[tuple] = []
         self.failed: list[tuple] = []
@@ -63,14 +63,14 @@ class Rig:
         self.cell: list = [None, None, None]
         self.fl = nat.FastLaunch(
             0x1234,
-            self.block.addr,
+            self.block.kernel_params,
             ctypes.addressof(self.block.buf),
             threading.get_ident(),
             (2147483647, 65535, 65535),
             (1024, 1024, 64),
             1024,
             49152,
-            (Stream, KbStream),
+            (_StreamHandle, KbStream),
             0,
             DEV,
             tuple(type(a) for a in sample),
@@ -142,8 +142,9 @@ def test_geometry_outside_the_limits_goes_to_the_slow_path(grid, block, shm) -> 
     assert len(rig.slow) == 1 and rig.slow[0][:2] == (grid, block)
 
 
-def _stream(handle: int, index: int = 0) -> Stream:
-    s = Stream.__new__(Stream)
+def _stream(handle: int, index: int = 0) -> _StreamHandle:
+    """The backend's stream handle (what a kb.Stream holds), made without a driver."""
+    s = _StreamHandle.__new__(_StreamHandle)
     s.index, s.handle, s.closed = index, handle, False
     return s
 
@@ -293,7 +294,7 @@ def test_a_foreign_stream_without_weak_references_is_asked_every_launch() -> Non
 @pytest.mark.parametrize("form", ["kb", "core"])
 def test_a_kernelbay_stream_is_remembered_until_a_stream_closes(form) -> None:
     """The handle of the last stream object is kept (no attribute reads per launch); closing any
-    kernelbay_cuda.Stream makes every fast path read its stream again, so a closed stream's
+    backend stream handle makes every fast path read its stream again, so a closed stream's
     handle is never launched on: the slow path says what is wrong."""
     rig = Rig(SAXPY, (Arr(1), Arr(2), 1.0, 1), "PPfi")
     args = (Arr(1), Arr(2), 1.0, 1)
@@ -302,7 +303,7 @@ def test_a_kernelbay_stream_is_remembered_until_a_stream_closes(form) -> None:
     assert rig(1, 64, args, 0, s)[3] == 0x91
     inner.handle = 0x92  # changed behind its back (never done for real): the remembered one is used
     assert rig(1, 64, args, 0, s)[3] == 0x91
-    native.stream_closed()  # what Stream.close() calls
+    native.stream_closed()  # what _StreamHandle.close() calls
     assert rig(1, 64, args, 0, s)[3] == 0x92
     inner.handle = 0  # as close() leaves it
     native.stream_closed()

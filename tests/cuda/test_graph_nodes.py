@@ -1,4 +1,4 @@
-"""Kernel nodes of a CUDA graph packed with the launcher's rules (i12's homes): no GPU needed.
+"""Kernel nodes of a CUDA graph made from the kernel's launch plan (the launcher's too): no GPU needed.
 
 The kernel handle is built without a module (its limits set by hand, its occupancy block
 known), so only the node's parameters are checked: geometry, packed arguments, a Triton
@@ -15,7 +15,8 @@ import kernelbay as kb
 import numpy as np
 import pytest
 from kernelbay_cuda import graphs, packing
-from kernelbay_cuda.kernel import STALE, CudaKernel
+from kernelbay_cuda.kernel import CudaKernel
+from kernelbay_cuda.launcher import STALE
 
 DEV = kb.Device("cuda", 0, "fake")
 SAXPY = packing.layout([(8, 8, "u64"), (8, 8, "u64"), (4, 4, "f32"), (4, 4, "u32")])
@@ -33,8 +34,8 @@ def _arr(ptr: int) -> kb.Array:
 def _kernel(params=SAXPY, visible=None) -> CudaKernel:
     k = object.__new__(CudaKernel)
     k.device, k.index, k.name = DEV, 0, "saxpy"
-    k.params, k.visible, k.arg_names = params, params if visible is None else visible, None
-    k.fixed_block, k.shm_base, k.scratch, k.scratch_buf, k.tail = None, 0, [], None, {}
+    k.params, k.caller_params, k.arg_names = params, params if visible is None else visible, None
+    k.fixed_block, k.extra_shared, k.scratch, k.scratch_buffers, k.scratch_pointers = None, 0, [], None, {}
     k.max_threads, k.max_gx, k.max_gy, k.max_gz, k.max_bx, k.max_by, k.max_bz = (
         1024,
         2**31 - 1,
@@ -44,10 +45,10 @@ def _kernel(params=SAXPY, visible=None) -> CudaKernel:
         1024,
         64,
     )
-    k.static_shared, k.dyn_limit, k.optin = 0, 48 * 1024, 48 * 1024
+    k.static_shared, k.dynamic_shared_limit, k.max_shared_optin = 0, 48 * 1024, 48 * 1024
     k.auto_block = {0: 256}
-    k.fn_c = ctypes.c_void_p(0xF00)
-    k.memo, k.fast, k.inner = [STALE], None, None
+    k.function, k.ctypes_function = 0xF00, ctypes.c_void_p(0xF00)
+    k.last_packed, k.entry, k.inner_entry = [STALE], None, None
     return k
 
 
@@ -82,8 +83,8 @@ def test_a_node_rejects_what_a_launch_rejects() -> None:
 def test_a_triton_node_takes_its_fixed_block_shared_memory_and_scratch() -> None:
     params = packing.layout([(8, 8, "u64"), (4, 4, "u32"), (8, 8, "u64")])  # x, n, hidden scratch
     k = _kernel(params, visible=params[:2])
-    k.fixed_block, k.shm_base = (128, 1, 1), 1024
-    k.scratch_buf, k.tail = [], {params[2][3]: 0xABC0}  # scratch already placed by a launch
+    k.fixed_block, k.extra_shared = (128, 1, 1), 1024
+    k.scratch_buffers, k.scratch_pointers = [], {params[2][3]: 0xABC0}  # scratch already placed by a launch
     p, buf = _node(k, 3, None, (_arr(0x1000), np.uint32(5)), shared_mem=64)
     assert (p.blockDimX, p.sharedMemBytes) == (128, 1024 + 64)
     assert struct.unpack_from("<Q", buf, params[2][3])[0] == 0xABC0

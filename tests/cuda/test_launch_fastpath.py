@@ -55,7 +55,7 @@ def test_fast_path_uses_the_chosen_launcher(dev, k, launcher) -> None:
         k.launch(1, N, (x, y, np.float32(1), np.int32(N)))
     dev.synchronize()
     np.testing.assert_array_equal(y.numpy(), np.full(N, 3.0, np.float32))
-    fast = k.handle.fast
+    fast = k.handle.entry
     if launcher == "native":
         assert type(fast) is native.module().FastLaunch  # the whole fast path in C
     else:
@@ -120,7 +120,7 @@ def test_half_float_argument_uses_the_python_fast_path(dev, launcher) -> None:
         k.launch(1, 1, (o, np.float16(v)))
     dev.synchronize()
     assert o.numpy()[0] == np.float16(-2.0).view(np.uint16)
-    assert callable(k.handle.fast) and hasattr(k.handle.fast, "__globals__")  # generated Python
+    assert callable(k.handle.entry) and hasattr(k.handle.entry, "__globals__")  # generated Python
 
 
 def test_dynamic_shared_memory_raised_after_the_fast_path_exists(dev, launcher) -> None:
@@ -144,11 +144,9 @@ def test_dynamic_shared_memory_raised_after_the_fast_path_exists(dev, launcher) 
 
 
 def test_closed_stream_is_refused(dev, k) -> None:
-    import kernelbay_cuda as kc
-
     x, y = _arr(dev, 1.0), _arr(dev, 0.0)
     args = (x, y, np.float32(1), np.int32(N))
-    s = kc.Stream(dev)
+    s = dev.stream()
     k.launch(1, N, args, stream=s)
     k.launch(1, N, args, stream=s)  # the fast path with this stream
     s.synchronize()

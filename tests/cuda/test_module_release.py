@@ -102,7 +102,7 @@ def test_the_last_close_synchronises_then_unloads(drv) -> None:
     close(b)
     assert drv.live == set() and drv.log == ["sync:0", "unload"]
     with pytest.raises(kb.UseAfterFreeError, match="after close"):
-        b.handle.fast(1, 1, (), 0, None)  # whatever reaches the backend's entry is refused
+        b.handle.entry(1, 1, (), 0, None)  # whatever reaches the backend's entry is refused
     assert isinstance(kb.UseAfterFreeError("x"), kb.InvalidArgumentError)
     again = compile(src(1))  # out of the cache: compiled (here: read from the disk cache) anew
     assert again.handle is not b.handle and len(drv.live) == 1
@@ -144,7 +144,7 @@ def test_a_stream_capture_postpones_the_unload(drv) -> None:
     close(k)
     assert len(drv.live) == 1 and compiler.module_stats()["modules_pending_unload"] == 1
     with pytest.raises(kb.UseAfterFreeError):
-        k.handle.fast(1, 1, (), 0, None)  # refused at once, though not yet unloaded
+        k.handle.entry(1, 1, (), 0, None)  # refused at once, though not yet unloaded
     drv.sync_rc = 0
     compile(src(8))  # the next compile (or close) tries again
     assert len(drv.live) == 1 and compiler.module_stats()["modules_pending_unload"] == 0

@@ -98,7 +98,7 @@ def test_copy_waits_for_a_kernel_on_the_source(devs, direction, source_stream) -
     n = MIB
     src = kb.zeros(n, np.uint32, src_dev)
     dst = kb.zeros(n, np.uint32, dst_dev)
-    s = kc.Stream(src_dev) if source_stream == "blocking" else None
+    s = src_dev.stream() if source_stream == "blocking" else None
     for seed in (1, 2, 3):
         fill(src_dev, src, seed, spin_ms=20, stream=s)
         kb.copy(dst, src)  # no synchronisation: the copy must wait for the kernel by itself
@@ -112,7 +112,7 @@ def test_later_work_on_the_source_waits_for_the_copy(devs, overwrite) -> None:
     src = kb.empty(n, np.uint32, d1)
     fill(d1, src, 7)
     dst = kb.zeros(n, np.uint32, d0)
-    s0 = kc.Stream(d0)
+    s0 = d0.stream()
     busy = spin(d0, 50, s0)  # the copy queued behind this starts about 50 ms from now
     kb.copy(dst, src, stream=s0)
     if overwrite == "kernel":
@@ -138,7 +138,11 @@ def test_async_copy_on_a_stream_of_the_destination(devs, non_blocking) -> None:
     fill(d0, src, 11, spin_ms=10)
     dst = kb.zeros(n, np.uint32, d1)
     d1.synchronize()  # dst's zeros are in place before a non-blocking stream writes it
-    s1 = kc.Stream(d1, non_blocking=non_blocking)
+    if non_blocking:  # kb.Stream is blocking; the deprecated 0.1 name still makes non-blocking ones
+        with pytest.warns(DeprecationWarning):
+            s1 = kc.Stream(d1, non_blocking=True)
+    else:
+        s1 = d1.stream()
     add = kb.compile(kb.Source(ADD, "cuda"), d1)
     kb.copy(dst, src, stream=s1)
     add.launch(-(-n // 256), 256, (dst, 1, n), stream=s1)  # ordered after the copy on s1
@@ -150,7 +154,7 @@ def test_copy_with_a_stream_of_the_wrong_device_raises(devs) -> None:
     d0, d1 = devs
     a0, a1 = kb.zeros(16, np.float32, d0), kb.zeros(16, np.float32, d1)
     with pytest.raises(kb.InvalidArgumentError, match="stream of cuda:0"):
-        kb.copy(a1, a0, stream=kc.Stream(d0))
+        kb.copy(a1, a0, stream=d0.stream())
 
 
 def test_concurrent_peer_copies_from_threads(devs) -> None:
@@ -232,7 +236,7 @@ def test_launch_rejects_a_stream_of_the_other_device(devs) -> None:
     d0, d1 = devs
     k = kb.compile(kb.Source(ADD, "cuda"), d0)
     a = kb.zeros(32, np.int32, d0)
-    s0, s1 = kc.Stream(d0), kc.Stream(d1)
+    s0, s1 = d0.stream(), d1.stream()
     with pytest.raises(kb.InvalidArgumentError, match="stream of cuda:1"):
         k.launch(1, 32, (a, 1, 32), stream=s1)
     k.launch(1, 32, (a, 1, 32), stream=s0)

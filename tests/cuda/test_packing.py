@@ -8,7 +8,7 @@ import struct
 import kernelbay as kb
 import numpy as np
 import pytest
-from kernelbay_cuda import kernel, packing
+from kernelbay_cuda import packing
 
 DEV = kb.Device("cuda", 0, "fake")
 OTHER = kb.Device("cuda", 1, "fake")
@@ -25,7 +25,7 @@ def _arr(ptr: int, device=DEV) -> kb.Array:
 
 
 def _pack(params, args):
-    blk = kernel.ParamBlock(params)
+    blk = packing.ParamBlock(params)
     packer = packing.make_packer("k", params, args, DEV)
     packer(args, DEV, blk.buf)
     return blk, packer
@@ -45,7 +45,7 @@ def test_saxpy_arguments_are_packed_in_place() -> None:
     blk, packer = _pack(SAXPY, (x, y, np.float32(2.5), np.int32(7)))
     assert struct.unpack("<QQfi", bytes(blk.buf)[:24]) == (0x1000, 0x2000, 2.5, 7)
     base = ctypes.addressof(blk.buf)
-    assert list(blk.ptrs) == [base, base + 8, base + 16, base + 20]
+    assert list(blk.pointers) == [base, base + 8, base + 16, base + 20]
     # A repeated launch only rewrites the values, in the same block.
     packer((y, x, np.float32(-1.0), np.int32(9)), DEV, blk.buf)
     assert struct.unpack("<QQfi", bytes(blk.buf)[:24]) == (0x2000, 0x1000, -1.0, 9)

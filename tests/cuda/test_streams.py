@@ -42,7 +42,7 @@ def _ms(dev: kb.Device, ms: float) -> np.int64:
 
 def test_kb_stream_is_a_cuda_stream(dev) -> None:
     s = dev.stream()
-    assert isinstance(s.handle, kc.Stream)
+    assert isinstance(s.handle, kc.streams._StreamHandle)
     version, handle = s.__cuda_stream__()
     assert version == 0 and handle == s.handle.handle != 0
     assert dev.default_stream.__cuda_stream__() == (0, 0)

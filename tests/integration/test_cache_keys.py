@@ -5,7 +5,7 @@ from __future__ import annotations
 import kernelbay as kb
 import pytest
 
-compiler = pytest.importorskip("kernelbay_cuda.compiler", reason="kernelbay-cuda is not installed")
+nvrtc = pytest.importorskip("kernelbay_cuda.nvrtc", reason="kernelbay-cuda is not installed")
 
 
 def test_included_files_on_disk_are_part_of_the_key(tmp_path):
@@ -18,9 +18,9 @@ def test_included_files_on_disk_are_part_of_the_key(tmp_path):
     src = kb.Source(
         f'#include <a.h>\n#include "{absolute}"\n#include "given.h"\n', "cuda", headers={"given.h": "int given;"}
     )
-    first = compiler.include_digests(src, [f"-I{inc}"])
+    first = nvrtc.include_digests(src, [f"-I{inc}"])
     assert set(first) == {str(inc / "a.h"), str(inc / "sub" / "b.h"), str(absolute)}
     (inc / "sub" / "b.h").write_text("#define B 2\n")  # two levels down, through a relative include
-    second = compiler.include_digests(src, ["--include-path", str(inc)])
+    second = nvrtc.include_digests(src, ["--include-path", str(inc)])
     assert second[str(inc / "sub" / "b.h")] != first[str(inc / "sub" / "b.h")]
     assert second[str(absolute)] == first[str(absolute)]

@@ -19,11 +19,11 @@ COMPILE = """
 import json, sys
 import cuda.bindings
 import kernelbay as kb
-from kernelbay_cuda import compiler
-img = compiler.compile_image(kb.Source(
+from kernelbay_cuda import nvrtc
+img = nvrtc.compile_image(kb.Source(
     'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }', "cuda", name="k"), (8, 0),
     use_cache=False)
-print(json.dumps({"bindings": cuda.bindings.__version__, "nvrtc": list(compiler.nvrtc_version()),
+print(json.dumps({"bindings": cuda.bindings.__version__, "nvrtc": list(nvrtc.nvrtc_version()),
                   "kind": img.kind, "size": len(img.data)}))
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from kernelbay import _binding, _plugins, hookspecs
+from kernelbay import _plugins, fallbacks, hookspecs
 
 SPECS = [n for n in vars(hookspecs) if n.startswith("kernelbay_")]
 
@@ -26,8 +26,8 @@ def test_every_spec_says_what_it_is(name: str) -> None:
 def test_new_optional_hooks_have_a_fallback() -> None:
     for name in SPECS:
         if name.startswith(("kernelbay_stream", "kernelbay_event", "kernelbay_graph", "kernelbay_default_stream")):
-            assert name in _binding._OPTIONAL_DEFAULTS, name
-    assert "kernelbay_kernel_access" in _binding._OPTIONAL_DEFAULTS
+            assert name in fallbacks.OPTIONAL, name
+    assert "kernelbay_kernel_access" in fallbacks.OPTIONAL
 
 
 def test_the_core_requires_what_the_contract_says() -> None:

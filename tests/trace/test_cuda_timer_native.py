@@ -14,7 +14,7 @@ pytest.importorskip("kernelbay_cuda", reason="kernelbay-cuda is not installed")
 import kernelbay as kb
 from kernelbay.streams import Stream as KbStream
 from kernelbay_cuda import native, timing
-from kernelbay_cuda.streams import Stream
+from kernelbay_cuda.streams import _StreamHandle
 
 LAG_NS = 1_000_000
 CTX = 0x7700
@@ -109,14 +109,14 @@ def setup(nat):
         slow_calls.append((device, stream))
         return "slow"
 
-    t = nat.Timer(slow, Stream, KbStream)
+    t = nat.Timer(slow, _StreamHandle, KbStream)
     t.set_driver(*drv.addresses())
     t.add_device(0, *drv.reference())
     return t, drv, slow_calls
 
 
-def _cuda_stream(handle: int) -> Stream:
-    s = Stream.__new__(Stream)  # no driver: only the handle matters to the timer
+def _cuda_stream(handle: int) -> _StreamHandle:
+    s = _StreamHandle.__new__(_StreamHandle)  # no driver: only the handle matters to the timer
     s.handle = handle
     return s
 
@@ -182,7 +182,7 @@ def test_unknown_marks_give_none_and_every_mark_goes_back(setup) -> None:
 
 def test_before_set_up_every_mark_goes_to_the_slow_path(nat) -> None:
     calls = []
-    t = nat.Timer(lambda d, s: calls.append(s) or 7, Stream, KbStream)
+    t = nat.Timer(lambda d, s: calls.append(s) or 7, _StreamHandle, KbStream)
     assert t.mark(kb.Device("cuda", 0, "fake"), None) == 7 and calls == [None]
     with pytest.raises(ValueError, match="not set up"):
         t.record(0, 0)

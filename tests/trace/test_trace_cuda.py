@@ -79,12 +79,11 @@ def test_cuda_workload_trace_event_by_event(tmp_path, cache_dir, timer) -> None:
 
 
 def test_cuda_streams_get_their_own_tracks_and_long_kernels_outlive_their_launch(tmp_path, timer) -> None:
-    import kernelbay_cuda as kc
-
     dev = kb.device("cuda:0")
     k = kb.compile(kb.Source(BUSY, lang="cuda", name="busy"), device=dev)
     y = kb.zeros(32, np.float32, device=dev)
-    s1, s2 = kc.Stream(dev), kc.Stream(dev)
+    ks1, ks2 = dev.stream(), dev.stream()
+    s1, s2 = ks1.handle, ks2.handle  # the backend's stream handles: their tracks show the CUstream
     for s in (s1, s2, None):  # warm: a first launch also builds its fast path (hundreds of us)
         k.launch(1, 32, (y, np.int32(1)), stream=s)
     dev.synchronize()
@@ -124,7 +123,6 @@ def test_cuda_device_spans_are_sane_on_the_c_the_ctypes_and_the_cupti_timer(tmp_
     """Many launches on three kinds of stream, folded every 16 records (so marks are resolved
     in many batches): every launch gets a device span inside its lifetime, durations >= 0, and
     the spans of one stream follow each other in launch order."""
-    import kernelbay_cuda as kc
     from kernelbay.tracing import tracer
     from kernelbay_cuda import cupti, native, timing
 
@@ -144,7 +142,8 @@ def test_cuda_device_spans_are_sane_on_the_c_the_ctypes_and_the_cupti_timer(tmp_
     dev = kb.device("cuda:0")
     k = kb.compile(kb.Source(BUSY, lang="cuda", name="busy"), device=dev)
     y = kb.zeros(32, np.float32, device=dev)
-    streams = [None, kc.Stream(dev), dev.stream()]
+    owner = dev.stream()
+    streams = [None, owner.handle, dev.stream()]  # the default stream, a backend handle, a kb.Stream
     path = tmp_path / f"{timer_path}.json"
     n = 60
     with kb.trace(path):

@@ -8,17 +8,25 @@ from typing import TYPE_CHECKING, Any
 from . import streams as _streams
 from ._plugins import Backend, Binding, binding, runtime
 from ._select import _by_priority, device, devices, select  # noqa: F401  (device selection lives there)
+from .device import Device, registry
 from .errors import (
     ArgumentTypeError,
     InvalidArgumentError,
     UnsupportedError,
 )
-from .types import Array, Buffer, Device, Kernel, Source
+from .kernel import Kernel
+from .memory import Array, Buffer
+from .source import Source
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
 _new = object.__new__
+
+# Values call their backend through the binding they hold; for a device made by hand or an array
+# unpickled in another process they ask these two lookups, installed here (never imported there).
+registry.binding = binding
+registry.device = lambda name: device(name)
 
 DeviceLike = Device | str | None
 
@@ -126,7 +134,7 @@ def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Arra
     a.device = dev
     a.nbytes = n
     a.handle = h
-    a._b = b
+    a._binding = b
     a.shape = shp
     a.dtype = dt
     return a
@@ -137,15 +145,12 @@ def zeros(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Arra
     import numpy as np
 
     out = empty(shape, dtype, device)
-    stream = None
-    if _streams.intercept:
-        g = _streams.capturing(out.device)
-        if g is not None:
-            g._record_memset(out, 0, out.nbytes, _streams.current_or(out.device, None))
-            return out
-        stream = _streams.resolve(out.device, None)
+    g, stream = _streams.route(out.device, None)
+    if g is not None:
+        g._record_memset(out, 0, out.nbytes, stream)
+        return out
     try:
-        out._b.memset(out, 0, out.nbytes, stream)
+        out._binding.memset(out, 0, out.nbytes, stream)
     except NotImplementedError:
         copy(out, np.zeros(out.shape, out.dtype))
     return out
@@ -169,7 +174,7 @@ def buffer(nbytes: int, device: DeviceLike = None) -> Buffer:
     buf.device = dev
     buf.nbytes = nbytes
     buf.handle = h
-    buf._b = b
+    buf._binding = b
     return buf
 
 
@@ -212,7 +217,7 @@ def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None) -> Array:
         ) from None
     _numeric(host.dtype, "the data's dtype")
     out = empty(host.shape, host.dtype, device)
-    out._b.copy(out, host, host.nbytes, None)
+    out._binding.copy(out, host, host.nbytes, None)
     return out
 
 
@@ -306,38 +311,36 @@ def copy(dst: Any, src: Any, stream: Any = None) -> Any:
     if not dbuf and not sbuf:
         raise ArgumentTypeError("copy needs at least one kernelbay Array/Buffer; use numpy to copy host to host")
     if _streams.intercept:  # a current stream, or a graph recording
-        dev = dst.device if dbuf else src.device
-        g = _streams.capturing(dev)
+        g, stream = _streams.route(dst.device if dbuf else src.device, stream)
         if g is not None:
-            _record_copy(g, dst, src, dn, _streams.current_or(dev, stream), dbuf, sbuf)
+            _record_copy(g, dst, src, dn, stream, dbuf, sbuf)
             return dst
-        stream = _streams.resolve(dev, stream)
     if dbuf and sbuf:
-        if dst._b is src._b:
-            dst._b.copy(dst, src, dn, stream)
+        if dst._binding is src._binding:
+            dst._binding.copy(dst, src, dn, stream)
         else:  # two backends: through the host
             tmp = np.empty(dn, np.uint8)
-            src._b.copy(tmp, src, dn, stream)
-            dst._b.copy(dst, tmp, dn, stream)
+            src._binding.copy(tmp, src, dn, stream)
+            dst._binding.copy(dst, tmp, dn, stream)
         return dst
     if dbuf:
         host = np.asarray(src, order="C")
-        dst._b.copy(dst, host, dn, stream)
+        dst._binding.copy(dst, host, dn, stream)
         return dst
     if dst.flags.c_contiguous and dst.flags.writeable:
-        src._b.copy(dst, src, dn, stream)
+        src._binding.copy(dst, src, dn, stream)
     elif not dst.flags.writeable:
         raise InvalidArgumentError("copy destination numpy array is read-only")
     else:
         tmp = np.empty(dst.shape, dst.dtype)
-        src._b.copy(tmp, src, dn, stream)
+        src._binding.copy(tmp, src, dn, stream)
         dst[...] = tmp
     return dst
 
 
 def _record_copy(g: Any, dst: Any, src: Any, n: int, stream: Any, dbuf: bool, sbuf: bool) -> None:
     """A copy inside a graph recording: the host side is used as it is at each replay."""
-    if dbuf and sbuf and dst._b is not src._b:
+    if dbuf and sbuf and dst._binding is not src._binding:
         raise UnsupportedError("a graph cannot record a copy between two backends; copy before or after it")
     host = src if not sbuf else dst if not dbuf else None
     if host is not None and not (host.flags.c_contiguous and (sbuf is False or host.flags.writeable)):

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from . import _isolate, hookspecs
-from . import graphs as _graphs
-from . import streams as _streams
-from .errors import BackendBrokenError, BackendUnavailableError, InvalidArgumentError, UnsupportedError
-from .types import BackendSpec, Device
+from .device import BackendSpec, Device
+from .errors import BackendBrokenError, BackendUnavailableError, InvalidArgumentError
+from .fallbacks import fallback
+from .graphs import Graph
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -53,9 +53,18 @@ class Binding:
     the spec's, positionally.
     """
 
-    __slots__ = ("name", "plugin", "spec", "distribution", "_devices", "_devices_error", "_lock", "wrapped") + tuple(
-        _hook_attr(n) for n in ALL_HOOKS
-    )
+    __slots__ = (
+        "name",
+        "plugin",
+        "spec",
+        "distribution",
+        "_devices",
+        "_devices_error",
+        "_lock",
+        "wrapped",
+        "retired",
+        "default_streams",
+    ) + tuple(_hook_attr(n) for n in ALL_HOOKS)
 
     # The hooks as bound by bind(), typed as their specs in hookspecs.py (same order; a test
     # checks that every hook has one).
@@ -101,6 +110,14 @@ class Binding:
         self._devices_error: BaseException | None = None
         self._lock = threading.Lock()
         self.wrapped = False
+        #: Set when the runtime that made this binding is reset: devices re-resolve by name.
+        self.retired = False
+        #: Each device's default kb.Stream, made on first use (kernelbay.streams.Stream.default).
+        self.default_streams: dict[Device, Stream] = {}
+
+    def new_graph(self, device: Device) -> Graph:
+        """A :class:`kernelbay.Graph` recording ``device``'s work (``dev.graph()``)."""
+        return Graph(device, self)
 
     def devices(self) -> tuple[Device, ...]:
         """Probe once; the result (or the reason there are none) is kept for the process."""
@@ -154,7 +171,7 @@ class Binding:
         except Exception as exc:
             self._devices_error = broken(self.name, label, "its device probe failed", exc)
             return
-        devices = tuple(found or ())
+        devices: tuple[Device, ...] = tuple(found or ())
         bad = [d for d in devices if not isinstance(d, Device) or d.backend != self.name]
         idx = [d.index for d in devices if isinstance(d, Device)]
         if bad or idx != list(range(len(devices))):
@@ -166,6 +183,8 @@ class Binding:
         if not devices:
             self._devices_error = BackendUnavailableError(f"{label}: the backend found no device")
             return
+        for d in devices:  # a device calls its own backend's hooks (Device.binding)
+            object.__setattr__(d, "_binding", self)
         self._devices = devices
 
 
@@ -190,7 +209,7 @@ def bind(pm: pluggy.PluginManager, b: Binding, others: list[object], argnames: d
         own = [i for i in impls if i.plugin is b.plugin]
         attr = _hook_attr(hook)
         if not own:
-            fn: Callable[..., Any] = _unsupported(b.name, hook)
+            fn: Callable[..., Any] = fallback(hook, b)
         elif len(impls) == 1 and not (impls[0].wrapper or impls[0].hookwrapper) and tuple(impls[0].argnames) == names:
             fn = impls[0].function
         else:
@@ -224,29 +243,3 @@ def _through_pluggy(caller: Any, argnames: tuple[str, ...]) -> Callable[..., Any
         return caller(**dict(zip(argnames, args)))
 
     return call
-
-
-_OPTIONAL_DEFAULTS: dict[str, Callable[..., Any]] = {
-    # No host view: the core copies instead.
-    "kernelbay_host_view": lambda array: None,
-    # No external adoption: asarray falls back to numpy.
-    "kernelbay_from_external": lambda obj, device: None,
-    # Nothing kept per kernel: dropping the reference is the whole release.
-    "kernelbay_close_kernel": lambda kernel: None,
-    # No device timer: a trace has host spans only.
-    "kernelbay_device_timer": lambda: None,
-    # Streams, events and graphs: one in-order stream, list replay (kernelbay.streams/.graphs).
-    **_streams.FALLBACKS,
-    **_graphs.FALLBACKS,
-}
-
-
-def _unsupported(backend: str, hook: str) -> Callable[..., Any]:
-    if hook in _OPTIONAL_DEFAULTS:
-        return _OPTIONAL_DEFAULTS[hook]
-    what = hook.removeprefix("kernelbay_").replace("_", " ")
-
-    def unsupported(*_args: Any) -> Any:
-        raise UnsupportedError(f"backend {backend!r} does not support {what}; use another device for this")
-
-    return unsupported

@@ -28,12 +28,6 @@ ENTRY_POINT_GROUP = "kernelbay.backends"
 _FIRST_PARTY = ("cpu", "cuda", "tpu")
 
 
-def _runtime() -> Runtime:
-    from ._plugins import runtime
-
-    return runtime
-
-
 @attrs.define(eq=False)
 class Backend:
     """An installed backend as ``kb.backends()`` lists it.
@@ -54,6 +48,13 @@ class Backend:
     _load: Callable[[], object] = attrs.field(repr=False, alias="load")
     _binding: Binding | None = attrs.field(default=None, repr=False, init=False)
     _error: BaseException | None = attrs.field(default=None, repr=False, init=False)
+    # The runtime that listed this record (kernelbay._plugins sets it): loads through it.
+    _runtime: Runtime | None = attrs.field(default=None, repr=False, init=False)
+
+    def _load_binding(self) -> Binding:
+        if self._runtime is None:
+            raise BackendBrokenError(f"backend {self.name!r} is not part of a kernelbay runtime")
+        return self._runtime.load(self.name)
 
     @property
     def label(self) -> str:
@@ -63,7 +64,7 @@ class Backend:
     def status(self) -> str:
         """``available``, ``unavailable`` (healthy, nothing to run on) or ``broken``."""
         try:
-            _runtime().load(self.name).devices()
+            self._load_binding().devices()
         except BackendUnavailableError:
             return "unavailable"
         except BackendBrokenError:
@@ -74,7 +75,7 @@ class Backend:
     def error(self) -> BaseException | None:
         """Why the backend is unavailable or broken (with ``__cause__``), else ``None``."""
         try:
-            _runtime().load(self.name).devices()
+            self._load_binding().devices()
         except (BackendUnavailableError, BackendBrokenError) as exc:
             return exc
         return None
@@ -87,7 +88,7 @@ class Backend:
     @property
     def spec(self) -> BackendSpec | None:
         try:
-            return _runtime().load(self.name).spec
+            return self._load_binding().spec
         except BackendBrokenError:
             return None
 
@@ -104,7 +105,7 @@ class Backend:
     @property
     def devices(self) -> tuple[Device, ...]:
         try:
-            return _runtime().load(self.name).devices()
+            return self._load_binding().devices()
         except (BackendUnavailableError, BackendBrokenError):
             return ()
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import os
 
+from .errors import InvalidArgumentError
+
 __all__ = ["ENV_LOG", "LEVELS", "configure", "configure_from_env", "check", "get"]
 
 ENV_LOG = "KERNELBAY_LOG"
@@ -87,6 +89,4 @@ def configure_from_env() -> None:
 def check() -> None:
     """Raise :class:`~kernelbay.errors.InvalidArgumentError` for a malformed ``KERNELBAY_LOG``."""
     if _error:
-        from .errors import InvalidArgumentError
-
         raise InvalidArgumentError(_error[0])

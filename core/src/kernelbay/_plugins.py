@@ -13,11 +13,11 @@ from typing import Any
 
 import pluggy
 
-from . import _discovery, hookspecs
+from . import _discovery, _log, hookspecs
 from ._binding import ALL_HOOKS, ENV_BACKENDS, REQUIRED_HOOKS, Binding, bind
 from ._discovery import ENTRY_POINT_GROUP, Backend
+from .device import Device
 from .errors import BackendBrokenError, BackendNotInstalledError
-from .types import Device
 
 __all__ = [
     "ALL_HOOKS",
@@ -40,8 +40,15 @@ class Runtime:
         self.reset()
 
     def reset(self) -> None:
-        """Forget everything loaded; the next request re-reads entry points."""
+        """Forget everything loaded; the next request re-reads entry points.
+
+        Nothing survives: bindings are retired (devices handed out before re-resolve by name, and
+        their default streams, kept by the old binding, go with it), records, extensions and
+        default-device choices are dropped.
+        """
         with self._lock:
+            for old in getattr(self, "bindings", {}).values():
+                old.retired = True
             self.pm = pluggy.PluginManager("kernelbay")
             self.pm.add_hookspecs(hookspecs)
             self._argnames = {h: tuple(getattr(self.pm.hook, h).spec.argnames) for h in ALL_HOOKS}
@@ -59,12 +66,13 @@ class Runtime:
         if self._records is None:
             with self._lock:
                 if self._records is None:
-                    from . import _log
-
                     _log.check()  # a malformed KERNELBAY_LOG is an error at first use, not ignored
                     self._records = _discovery.discover()
         recs = dict(self._records)
         recs.update(self._extra)
+        for rec in recs.values():  # a record loads through the runtime that lists it
+            if rec._runtime is None:
+                rec._runtime = self
         return recs
 
     def allowlist(self) -> set[str] | None:
@@ -88,8 +96,10 @@ class Runtime:
         with self._lock:
             rec = self._extra.pop(name, None)
             b = self.bindings.pop(name, None)
-            if b is not None and self.pm.is_registered(b.plugin):
-                self.pm.unregister(b.plugin)
+            if b is not None:
+                b.retired = True
+                if self.pm.is_registered(b.plugin):
+                    self.pm.unregister(b.plugin)
             if rec is not None:
                 rec._binding = None
                 rec._error = None

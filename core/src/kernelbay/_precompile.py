@@ -31,7 +31,9 @@ from typing import Any
 
 import attrs
 
+from . import _api, cache
 from .errors import InvalidArgumentError, KernelbayError
+from .source import SUFFIX_LANG, Source
 
 MANIFEST = "kernelbay.toml"
 _HEADERS = {".cuh", ".h", ".hpp", ".hh", ".inl"}
@@ -101,15 +103,13 @@ def _settings(path: str, manifests: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def find_sources(paths: list[str]) -> Iterator[str]:
-    from .types import _SUFFIX_LANG
-
     for p in paths:
         if os.path.isdir(p):
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for f in sorted(files):
                     suffix = os.path.splitext(f)[1].lower()
-                    if suffix in _SUFFIX_LANG and suffix not in _HEADERS:
+                    if suffix in SUFFIX_LANG and suffix not in _HEADERS:
                         yield os.path.join(root, f)
         elif os.path.isfile(p):
             yield p
@@ -118,9 +118,6 @@ def find_sources(paths: list[str]) -> Iterator[str]:
 
 
 def plan(args: argparse.Namespace) -> list[Job]:
-    from . import _api
-    from .types import _SUFFIX_LANG
-
     manifests = (
         [_manifest(args.manifest)]
         if args.manifest
@@ -129,7 +126,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
     devices = [_api.device(d) for d in (args.device or [None])]
     jobs = []
     for path in find_sources(args.paths):
-        lang = _SUFFIX_LANG.get(os.path.splitext(path)[1].lower())
+        lang = SUFFIX_LANG.get(os.path.splitext(path)[1].lower())
         if lang is None:
             raise InvalidArgumentError(f"cannot tell the language of {path!r} from its suffix")
         s = _settings(path, manifests)
@@ -154,9 +151,6 @@ def compile_one(
     """Compile one source for one device here: ``(outcome, detail)``, outcome one of memory,
     disk, compiled, failed, skipped. Runs in a worker process (one compile at a time there)."""
     global _found
-    from . import _api, cache
-    from .types import Source
-
     dev, b = _api._resolve(device)
     langs = b.spec.languages if b.spec is not None else ()
     if lang not in langs:

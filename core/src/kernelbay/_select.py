@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from ._plugins import Binding, runtime
+from .device import Device
 from .errors import (
     ArgumentTypeError,
     BackendBrokenError,
@@ -29,7 +30,6 @@ from .errors import (
     NoDeviceError,
     SettingError,
 )
-from .types import Device
 
 ENV_DEVICE = "KERNELBAY_DEVICE"
 log = logging.getLogger("kernelbay.select")

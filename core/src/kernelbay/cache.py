@@ -25,27 +25,28 @@ user cache directory). The cache trusts nothing it did not make:
   read, increased by the entry's size and written back; the directory is scanned only when the
   total passes the limit (then entries are evicted) or the last scan is older than
   ``RESCAN_SECONDS`` (which corrects what concurrent writers' races lost or double-counted).
+
+This module is the store (:class:`DiskCache`: read, write, lock) and the process's use of it
+(:func:`lookup`, :func:`store`, :func:`locked`, :func:`recheck`); what an entry is (keys, file
+layout, checksum) lives in ``_cacheentry``, the size limit and upkeep (totals, eviction,
+``info``, ``clear``) in ``_cachespace``, the directory checks in ``_privatedir``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import secrets
 import stat
-import struct
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import attrs
-
 from . import _privatedir
-from ._privatedir import _CLOEXEC, _NOFOLLOW, _O_NEW, _O_READ, ENV_DIR, PrivateDir, _is_sub
+from ._cacheentry import LOCK, SCHEMA, SUFFIX, CacheEntry, decode, encode, make_key
+from ._cachespace import DEFAULT_MAX_BYTES, ENV_MAX, RESCAN_SECONDS, CacheSpace
+from ._privatedir import _CLOEXEC, _NOFOLLOW, _O_NEW, _O_READ, ENV_DIR, _is_sub
 from ._privatedir import unlink_at as _unlink
 from .errors import CacheError, SettingError
 from .settings import env_bytes
@@ -63,16 +64,10 @@ __all__ = [
     "recheck",
     "store",
     "SCHEMA",
+    "DEFAULT_MAX_BYTES",
+    "ENV_MAX",
+    "RESCAN_SECONDS",
 ]
-
-#: Bump to invalidate every entry written by older code.
-SCHEMA = 1
-_MAGIC = b"KBC\x01"
-_HEADER = struct.Struct("<4sIQ")  # magic, metadata length, payload length
-_DIGEST = 32
-ENV_MAX = "KERNELBAY_CACHE_MAX_BYTES"
-DEFAULT_MAX_BYTES = 1 << 30
-_SUFFIX = ".kbc"
 
 
 def cache_dir() -> str:
@@ -87,56 +82,7 @@ def cache_dir() -> str:
     return platformdirs.user_cache_dir("kernelbay", appauthor=False)
 
 
-def make_key(
-    *,
-    backend: str,
-    compiler: str,
-    compiler_version: str,
-    arch: str,
-    options: Iterable[str] = (),
-    source: str | bytes = "",
-    entries: Iterable[str] = (),
-    extra: Mapping[str, str] | None = None,
-) -> str:
-    """A hex key over everything that defines a compiled result."""
-    h = hashlib.sha256()
-
-    def put(tag: str, value: str | bytes) -> None:
-        data = value.encode() if isinstance(value, str) else value
-        h.update(tag.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
-
-    put("schema", str(SCHEMA))
-    put("backend", backend)
-    put("compiler", compiler)
-    put("compiler_version", compiler_version)
-    put("arch", arch)
-    for o in options:
-        put("option", o)
-    put("source", source)
-    for e in entries:
-        put("entry", e)
-    for k, v in sorted((extra or {}).items()):
-        put("extra:" + k, v)
-    return h.hexdigest()
-
-
-@attrs.frozen
-class CacheEntry:
-    """A verified entry: the compiled payload and its JSON metadata."""
-
-    key: str
-    payload: bytes
-    meta: Mapping[str, Any]
-    path: str
-
-
-_LOCK = ".lock"
-_SIZE = ".size"
-#: A running total older than this is recomputed by a full scan at the next write.
-RESCAN_SECONDS = 600.0
-
-
-class DiskCache(PrivateDir):
+class DiskCache(CacheSpace):
     """A directory of verified, atomically written compile results."""
 
     def __init__(self, directory: str | None = None, max_bytes: int | None = None) -> None:
@@ -150,7 +96,7 @@ class DiskCache(PrivateDir):
     def path_for(self, key: str) -> str:
         if not key or any(c not in "0123456789abcdef" for c in key):
             raise ValueError(f"cache keys are lowercase hex strings, got {key!r}")
-        return os.path.join(self.directory, key[:2], key + _SUFFIX)
+        return os.path.join(self.directory, key[:2], key + SUFFIX)
 
     def subdir(self, name: str) -> str:
         """The path of a private subdirectory (``name``, created 0700, checked like the cache
@@ -172,7 +118,7 @@ class DiskCache(PrivateDir):
     def get(self, key: str) -> CacheEntry | None:
         """The entry for ``key`` if present and intact; a damaged or foreign entry is deleted."""
         path = self.path_for(key)
-        name = key + _SUFFIX
+        name = key + SUFFIX
         with self._root() as root:
             assert root is not None
             sub = self._open_sub(root, key[:2], create=False)
@@ -192,7 +138,7 @@ class DiskCache(PrivateDir):
                     if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid) or st.st_mode & 0o022:
                         entry = None
                     else:
-                        entry = self._decode(key, path, f.read())
+                        entry = decode(key, path, f.read())
                         if entry is not None and os.utime in os.supports_fd:
                             try:
                                 os.utime(f.fileno())  # least-recently-used order
@@ -205,24 +151,6 @@ class DiskCache(PrivateDir):
             finally:
                 os.close(sub)
 
-    @staticmethod
-    def _decode(key: str, path: str, data: bytes) -> CacheEntry | None:
-        if len(data) < _HEADER.size + _DIGEST:
-            return None
-        magic, mlen, plen = _HEADER.unpack_from(data)
-        if magic != _MAGIC or _HEADER.size + mlen + plen + _DIGEST != len(data):
-            return None
-        body = data[_HEADER.size : -_DIGEST]
-        if hashlib.sha256(body).digest() != data[-_DIGEST:]:
-            return None
-        try:
-            meta = json.loads(body[:mlen].decode())
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return None
-        if not isinstance(meta, dict) or meta.get("key") != key or meta.get("schema") != SCHEMA:
-            return None
-        return CacheEntry(key=key, payload=bytes(body[mlen:]), meta=meta.get("meta", {}), path=path)
-
     def put(self, key: str, payload: bytes, meta: Mapping[str, Any] | None = None) -> str:
         """Store ``payload`` under ``key`` atomically; returns the entry's path.
 
@@ -231,9 +159,7 @@ class DiskCache(PrivateDir):
         checks raises :class:`CacheError`.
         """
         path = self.path_for(key)
-        head = json.dumps({"schema": SCHEMA, "key": key, "meta": dict(meta or {})}, sort_keys=True).encode()
-        body = head + payload
-        blob = _HEADER.pack(_MAGIC, len(head), len(payload)) + body + hashlib.sha256(body).digest()
+        blob = encode(key, payload, meta)
         with self._root() as root:
             assert root is not None
             try:
@@ -243,7 +169,7 @@ class DiskCache(PrivateDir):
                     raise
                 return path
             assert sub is not None
-            tmp = f".tmp-{secrets.token_hex(8)}{_SUFFIX}"
+            tmp = f".tmp-{secrets.token_hex(8)}{SUFFIX}"
             try:
                 fd = os.open(tmp, _O_NEW, 0o600, dir_fd=sub)
                 try:
@@ -251,7 +177,7 @@ class DiskCache(PrivateDir):
                         f.write(blob)
                         f.flush()
                         os.fsync(f.fileno())
-                    os.replace(tmp, key + _SUFFIX, src_dir_fd=sub, dst_dir_fd=sub)
+                    os.replace(tmp, key + SUFFIX, src_dir_fd=sub, dst_dir_fd=sub)
                 except BaseException:
                     _unlink(tmp, sub)
                     raise
@@ -282,7 +208,7 @@ class DiskCache(PrivateDir):
                 sub = self._open_sub(root, key[:2], create=True)
                 assert sub is not None
                 try:
-                    fd = os.open(_LOCK, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=sub)
+                    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=sub)
                 finally:
                     os.close(sub)
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -296,187 +222,6 @@ class DiskCache(PrivateDir):
         finally:
             if fd >= 0:
                 os.close(fd)  # releases the flock
-
-    # --- housekeeping -----------------------------------------------------------------
-
-    def _walk(self, root: int) -> Iterator[tuple[str, str, os.stat_result]]:
-        """``(subdirectory, name, lstat)`` of every entry file, links never followed."""
-        for sub in sorted(os.listdir(root)):
-            if not _is_sub(sub):
-                continue
-            try:
-                fd = self._open_sub(root, sub, create=False)
-            except (CacheError, OSError):
-                continue
-            if fd is None:
-                continue
-            try:
-                for n in os.listdir(fd):
-                    if n.endswith(_SUFFIX) and not n.startswith(".tmp-"):
-                        try:
-                            st = os.stat(n, dir_fd=fd, follow_symlinks=False)
-                        except OSError:
-                            continue
-                        if stat.S_ISREG(st.st_mode):
-                            yield sub, n, st
-            finally:
-                os.close(fd)
-
-    def entries(self) -> list[tuple[str, int, float]]:
-        """``(path, size, last use)`` of every entry."""
-        with self._root(create=False) as root:
-            if root is None:
-                return []
-            return [(os.path.join(self.directory, s, n), st.st_size, st.st_mtime) for s, n, st in self._walk(root)]
-
-    def _read_total(self, root: int) -> tuple[int, float] | None:
-        try:
-            fd = os.open(_SIZE, _O_READ, dir_fd=root)
-        except OSError:
-            return None
-        try:
-            with os.fdopen(fd, "rb") as f:
-                total, scanned = f.read(64).split()
-            return int(total), float(scanned)
-        except (OSError, ValueError):
-            return None
-
-    def _write_total(self, root: int, total: int, scanned: float) -> None:
-        tmp = f".tmp-{secrets.token_hex(8)}.size"
-        try:
-            fd = os.open(tmp, _O_NEW, 0o600, dir_fd=root)
-            with os.fdopen(fd, "wb") as f:
-                f.write(f"{total} {scanned:.3f}\n".encode())
-            os.replace(tmp, _SIZE, src_dir_fd=root, dst_dir_fd=root)
-        except OSError:
-            _unlink(tmp, root)
-
-    def _add_to_total(self, root: int, nbytes: int) -> int | None:
-        """The running total after adding ``nbytes``; None when a full scan is due."""
-        with self._lock:
-            got = self._read_total(root)
-            # The scan time is written to the millisecond, rounded: a store within half a
-            # millisecond of the scan reads it as slightly in the future, which is no reason to
-            # rescan; one more than a second ahead (a clock set back) is.
-            if got is None or not -1.0 < time.time() - got[1] < RESCAN_SECONDS:
-                return None
-            total = got[0] + nbytes
-            self._write_total(root, total, got[1])
-            return total
-
-    def _evict(self, keep: str | None = None) -> None:
-        """Scan the directory: set the running total, and evict least recently used entries
-        while it is over the limit."""
-        with self._lock, self._root() as root:
-            assert root is not None
-            t0 = time.perf_counter()
-            scanned = time.time()
-            items = list(self._walk(root))
-            total = sum(st.st_size for _, _, st in items)
-            evicted = 0
-            if total > self.max_bytes:
-                for s, n, st in sorted(items, key=lambda e: e[2].st_mtime):
-                    if os.path.join(self.directory, s, n) == keep:
-                        continue
-                    fd = self._open_sub(root, s, create=False)
-                    if fd is not None:
-                        _unlink(n, fd)
-                        os.close(fd)
-                    total -= st.st_size
-                    evicted += 1
-                    if total <= self.max_bytes:
-                        break
-            self._write_total(root, total, scanned)
-            log.debug(
-                "scanned %d entries (%d bytes after evicting %d) in %.1f ms",
-                len(items),
-                total,
-                evicted,
-                (time.perf_counter() - t0) * 1e3,
-            )
-            if evicted:
-                log.info("evicted %d least recently used entries to stay under %d bytes", evicted, self.max_bytes)
-
-    def info(self) -> dict[str, Any]:
-        """What ``kernelbay cache info`` shows: where, whether usable (and why not), how much.
-
-        Never raises for an unusable directory: ``usable`` is False and ``problem`` says why.
-        """
-        out: dict[str, Any] = {"directory": self.directory, "exists": os.path.isdir(self.directory)}
-        try:
-            items = self.entries()
-        except (CacheError, OSError) as exc:
-            out.update(usable=False, problem=str(exc))
-            items = []
-        else:
-            out.update(usable=True, problem=None)
-        out["owner_ok"] = None  # not there yet: it will be made 0700, yours
-        if out["exists"]:
-            st, uid = os.stat(self.directory), _privatedir._uid()
-            out["owner_ok"] = uid is None or (st.st_uid == uid and not st.st_mode & 0o022)
-        out["writable"] = os.access(self.directory if out["exists"] else _existing_parent(self.directory), os.W_OK)
-        if out["usable"] and not out["writable"]:
-            out.update(usable=False, problem=f"{self.directory!r} is not writable: compile results are not kept")
-        out.update(entries=len(items), bytes=sum(s for _, s, _ in items), max_bytes=self.max_bytes)
-        return out
-
-    def clear(self) -> int:
-        """Delete every entry (and stray links, temporary and lock files); returns how many entries.
-
-        Links are removed, never followed.
-
-        :raises CacheError: when something could not be deleted, saying how much and why.
-        """
-        removed = 0
-        failed: list[str] = []
-        with self._root(create=False) as root:
-            if root is None:
-                return 0
-            for sub in os.listdir(root):
-                if not _is_sub(sub):
-                    continue
-                try:
-                    st = os.stat(sub, dir_fd=root, follow_symlinks=False)
-                    if not stat.S_ISDIR(st.st_mode):  # a link or a file where a subdirectory belongs
-                        os.unlink(sub, dir_fd=root)
-                        continue
-                    fd = self._open_sub(root, sub, create=False)
-                except (CacheError, OSError) as exc:
-                    failed.append(f"{sub}: {exc}")
-                    continue
-                if fd is None:
-                    continue
-                try:
-                    for n in os.listdir(fd):
-                        if not (n.endswith(_SUFFIX) or n == _LOCK):
-                            continue
-                        try:
-                            os.unlink(n, dir_fd=fd)
-                        except FileNotFoundError:
-                            continue
-                        except OSError as exc:
-                            failed.append(f"{sub}/{n}: {exc.strerror}")
-                            continue
-                        removed += n.endswith(_SUFFIX) and not n.startswith(".tmp-")
-                finally:
-                    os.close(fd)
-            _unlink(_SIZE, root)  # the running total starts again from a scan
-        if failed:
-            raise CacheError(
-                f"could not clear the kernelbay cache {self.directory!r}: {len(failed)} item(s) remain "
-                f"({'; '.join(failed[:3])}{'...' if len(failed) > 3 else ''}); {removed} entries were deleted. "
-                "Check the directory's permissions"
-            )
-        return removed
-
-
-def _existing_parent(path: str) -> str:
-    while path and not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
 
 
 _default: dict[tuple[str, str | None], DiskCache] = {}

@@ -18,8 +18,8 @@ from typing import Any
 from . import __version__
 from .errors import KernelbayError
 
+# 2 (a bad command line) is argparse's own exit status.
 EXIT_ERROR = 1
-EXIT_USAGE = 2
 EXIT_MISMATCH = 3
 EXIT_INTERRUPTED = 130
 EXIT_CODES = (

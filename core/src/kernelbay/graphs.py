@@ -16,12 +16,12 @@ launch says ``reads=``/``writes=``. The stream a step was issued on does not ord
 on ``s1``), and so does :meth:`Graph.add_dependency`.
 
 Backends build graphs through the optional hooks ``kernelbay_graph_*``; without them a replay
-runs the recorded steps in order through the ordinary hooks (:data:`FALLBACKS`).
+runs the recorded steps in order through the ordinary hooks
+(:func:`kernelbay.fallbacks.replay_steps`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +29,15 @@ import attrs
 
 from . import streams as _streams
 from .errors import InvalidArgumentError, UseAfterFreeError
-from .types import Buffer, Device, Kernel
+from .fallbacks import replay_steps
+from .kernel import Kernel
+from .memory import Buffer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._plugins import Binding
+    from ._binding import Binding
+    from .device import Device
 
-__all__ = ["FALLBACKS", "Graph", "Step", "pointer_access"]
+__all__ = ["Graph", "Step", "pointer_access"]
 
 
 @attrs.define(eq=False, slots=True)
@@ -76,45 +79,13 @@ class Step:
         return f"step {self.index} ({self.kind} of {self.nbytes} bytes)"
 
 
-_CONST_PTR = re.compile(r"\bconst\b[^*]*\*")
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-
-
 def pointer_access(text: str, name: str) -> tuple[str | None, ...] | None:
-    """Access modes of a C/C++/CUDA function's parameters, read from its source.
+    """Access modes of a C/C++/CUDA function's parameters, read from its source: see
+    :func:`kernelbay.csource.pointer_access`, which this calls."""
+    # Deferred: the C reader is needed when a graph records a launch, not by `import kernelbay`.
+    from .csource import pointer_access as read
 
-    For backends implementing ``kernelbay_kernel_access`` from source text: ``"r"`` for a
-    pointer to ``const`` data, ``"rw"`` for another pointer, ``None`` for a value parameter.
-
-    :return: one mode per parameter, or ``None`` when the definition is not found (or found
-        more than once: overloads).
-    """
-    code = _COMMENTS.sub(" ", text)
-    found = [m.end() for m in re.finditer(rf"\b{re.escape(name)}\s*\(", code)]
-    defs = []
-    for start in found:
-        depth, i = 1, start
-        while i < len(code) and depth:
-            depth += {"(": 1, ")": -1}.get(code[i], 0)
-            i += 1
-        if re.match(r"\s*(?:__\w+__\s*(?:\([^)]*\))?\s*)*\{", code[i:]):  # a definition, not a call
-            defs.append(code[start : i - 1])
-    if len(defs) != 1:
-        return None
-    params, depth, cur = [], 0, ""
-    for ch in defs[0]:
-        if ch in "<([":
-            depth += 1
-        elif ch in ">)]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            params.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip() and cur.strip() != "void":
-        params.append(cur)
-    return tuple(None if "*" not in p else ("r" if _CONST_PTR.search(p.split("*")[0] + "*") else "rw") for p in params)
+    return read(text, name)
 
 
 class Graph:
@@ -127,7 +98,7 @@ class Graph:
 
     def __init__(self, device: Device, binding: Binding) -> None:
         self.device = device
-        self._b = binding
+        self._binding = binding
         self.steps: list[Step] = []
         self._handle: Any = None
         self._built = False
@@ -189,7 +160,7 @@ class Graph:
         return self._add(Step(len(self.steps), "memset", stream, writes=(dst,), dst=dst, nbytes=nbytes, value=value))
 
     def _record_event(self, stream: Any) -> _streams.Event:
-        return _streams.Event(self.device, ("graph-marker", id(self), len(self.steps)), self._b, stream)
+        return _streams.Event(self.device, ("graph-marker", id(self), len(self.steps)), self._binding, stream)
 
     def _record_wait(self, stream: Any, event: _streams.Event) -> None:
         h = event.handle
@@ -206,7 +177,7 @@ class Graph:
                 if not isinstance(b, Buffer):
                     raise InvalidArgumentError(f"reads=/writes= take kernelbay buffers, not {type(b).__name__}")
             return
-        modes = self._b.kernel_access(step.kernel) if step.kernel is not None else None
+        modes = self._binding.kernel_access(step.kernel) if step.kernel is not None else None
         r, w = [], []
         for i, a in enumerate(step.args):
             if isinstance(a, Buffer):
@@ -246,7 +217,7 @@ class Graph:
         self._check_acyclic()
         self._collect_buffers()
         self._destroy()
-        self._handle = self._b.graph_build(self.device, tuple(self.steps))
+        self._handle = self._binding.graph_build(self.device, tuple(self.steps))
         self._built = True
 
     def _collect_buffers(self) -> None:
@@ -342,13 +313,13 @@ class Graph:
         :raises UseAfterFreeError: when a buffer or kernel the graph uses was closed.
         """
         self._check_usable()
-        if _streams.capturing(self.device) is not None:
+        g, stream = _streams.route(self.device, stream)
+        if g is not None:
             raise InvalidArgumentError("replaying a graph inside another graph's recording is not supported")
-        stream = _streams.resolve(self.device, stream)
-        if self._handle is None:
-            replay_steps(self._b, self.steps, stream)
+        if self._handle is None:  # no native graph: the contract's fallback replay
+            replay_steps(self._binding, self.steps, stream)
         else:
-            self._b.graph_replay(self.device, self._handle, stream)
+            self._binding.graph_replay(self.device, self._handle, stream)
 
     def update(self, kernel_index: int | Step, args: Sequence[Any], *, reads: Any = None, writes: Any = None) -> None:
         """Give a recorded launch new arguments (same kernel and geometry), without recapture.
@@ -384,13 +355,13 @@ class Graph:
                 raise
         else:
             self._collect_buffers()
-            if self._handle is not None and not self._b.graph_update(self.device, self._handle, step):
+            if self._handle is not None and not self._binding.graph_update(self.device, self._handle, step):
                 self._schedule()
 
     def _destroy(self) -> None:
         h, self._handle = self._handle, None
         if h is not None:
-            self._b.graph_destroy(self.device, h)
+            self._binding.graph_destroy(self.device, h)
 
     def close(self) -> None:
         """Release the backend's graph and the recorded buffers (closing twice is harmless)."""
@@ -407,35 +378,3 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"kernelbay.Graph({self.device}, {len(self.steps)} steps)"
-
-
-def replay_steps(b: Binding, steps: Sequence[Step], stream: Any) -> None:
-    """Run ``steps`` in recorded order through the ordinary hooks (the fallback replay)."""
-    if type(stream) is _streams.Stream and stream.handle is None:
-        stream = None
-    # All on ``stream``, in recorded order: a valid order of the dependencies.
-    for s in steps:
-        if s.kind == "launch":
-            assert s.kernel is not None  # a launch step always has its kernel
-            b.launch(s.kernel, s.grid, s.block, s.args, s.shared_mem, stream)
-        elif s.kind == "copy":
-            b.copy(s.dst, s.src, s.nbytes, stream)
-        else:
-            try:
-                b.memset(s.dst, s.value, s.nbytes, stream)
-            except NotImplementedError:  # no memset hook: a copy from the host, as kb.zeros does
-                import numpy as np
-
-                b.copy(s.dst, np.full(s.nbytes, s.value, np.uint8), s.nbytes, stream)
-
-
-#: What a backend without the graph hooks gets: no native graph (a replay runs the recorded
-#: steps in order through launch/copy/memset), and kernels whose buffer arguments are all
-#: read and written.
-FALLBACKS: dict[str, Any] = {
-    "kernelbay_graph_build": lambda device, steps: None,
-    "kernelbay_graph_replay": lambda device, graph, stream: None,
-    "kernelbay_graph_update": lambda device, graph, step: False,
-    "kernelbay_graph_destroy": lambda device, graph: None,
-    "kernelbay_kernel_access": lambda kernel: None,
-}

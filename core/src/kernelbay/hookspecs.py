@@ -16,7 +16,8 @@ Rules every backend follows:
   - **Required**: every backend implements it (listed in :data:`REQUIRED_HOOKS`); a backend
     without one is marked broken when it loads.
   - **Optional**: may be left out; the spec names the fallback the core uses instead (often
-    :class:`~kernelbay.errors.UnsupportedError` when a user asks for that capability).
+    :class:`~kernelbay.errors.UnsupportedError` when a user asks for that capability). The
+    fallbacks are written once, in :mod:`kernelbay.fallbacks`, which belongs to this contract.
   - **Hot path**: the core binds the backend's function once and calls it positionally, in the
     order of the spec's parameters (allocate, free, copy, memset, launch). Implement every
     parameter of a hot-path spec, in order, or the core falls back to the slower keyword call
@@ -490,7 +491,7 @@ def kernelbay_kernel_access(kernel: Kernel) -> Sequence[str | None] | None:
     """*Optional* (fallback: ``None``, every buffer argument is read and written).
 
     How ``kernel`` uses each parameter, for graph dependencies.
-    :func:`kernelbay.graphs.pointer_access` reads it from C-like source text.
+    :func:`kernelbay.csource.pointer_access` reads it from C-like source text.
 
     :param kernel: a kernel this backend compiled.
     :return: one entry per parameter: ``"r"`` (only read, e.g. a pointer to ``const``), ``"w"``,

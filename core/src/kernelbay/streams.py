@@ -6,42 +6,43 @@ of that device, set by ``with stream:``, else the device's default stream), or w
 backend documents (CUDA: objects with ``__cuda_stream__``, CuPy and PyTorch streams).
 
 Backends implement streams through the optional hooks ``kernelbay_stream_*`` and
-``kernelbay_event_*`` (see :mod:`kernelbay.hookspecs`). A backend without them gets the fallback
-in :data:`FALLBACKS`: every stream is the device's one in-order stream, and an event completes
-when it is recorded (the record waits for the stream's work).
+``kernelbay_event_*`` (see :mod:`kernelbay.hookspecs`). A backend without them gets the fallbacks
+of :mod:`kernelbay.fallbacks`: every stream is the device's one in-order stream, and an event
+completes when it is recorded (the record waits for the stream's work).
+
+:func:`route` is the one rule that sends work to a graph recording or to a stream.
 
 Host reads (``Array.numpy()``, ``kb.copy`` into a numpy array with ``stream=None``,
 ``dev.synchronize()``) see every write queued before them on every stream of the device.
 
 The launch hot path pays for none of this unless some thread has a current stream or records a
-graph: :data:`intercept` counts those, and ``Kernel.launch`` looks further only when it is
-non-zero.
+graph (or a stream its backend does not see exists): :data:`intercept` counts those, and
+``Kernel.launch`` looks further only when it is non-zero. This module sits below the values
+(:mod:`kernelbay.types`): it reaches a device's backend through ``device.binding``.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .errors import InvalidArgumentError, UnsupportedError
-from .types import Device
+from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._plugins import Binding
+    from ._binding import Binding
     from .graphs import Graph
-    from .types import Kernel
+    from .types import Device, Kernel
 
-__all__ = ["FALLBACKS", "Event", "Stream", "current_stream"]
+__all__ = ["Event", "Stream", "current_stream", "route"]
 
-#: Threads with a current stream plus active graph captures, all threads together. The hot
-#: path reads it without a lock: a thread always sees its own changes.
+#: Threads with a current stream plus active graph captures plus live streams the backend does
+#: not see (handle ``None``), all threads together. The hot path reads it without a lock: a
+#: thread always sees its own changes.
 intercept = 0
 _count_lock = threading.Lock()
 _local = threading.local()
-_defaults: dict[Device, Stream] = {}
 
 
 def _bump(by: int) -> None:
@@ -73,7 +74,7 @@ def current_stream(device: Device) -> Stream | None:
 
 def capturing(device: Device) -> Graph | None:
     """The graph recording ``device``'s work in this thread, or ``None``."""
-    return _state().capture.get(device)
+    return _state().capture.get(device) if intercept else None
 
 
 def begin_capture(graph: Graph) -> None:
@@ -93,24 +94,6 @@ def end_capture(graph: Graph) -> None:
         _bump(-1)
 
 
-def launch(
-    kernel: Kernel, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any, reads: Any, writes: Any
-) -> Any:
-    """``Kernel.launch`` while a stream is current or a graph records (the slow path)."""
-    st = _state()
-    dev = kernel.device
-    if stream is None:
-        stack = st.current.get(dev)
-        if stack:
-            stream = stack[-1]
-    g = st.capture.get(dev)
-    if g is not None:  # recorded with the stream as given: events order by its identity
-        return g._record_launch(kernel, grid, block, args, shared_mem, stream, reads, writes)
-    if type(stream) is Stream and stream.handle is None:
-        stream = None  # the backend's one stream (see resolve)
-    return kernel._b.launch(kernel, grid, block, args, shared_mem, stream)
-
-
 def current_or(device: Device, stream: Any) -> Any:
     """``stream``, or for ``None`` this thread's current stream of ``device`` (else ``None``)."""
     if stream is None and intercept:
@@ -118,14 +101,51 @@ def current_or(device: Device, stream: Any) -> Any:
     return stream
 
 
-def resolve(device: Device, stream: Any) -> Any:
-    """The stream a hook receives: :func:`current_or`, and ``None`` for a :class:`Stream` whose
-    handle is ``None`` (a backend without ``kernelbay_stream_create``, or whose streams are all
-    the device's one ordering domain)."""
-    stream = current_or(device, stream)
-    if type(stream) is Stream and stream.handle is None:
+def to_hook(stream: Any) -> Any:
+    """What a hook receives for ``stream``: ``None`` for a :class:`Stream` whose handle is ``None``
+    (a backend without ``kernelbay_stream_create``: all its streams are the device's one
+    in-order stream); any other stream as it is."""
+    if stream is not None and stream.__class__ is Stream and stream.handle is None:
         return None
     return stream
+
+
+def route(device: Device, stream: Any) -> tuple[Graph | None, Any]:
+    """Where work for ``device`` given ``stream`` goes: the one rule of every launch, copy,
+    memset and replay.
+
+    :return: ``(graph, stream)`` while a graph records ``device`` in this thread (record the work
+        with ``stream`` as given, or the current stream: events order by its identity), else
+        ``(None, stream)`` with ``stream`` as its hook receives it (:func:`current_or`, then
+        :func:`to_hook`).
+    """
+    if not intercept:
+        return None, to_hook(stream)
+    st = _state()
+    if stream is None:
+        stack = st.current.get(device)
+        if stack:
+            stream = stack[-1]
+    g = st.capture.get(device)
+    if g is not None:
+        return g, stream
+    return None, to_hook(stream)
+
+
+def launch(
+    kernel: Kernel, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any, reads: Any, writes: Any
+) -> Any:
+    """``Kernel.launch`` while a stream is current or a graph records (the slow path)."""
+    g, stream = route(kernel.device, stream)
+    if g is not None:
+        return g._record_launch(kernel, grid, block, args, shared_mem, stream, reads, writes)
+    return kernel._binding.launch(kernel, grid, block, args, shared_mem, stream)
+
+
+def no_capture(device: Device, what: str) -> None:
+    """Refuse ``what`` (a host wait) while a graph records ``device`` in this thread."""
+    if intercept and _state().capture.get(device) is not None:
+        raise InvalidArgumentError(f"cannot {what} {device} while a graph records it; leave the `with` first")
 
 
 def _check_device(what: str, obj: Any, device: Device) -> None:
@@ -149,7 +169,7 @@ class Stream:
 
     device: Device
     handle: Any
-    _b: Binding = attrs.field(repr=False, alias="binding")
+    _binding: Binding = attrs.field(repr=False, alias="binding")
     priority: int = 0
     is_default: bool = False
     closed: bool = attrs.field(default=False, init=False)
@@ -176,21 +196,18 @@ class Stream:
 
     @classmethod
     def create(cls, device: Device, priority: int = 0) -> Stream:
-        from ._plugins import binding
-
         if type(priority) is not int:
             raise InvalidArgumentError(f"stream priority must be an int, got {priority!r}")
-        b = binding(device.backend)
+        b = device.binding
         return cls(device, b.stream_create(device, priority), b, priority)
 
     @classmethod
     def default(cls, device: Device) -> Stream:
-        s = _defaults.get(device)
+        # Kept by the binding, so a runtime reset (a new binding) leaves no default stream behind.
+        b = device.binding
+        s = b.default_streams.get(device)
         if s is None:
-            from ._plugins import binding
-
-            b = binding(device.backend)
-            s = _defaults.setdefault(device, cls(device, b.default_stream(device), b, 0, True))
+            s = b.default_streams.setdefault(device, cls(device, b.default_stream(device), b, 0, True))
         return s
 
     def _live(self) -> None:
@@ -203,16 +220,13 @@ class Stream:
         :raises LaunchError: if queued work failed.
         """
         self._live()
-        if capturing(self.device) is not None:
-            raise InvalidArgumentError(
-                f"cannot synchronize {self.device} while a graph records it; leave the `with` first"
-            )
-        self._b.synchronize(self.device, self if self.handle is not None else None)
+        no_capture(self.device, "synchronize")
+        self._binding.synchronize(self.device, self if self.handle is not None else None)
 
     def query(self) -> bool:
         """``True`` when all work queued on this stream has finished (does not block)."""
         self._live()
-        return bool(self._b.stream_query(self.device, self))
+        return bool(self._binding.stream_query(self.device, self))
 
     def wait(self, event: Event) -> None:
         """Make work queued on this stream from now on wait until ``event`` has completed."""
@@ -226,7 +240,7 @@ class Stream:
         if g is not None:
             g._record_wait(self, event)
             return
-        self._b.stream_wait(self.device, self, event)
+        self._binding.stream_wait(self.device, self, event)
 
     def record(self) -> Event:
         """An :class:`Event` that completes when the work queued on this stream so far has."""
@@ -234,7 +248,7 @@ class Stream:
         g = capturing(self.device)
         if g is not None:
             return g._record_event(self)
-        return Event(self.device, self._b.event_record(self.device, self), self._b, self)
+        return Event(self.device, self._binding.event_record(self.device, self), self._binding, self)
 
     def close(self) -> None:
         """Release the backend's stream after its queued work (closing twice is harmless).
@@ -247,7 +261,7 @@ class Stream:
         self._uncount()
         h = self.handle
         if h is not None:
-            self._b.stream_destroy(self.device, h)
+            self._binding.stream_destroy(self.device, h)
 
     def __enter__(self) -> Stream:
         self._live()
@@ -287,7 +301,7 @@ class Event:
 
     device: Device
     handle: Any
-    _b: Binding = attrs.field(repr=False, alias="binding")
+    _binding: Binding = attrs.field(repr=False, alias="binding")
     stream: Stream | None = None
 
     def synchronize(self) -> None:
@@ -295,11 +309,11 @@ class Event:
 
         :raises LaunchError: if that work failed.
         """
-        self._b.event_synchronize(self.device, self)
+        self._binding.event_synchronize(self.device, self)
 
     def query(self) -> bool:
         """``True`` when the work before the event has finished (does not block)."""
-        return bool(self._b.event_query(self.device, self))
+        return bool(self._binding.event_query(self.device, self))
 
     def elapsed(self, start: Event) -> float:
         """Milliseconds from ``start`` to this event; waits for this event to complete.
@@ -310,56 +324,4 @@ class Event:
             raise InvalidArgumentError(f"Event.elapsed takes the kb.Event it started at, not {type(start).__name__}")
         _check_device("the start event", start, self.device)
         self.synchronize()
-        return float(self._b.event_elapsed(self.device, start, self))
-
-
-# --- the fallback for backends without stream hooks --------------------------------------------
-
-
-def _sync_all(device: Device) -> None:
-    from ._plugins import binding
-
-    binding(device.backend).synchronize(device, None)
-
-
-def _fallback_query(device: Device, stream: Stream) -> bool:
-    _sync_all(device)
-    return True
-
-
-def _fallback_record(device: Device, stream: Stream) -> float:
-    _sync_all(device)
-    return time.perf_counter()
-
-
-def _fallback_elapsed(device: Device, start: Event, end: Event) -> float:
-    if not isinstance(start.handle, float) or not isinstance(end.handle, float):
-        raise UnsupportedError(f"backend {device.backend!r} records events but cannot time them; time on the host")
-    return (end.handle - start.handle) * 1000.0
-
-
-#: What a backend without the stream and event hooks gets: one in-order stream (every
-#: ``dev.stream()`` is it), events that complete when recorded (the record waits for the device's
-#: work and keeps the host time, which :meth:`Event.elapsed` subtracts).
-FALLBACKS: dict[str, Any] = {
-    "kernelbay_default_stream": lambda device: None,
-    "kernelbay_stream_create": lambda device, priority: None,
-    "kernelbay_stream_destroy": lambda device, handle: None,
-    "kernelbay_stream_query": _fallback_query,
-    "kernelbay_stream_wait": lambda device, stream, event: None,
-    "kernelbay_event_record": _fallback_record,
-    "kernelbay_event_synchronize": lambda device, event: None,
-    "kernelbay_event_query": lambda device, event: True,
-    "kernelbay_event_elapsed": _fallback_elapsed,
-}
-
-
-def implements(device: Device, hook: str) -> bool:
-    """Whether ``device``'s backend implements ``hook`` itself (not through a fallback)."""
-    from ._plugins import binding
-
-    attr = hook.removeprefix("kernelbay_")
-    fn = getattr(binding(device.backend), attr)
-    from .graphs import FALLBACKS as GRAPH_FALLBACKS
-
-    return fn is not FALLBACKS.get(hook) and fn is not GRAPH_FALLBACKS.get(hook)
+        return float(self._binding.event_elapsed(self.device, start, self))

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from importlib import resources
 
 from kernelbay.cache import CacheEntry, locked, lookup, make_key, recheck, store
+from kernelbay.csource import default_kernel, find_kernels, strip_comments_and_strings
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Device, Source
 
@@ -76,57 +77,6 @@ _EXTERN_SHARED_RE = re.compile(
     r"|(?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+__shared__\s+)"
     r"(?P<type>[A-Za-z_][\w:<>,\s]*?[\w>])\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
 )
-_STRIP_START = re.compile(r"""//|/\*|["']""")
-_NOT_NL = re.compile(r"[^\n]")
-
-
-def strip_comments_and_strings(text: str) -> str:
-    """``text`` with comments, string and char literals blanked out, newlines kept.
-
-    One pass, linear in the text: each token's end is found with ``str.find`` (or a scan of
-    its line for literals), never by a backtracking pattern, so an unterminated literal or
-    comment costs what its length costs (a 1 MB source in milliseconds).
-    """
-    out: list[str] = []
-    pos = 0
-    n = len(text)
-    while pos < n:
-        m = _STRIP_START.search(text, pos)
-        if m is None:
-            break
-        start = m.start()
-        tok = m.group(0)
-        if tok == "//":
-            end = text.find("\n", start)
-            end = n if end < 0 else end
-            out.append(text[pos:start])
-            out.append(" " * (end - start))
-        elif tok == "/*":
-            close = text.find("*/", start + 2)
-            end = n if close < 0 else close + 2
-            out.append(text[pos:start])
-            out.append(_NOT_NL.sub(" ", text[start:end]))
-        else:  # a string or char literal: ends at its unescaped quote, or (unterminated) at the line's end
-            i = start + 1
-            while i < n:
-                c = text[i]
-                if c == "\\":
-                    i += 2
-                    continue
-                if c == tok or c == "\n":
-                    break
-                i += 1
-            if i < n and text[i] == tok:
-                end = i + 1
-                out.append(text[pos : start + 1])
-                out.append(_NOT_NL.sub(" ", text[start + 1 : i]))
-                out.append(tok)
-            else:  # unterminated: the rest of its line is left as it is (the compiler will say so)
-                end = min(i, n)
-                out.append(text[pos:end])
-        pos = end
-    out.append(text[pos:])
-    return "".join(out)
 
 
 def _texts(source: Source) -> list[tuple[str, str]]:
@@ -164,33 +114,15 @@ def needs_fibers(source: Source) -> bool:
 _BUILTIN_RE = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim)\b")
 
 
-def _kernel_bodies(clean: str) -> list[tuple[int, int]] | None:
+def _kernel_bodies(text: str) -> list[tuple[int, int]] | None:
     """``(open, close)`` brace offsets of each ``__global__`` function body, or None when one
     cannot be delimited (a declaration without a body is skipped)."""
     bodies = []
-    for m in _GLOBAL_RE.finditer(clean):
-        depth, i = 0, m.end() - 1
-        while i < len(clean):  # the parameter list's closing parenthesis
-            depth += {"(": 1, ")": -1}.get(clean[i], 0)
-            if depth == 0:
-                break
-            i += 1
-        j = i + 1
-        while j < len(clean) and clean[j].isspace():
-            j += 1
-        if j >= len(clean) or clean[j] != "{":
-            if j < len(clean) and clean[j] == ";":
-                continue
+    for k in find_kernels(text):
+        if k.body is not None:
+            bodies.append(k.body)
+        elif not k.declaration:
             return None
-        depth, k = 0, j
-        while k < len(clean):
-            depth += {"{": 1, "}": -1}.get(clean[k], 0)
-            if depth == 0:
-                break
-            k += 1
-        if k >= len(clean):
-            return None
-        bodies.append((j, k))
     return bodies
 
 
@@ -201,7 +133,7 @@ def wrap_thread_loops(source: Source, text: str) -> str | None:
     if any(_BUILTIN_RE.search(strip_comments_and_strings(t)) for _, t in sorted(source.headers.items())):
         return None
     clean = strip_comments_and_strings(text)
-    bodies = _kernel_bodies(clean)
+    bodies = _kernel_bodies(text)
     if not bodies:
         return None
     outside = clean
@@ -287,7 +219,6 @@ def flags(options: Sequence[str], tc: _driver.Toolchain) -> list[str]:
 # --- compile ----------------------------------------------------------------------------
 
 _ENTRY_RE = re.compile(r"^[A-Za-z_][\w:<>,\s*&()\[\]\.\-+]*$")
-_GLOBAL_RE = re.compile(r"\b__global__\s+(?:[\w:<>,\s*&]+?\s+)?void\s+([A-Za-z_]\w*)\s*\(")
 
 
 def entries(source: Source) -> list[str]:
@@ -299,15 +230,7 @@ def entries(source: Source) -> list[str]:
         if e.strip() and e.strip() not in names:
             names.append(e.strip())
     if not names and source.lang == "cuda":
-        found = list(dict.fromkeys(_GLOBAL_RE.findall(strip_comments_and_strings(source.text))))
-        if len(found) == 1:
-            names = found
-        else:
-            kernels = ", ".join(found) or "none"
-            raise InvalidArgumentError(
-                f"Source has no name and {len(found)} __global__ kernels ({kernels}); "
-                "pass Source(..., name='kernel') (templates: name='kernel<float>')"
-            )
+        names = [default_kernel(source.text)]
     if not names:
         raise InvalidArgumentError("a 'c++' Source needs name= (the function to launch)")
     for n in names:

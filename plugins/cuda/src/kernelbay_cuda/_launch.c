@@ -76,7 +76,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * FastLaunch(...)(grid, block, args, shared_mem, stream) does in C what launcher.py's generated
  * Python fast path does, for every call form the core hands over: grid and block as ints or
  * tuples of 1 to 3 ints (a LaunchConfig arrives as 3-tuples) within the kernel's limits; the
- * default stream, a kb.Stream or kernelbay_cuda.Stream of the kernel's device, or a foreign
+ * default stream, a kb.Stream or a backend stream handle of the kernel's device, or a foreign
  * stream (an object with __cuda_stream__, or a PyTorch stream's int .cuda_stream: its handle is
  * read once per object, the last one kept by weak reference); arguments of exactly the types
  * seen when it was made, launched from the kernel's first thread. It writes every argument
@@ -95,8 +95,9 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyObject *s_handle, *s_device, *s_index, *s_cuda_stream_proto, *s_cuda_stream;
 
-/* Bumped whenever a kernelbay_cuda.Stream gives its CUstream up (streams.Stream.close calls
- * stream_closed()): a remembered stream handle read at an older epoch is read again. */
+/* The stream epoch: bumped whenever a backend stream handle gives its CUstream up
+ * (streams._StreamHandle.close calls stream_closed()), so that a stream handle remembered at an
+ * older epoch is read again. */
 static unsigned long long stream_epoch = 1;
 
 static PyObject *stream_closed(PyObject *mod, PyObject *unused) {
@@ -112,10 +113,10 @@ typedef struct {
     void *params;
     char *buf;
     unsigned long tid;
-    long long max_g[3], max_b[3], max_threads, dyn_limit;
+    long long max_g[3], max_b[3], max_threads, dynamic_shared_limit;
     long long fixed_b[3], shm_base; /* fixed_b[0] == 0: the caller gives the block */
-    PyObject *stream_type;    /* kernelbay_cuda.Stream */
-    PyObject *kb_stream_type; /* kernelbay.Stream: its .handle is a kernelbay_cuda.Stream */
+    PyObject *stream_type;    /* the backend's stream handle (streams._StreamHandle) */
+    PyObject *kb_stream_type; /* kernelbay.Stream: its .handle is one of those */
     PyObject *fs_ref;         /* weak reference to the last stream object given, or NULL */
     void *fs_handle;          /* its CUstream, read once from it */
     unsigned long long fs_epoch; /* stream_epoch when it was read */
@@ -192,7 +193,7 @@ static int foreign_stream(PyObject *o, void **out) {
     return 0;
 }
 
-/* The CUstream of a kernelbay_cuda.Stream of this kernel's device. 0: ok; -1: the slow path
+/* The CUstream of a backend stream handle of this kernel's device. 0: ok; -1: the slow path
  * decides (another device, a closed stream, the default stream's wrapper). */
 static int own_stream(FastLaunch *self, PyObject *s, void **out) {
     PyObject *idx = PyObject_GetAttr(s, s_index);
@@ -232,7 +233,7 @@ static PyObject *weak_target(PyObject *ref) {
 /* The CUstream of any stream= value but None. 0: ok; -1: the slow path decides.
  * The last stream object given is remembered through a weak reference, with its handle and
  * the stream epoch when that was read: the next launch on the same object, while no
- * kernelbay_cuda.Stream has been closed since, costs two compares. (An object that cannot be
+ * backend stream handle has been closed since, costs two compares. (An object that cannot be
  * weakly referenced is read every launch.) */
 static int stream_handle(FastLaunch *self, PyObject *stream, void **out) {
     if (self->fs_ref != NULL && self->fs_epoch == stream_epoch && weak_target(self->fs_ref) == stream) {
@@ -336,7 +337,7 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
         return fl_slow(self, a);
     }
     sm += self->shm_base;
-    if (b[0] * b[1] * b[2] > self->max_threads || sm > self->dyn_limit) return fl_slow(self, a);
+    if (b[0] * b[1] * b[2] > self->max_threads || sm > self->dynamic_shared_limit) return fl_slow(self, a);
     void *sh = NULL;
     if (stream != Py_None && stream_handle(self, stream, &sh)) return fl_slow(self, a);
     PyObject *const *items;
@@ -425,7 +426,7 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
     self->shm_base = 0;
     if (!PyArg_ParseTuple(args, "KKKk(LLL)(LLL)LL(OO)LOOs#OOOOOO|OL", &fn, &params, &buf, &tid, &self->max_g[0],
                           &self->max_g[1], &self->max_g[2], &self->max_b[0], &self->max_b[1], &self->max_b[2],
-                          &self->max_threads, &self->dyn_limit, &self->stream_type, &self->kb_stream_type, &self->index, &self->dev,
+                          &self->max_threads, &self->dynamic_shared_limit, &self->stream_type, &self->kb_stream_type, &self->index, &self->dev,
                           &self->types, &kinds, &nkinds, &offsets, &self->slow, &self->kernel, &self->failed,
                           &self->cell, &self->name, &fixed, &self->shm_base))
         return -1;
@@ -506,7 +507,8 @@ static void FastLaunch_dealloc(FastLaunch *self) {
 }
 
 static PyMemberDef FastLaunch_members[] = {
-    {"dyn_limit", T_LONGLONG, offsetof(FastLaunch, dyn_limit), 0, "dynamic shared memory the fast path allows"},
+    {"dynamic_shared_limit", T_LONGLONG, offsetof(FastLaunch, dynamic_shared_limit), 0,
+     "dynamic shared memory the fast path allows"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -529,7 +531,7 @@ static PyTypeObject FastLaunchType = {
 static PyMethodDef module_methods[] = {
     {"set_launch", (PyCFunction)set_launch, METH_O, NULL},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
-    {"stream_closed", (PyCFunction)stream_closed, METH_NOARGS, "a kernelbay_cuda.Stream gave its CUstream up"},
+    {"stream_closed", (PyCFunction)stream_closed, METH_NOARGS, "a backend stream handle gave its CUstream up"},
     {NULL, NULL, 0, NULL},
 };
 

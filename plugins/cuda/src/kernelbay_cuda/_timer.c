@@ -5,8 +5,8 @@
  * a mark is an index into that table (a small int, no object kept by the tracer).
  *
  *   mark(device, stream)   records a free event of the device on the stream and returns its
- *                          mark. The stream: None -> the default stream (0); a
- *                          kernelbay_cuda.Stream -> .handle; a kernelbay.Stream -> .handle.handle.
+ *                          mark. The stream: None -> the default stream (0); a backend
+ *                          stream handle -> .handle; a kernelbay.Stream -> .handle.handle.
  *                          Anything it cannot do here (first use of a device, another context
  *                          current, any other stream object) it hands to slow(device, stream),
  *                          which does it in Python and calls record().
@@ -128,7 +128,7 @@ static PyObject *tm_record_on(Timer *self, int index, void *stream) {
     return PyLong_FromSsize_t(id);
 }
 
-/* The CUstream of a kernelbay_cuda.Stream or kernelbay.Stream. 0: ok; -1: not one of those. */
+/* The CUstream of a backend stream handle or kernelbay.Stream. 0: ok; -1: not one of those. */
 static int tm_stream(Timer *self, PyObject *stream, void **out) {
     PyObject *h;
     if (Py_TYPE(stream) == (PyTypeObject *)self->core_stream_type) {

@@ -11,9 +11,8 @@
   cached and peak bytes.
 
 Stream-ordered memory. While no user stream exists on a device, a freed block is reused at
-once: all work is on the legacy default stream, in order. While one does (``dev.stream()``,
-``kernelbay_cuda.Stream``), a freed block is set aside with an event recorded on the legacy
-default stream -- which completes only after the work queued before it on every blocking stream
+once: all work is on the legacy default stream, in order. While one does (``dev.stream()``),
+a freed block is set aside with an event recorded on the legacy default stream -- which completes only after the work queued before it on every blocking stream
 -- and goes back to the cache when that event has completed (as PyTorch's ``record_stream`` and
 CuPy's per-stream pools keep a block from the next user until the last one is done).
 ``memory_stats`` counts set-aside blocks as cached. Work on *non-blocking* streams of other

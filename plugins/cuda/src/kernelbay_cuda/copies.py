@@ -18,12 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kernelbay.concurrency import OnceMap
-from kernelbay.errors import InvalidArgumentError
 from kernelbay.types import Buffer
 
 from . import _driver
 from .devices import peer_access, sync_failed
-from .streams import as_stream
+from .streams import ctypes_stream
 
 __all__ = ["copy", "memset", "PinnedMemory", "pinned_empty", "is_pinned"]
 
@@ -95,15 +94,6 @@ def _lib() -> ctypes.CDLL:
     return _driver.libcuda()
 
 
-def _stream(stream: Any, device: Any) -> Any:
-    if stream is None:
-        return None
-    s = as_stream(stream, device)
-    if s.index != device.index:
-        raise InvalidArgumentError(f"a copy on {device} was given a stream of cuda:{s.index}")
-    return s.cvp
-
-
 def _sync(s: Any, index: int) -> None:
     rc = _lib().cuStreamSynchronize(s)
     if rc:
@@ -119,10 +109,10 @@ def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
         dev = dst.device
         idx = dev.index
         if isinstance(src, Buffer) and src.device.index != idx:
-            _peer_copy(dst, src, nbytes, _stream(stream, dev))
+            _peer_copy(dst, src, nbytes, ctypes_stream(stream, dev, "a copy"))
             return
         _driver.ensure_current(idx)
-        s = _stream(stream, dev)
+        s = ctypes_stream(stream, dev, "a copy")
         if isinstance(src, Buffer):
             rc = lib.cuMemcpyDtoDAsync_v2(_u64(dst.handle), _u64(src.handle), _sz(nbytes), s)
             _driver.check(rc, f"device copy of {nbytes} bytes", idx)
@@ -137,7 +127,7 @@ def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
     dev = src.device
     idx = dev.index
     _driver.ensure_current(idx)
-    s = _stream(stream, dev)
+    s = ctypes_stream(stream, dev, "a copy")
     host = dst.ctypes.data
     if nbytes >= STAGE_MIN and not is_pinned(dst):
         _stager(idx).d2h(host, src.handle, nbytes, s)
@@ -153,7 +143,7 @@ def memset(dst: Any, value: int, nbytes: int, stream: Any) -> None:
         return
     idx = dst.device.index
     _driver.ensure_current(idx)
-    s = _stream(stream, dst.device)
+    s = ctypes_stream(stream, dst.device, "a copy")
     rc = _lib().cuMemsetD8Async(_u64(dst.handle), value & 0xFF, _sz(nbytes), s)
     _driver.check(rc, f"memset of {nbytes} bytes", idx)
 

@@ -13,15 +13,15 @@ step by the core (build returns ``None``). Pinned host memory (``kernelbay_cuda.
 from __future__ import annotations
 
 import ctypes
-import struct
 from collections.abc import Sequence
 from typing import Any
 
-from kernelbay.errors import InvalidArgumentError
 from kernelbay.graphs import Step, pointer_access
-from kernelbay.types import Buffer, Device, dim3
+from kernelbay.types import Buffer, Device
 
 from . import _driver
+from .copies import is_pinned
+from .streams import ctypes_stream
 
 
 class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS (v1)
@@ -87,8 +87,6 @@ def _side(x: Any) -> tuple[int, int] | None:
     """``(memory type, address)`` of a copy side, or ``None`` for pageable host memory."""
     if isinstance(x, Buffer):
         return _DEVICE, int(x.handle)
-    from .copies import is_pinned
-
     return (_HOST, x.ctypes.data) if is_pinned(x) else None
 
 
@@ -133,37 +131,14 @@ class CudaGraph:
         self.nodes.append(node)
 
     def _kernel_params(self, s: Step) -> KernelNodeParams:
-        """A kernel node's parameters: geometry and packing as the launcher's slow path does
-        them (a Triton kernel's fixed block, added shared memory and scratch pointers too)."""
-        from .kernel import ParamBlock
-        from .launcher import _shared, fill_scratch
-
-        assert s.kernel is not None
+        """A kernel node's parameters: the kernel's plan for the launch, as the launcher's slow
+        path makes it (a Triton kernel's fixed block, added shared memory and scratch pointers too)."""
+        assert s.kernel is not None  # a launch step always has its kernel
         k = s.kernel.handle
-        gx, gy, gz = dim3(s.grid, "grid")
-        shm = s.shared_mem
-        if k.fixed_block is not None:
-            if s.block is not None and dim3(s.block, "block") != k.fixed_block:
-                raise InvalidArgumentError(
-                    f"launch of {k.name!r}: its block is fixed at {k.fixed_block} (Triton: 32 x num_warps), "
-                    f"got {s.block!r}; leave block out"
-                )
-            bx, by, bz = k.fixed_block
-            shm = _shared(k, shm)
-        elif s.block is None:
-            bx, by, bz = k.occupancy_block(shm), 1, 1
-        else:
-            bx, by, bz = dim3(s.block, "block")
-        k.check_geometry(gx, gy, gz, bx, by, bz, shm)
-        blk = ParamBlock(k.params)
-        k.replan(s.args, blk)
-        scratch: list[Any] = []
-        if k.scratch_buf is not None:
-            fill_scratch(k, (gx, gy, gz))
-            for off, ptr in k.tail.items():
-                struct.pack_into("<Q", blk.buf, off, ptr)
-            scratch = list(k.scratch_buf)  # kept alive with the node, even if the kernel's grow
-        p = KernelNodeParams(k.fn_c.value, gx, gy, gz, bx, by, bz, shm, blk.addr, None)
+        g, b, shm = k.geometry(s.grid, s.block, s.shared_mem)
+        blk, scratch = k.packed_block(s.args, g)
+        p = KernelNodeParams(k.function, *g, *b, shm, blk.kernel_params, None)
+        # the arguments and scratch buffers stay alive with the node that points at them
         self.keep[s.index] = (p, blk, s.args, scratch)
         return p
 
@@ -219,14 +194,7 @@ def graph_build(device: Device, steps: Sequence[Step]) -> CudaGraph | None:
 
 
 def graph_replay(device: Device, graph: CudaGraph, stream: Any) -> None:
-    from .streams import as_stream
-
-    s = None
-    if stream is not None:
-        st = as_stream(stream, device)
-        if st.index != device.index:
-            raise InvalidArgumentError(f"a graph of {device} was given a stream of cuda:{st.index}")
-        s = st.cvp
+    s = ctypes_stream(stream, device, "a graph replay")
     _driver.ensure_current(graph.index)
     _driver.check(_driver.libcuda().cuGraphLaunch(graph.exec, s), "cuGraphLaunch", graph.index)
 
@@ -245,6 +213,6 @@ def kernel_access(kernel: Any) -> tuple[str | None, ...] | None:
     if k is None or not kernel.source.text:
         return None
     modes = pointer_access(kernel.source.text, k.name.split("<")[0].strip())
-    if modes is None or k.visible is None or len(modes) != len(k.visible):
+    if modes is None or len(modes) != len(k.caller_params):
         return None
     return modes

@@ -39,7 +39,6 @@ class Image:
 
 
 _ENTRY_RE = re.compile(r"\.entry\s+([\w$.]+)\s*\(([^)]*)\)", re.S)
-_PARAM_RE = re.compile(r"\.param\s+((?:\.\w+\s+)*?)(?:\.align\s+(\d+)\s+)?\.(\w+)\s+[\w$.]+(?:\[(\d+)\])?")
 _TYPE_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8, "pred": 1}
 
 

@@ -1,12 +1,16 @@
-"""Launching: the ``kernelbay_launch`` hook, its fast paths and the slow path behind them.
+"""Launching: the ``kernelbay_launch`` hook, each kernel's launch entry, its fast paths and the
+slow path behind them.
 
-The first launch with a given tuple of argument types validates each argument against the
-parameter's size (``cuFuncGetParamInfo`` where the driver has it, else the PTX signature, see
+A kernel gets its entry from :func:`arm` when it is made (:class:`.kernel.CudaKernel`). The first
+launch with a given tuple of argument types validates each argument against the parameter's
+size (``cuFuncGetParamInfo`` where the driver has it, else the PTX signature, see
 :mod:`.packing`) and makes a fast path for that signature: a ``FastLaunch`` object from the
 native helpers (``_launch.c``: type checks, values written into the block, ``cuLaunchKernel``,
 all in C), else a generated Python function (the same checks, one ``struct.pack_into``, the
 native launch call or the cuda.bindings one). Everything the fast path does not cover goes to
-:func:`slow_launch`, the one place that validates and words errors.
+:func:`slow_launch`, the one place that validates and words errors. What a launch runs with --
+its grid, block and shared memory, its stream -- is the kernel's own plan
+(``CudaKernel.geometry``, ``CudaKernel.stream_arg``), which graph nodes use too (:mod:`.graphs`).
 """
 
 from __future__ import annotations
@@ -16,26 +20,30 @@ import functools
 import struct
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kernelbay as kb
-from kernelbay.errors import InvalidArgumentError
 from kernelbay.streams import Stream as KbStream
 from kernelbay.types import dim3
 
 from . import _driver, native
 from .devices import last_cell, record
-from .kernel import STALE, CudaKernel, ParamBlock
-from .packing import c_kinds, never, pack_plan
-from .streams import Stream, as_stream
+from .packing import ParamBlock, c_kinds, never, pack_plan
+from .streams import _StreamHandle
 
-__all__ = ["launch", "slow_launch", "make_fast", "arm", "fill_scratch"]
+if TYPE_CHECKING:  # the kernel arms itself through arm(); here it is only an argument
+    from .kernel import CudaKernel
+
+__all__ = ["STALE", "launch", "slow_launch", "make_fast", "arm", "fill_scratch"]
 
 _get_ident = threading.get_ident
 
 # CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_CONTEXT_IS_DESTROYED, CUDA_ERROR_INVALID_HANDLE: what a
 # launch returns when the current context is not the kernel's.
 _WRONG_CONTEXT = (201, 709, 400)
+
+#: Marks a kernel's last packed values as stale (never equal to a value, never identical).
+STALE = object()
 
 
 def arm(k: CudaKernel) -> None:
@@ -44,11 +52,11 @@ def arm(k: CudaKernel) -> None:
     keeps :func:`_scratch_launch` as its entry, in front of the fast path."""
     first = functools.partial(_first, k)
     if any(size for size, _ in k.scratch):
-        k.scratch_buf = []
-        k.inner = first
-        k.fast = functools.partial(_scratch_launch, k)
+        k.scratch_buffers = []
+        k.inner_entry = first
+        k.entry = functools.partial(_scratch_launch, k)
     else:
-        k.fast = first
+        k.entry = first
 
 
 def _scratch_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
@@ -56,16 +64,16 @@ def _scratch_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], s
     the largest grid seen and are kept with the kernel: launches of one such kernel on two
     streams at once share them (as launches on one stream do, in order)."""
     fill_scratch(k, grid)
-    return k.inner(grid, block, args, shared_mem, stream)
+    return k.inner_entry(grid, block, args, shared_mem, stream)
 
 
 def fill_scratch(k: CudaKernel, grid: Any) -> None:
     """Grow a Triton kernel's scratch buffers for ``grid`` and aim its parameter blocks (and
-    ``k.tail``, which graph nodes copy) at them."""
+    ``k.scratch_pointers``, which later blocks copy) at them."""
     g = (grid, 1, 1) if type(grid) is int else dim3(grid, "grid")
     programs = g[0] * g[1] * g[2]
-    hidden = k.params[len(k.visible) :]
-    bufs = k.scratch_buf
+    hidden = k.params[len(k.caller_params) :]
+    bufs = k.scratch_buffers
     assert bufs is not None  # arm() gives every kernel with scratch parameters its list
     for j, ((size, align), (_s, _a, _t, off)) in enumerate(zip(k.scratch, hidden)):
         if not size:
@@ -76,84 +84,38 @@ def fill_scratch(k: CudaKernel, grid: Any) -> None:
         if bufs[j] is None or bufs[j].nbytes < need:
             bufs[j] = kb.empty(need, "uint8", device=k.device)
             ptr = (bufs[j].handle + align - 1) // align * align
-            for blk in [k.block, *(b for b, _ in k.other_threads.values())]:
+            for blk in [k.param_block, *(b for b, _ in k.other_threads.values())]:
                 struct.pack_into("<Q", blk.buf, off, ptr)
-            k.tail[off] = ptr
+            k.scratch_pointers[off] = ptr
 
 
 def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
-    """The ``kernelbay_launch`` hook: the kernel's generated fast path (see :func:`make_fast`)."""
-    return kernel.handle.fast(grid, block, args, shared_mem, stream)
+    """The ``kernelbay_launch`` hook: the kernel's launch entry (see :func:`arm`, :func:`make_fast`)."""
+    return kernel.handle.entry(grid, block, args, shared_mem, stream)
 
 
 def slow_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
     """Every launch the fast path does not take: any geometry, any stream, new argument types."""
-    if type(grid) is int:
-        gx = grid
-        gy = gz = 1
-    else:
-        gx, gy, gz = dim3(grid, "grid")
-    if k.fixed_block is not None:
-        if block is not None and dim3(block, "block") != k.fixed_block:
-            raise InvalidArgumentError(
-                f"launch of {k.name!r}: its block is fixed at {k.fixed_block} (Triton: 32 x num_warps), got {block!r}; "
-                "leave block out"
-            )
-        bx, by, bz = k.fixed_block
-        shared_mem = _shared(k, shared_mem)
-    elif block is None:
-        bx = k.auto_block.get(shared_mem) or k.occupancy_block(shared_mem)
-        by = bz = 1
-    elif type(block) is int:
-        bx = block
-        by = bz = 1
-    else:
-        bx, by, bz = dim3(block, "block")
-    if not (
-        0 < gx <= k.max_gx
-        and gy <= k.max_gy
-        and gz <= k.max_gz
-        and 0 < bx * by * bz <= k.max_threads
-        and by <= k.max_by
-        and bz <= k.max_bz
-        and 0 <= shared_mem <= k.dyn_limit
-    ):
-        k.check_geometry(gx, gy, gz, bx, by, bz, shared_mem)
-    if stream is None:
-        s = None
-    else:
-        s = _stream_arg(stream, k)
-    if _get_ident() != k.tid:
-        launch_other_thread(k, (gx, gy, gz), (bx, by, bz), args, shared_mem, s)
+    g, b, shm = k.geometry(grid, block, shared_mem)
+    s = None if stream is None else k.stream_arg(stream)
+    if _get_ident() != k.first_thread:
+        launch_other_thread(k, g, b, args, shm, s)
         return None
-    k.memo[0] = STALE  # the block is rewritten below, not by the fast path
+    k.last_packed[0] = STALE  # the block is rewritten below, not by the fast path
     try:
-        k.packer(args, k.device, k.block.buf)
+        k.packer(args, k.device, k.param_block.buf)
     except Exception:
-        k.packer = k.replan(args, k.block)
-        _set_fast(k, make_fast(k, args))
-    _raw_launch(k, (gx, gy, gz), (bx, by, bz), shared_mem, s, k.block)
+        k.packer = k.replan(args, k.param_block)
+        _set_entry(k, make_fast(k, args))
+    _raw_launch(k, g, b, shm, s, k.param_block)
     return None
 
 
-def _shared(k: CudaKernel, shared_mem: Any) -> int:
-    if type(shared_mem) is not int or shared_mem < 0:
-        raise InvalidArgumentError(f"launch of {k.name!r}: shared_mem must be an int >= 0, got {shared_mem!r}")
-    return shared_mem + k.shm_base
-
-
-def _set_fast(k: CudaKernel, fast: Any) -> None:
-    if k.scratch_buf is None:
-        k.fast = fast
+def _set_entry(k: CudaKernel, fast: Any) -> None:
+    if k.scratch_buffers is None:
+        k.entry = fast
     else:  # the entry stays _scratch_launch, which calls this one
-        k.inner = fast
-
-
-def _stream_arg(stream: Any, k: CudaKernel) -> Any:
-    stream = as_stream(stream, k.device)
-    if stream.index != k.index:
-        raise InvalidArgumentError(f"launch of {k.name!r} on {k.device} was given a stream of cuda:{stream.index}")
-    return stream.cvp
+        k.inner_entry = fast
 
 
 def launch_other_thread(
@@ -162,21 +124,18 @@ def launch_other_thread(
     """A launch from a thread other than the kernel's first: its own parameter block, so
     two threads never pack into one buffer."""
     tid = _get_ident()
-    if k.tid == -1:
+    if k.first_thread == -1:
         with k.lock:
-            if k.tid == -1:
-                k.tid = tid
-        if k.tid == tid:
-            k.memo[0] = STALE
-            k.packer = k.replan(args, k.block)
-            _raw_launch(k, g, b, shm, s, k.block)
+            if k.first_thread == -1:
+                k.first_thread = tid
+        if k.first_thread == tid:
+            k.last_packed[0] = STALE
+            k.packer = k.replan(args, k.param_block)
+            _raw_launch(k, g, b, shm, s, k.param_block)
             return
     mine = k.other_threads.get(tid)
     if mine is None:
-        blk = ParamBlock(k.params)
-        for off, ptr in k.tail.items():
-            struct.pack_into("<Q", blk.buf, off, ptr)
-        mine = k.other_threads[tid] = (blk, never)
+        mine = k.other_threads[tid] = (k.new_param_block(), never)
     blk, packer = mine
     try:
         packer(args, k.device, blk.buf)
@@ -188,8 +147,8 @@ def launch_other_thread(
 
 def _first(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> None:
     slow_launch(k, grid, block, args, shared_mem, stream)
-    if k.tid == _get_ident() and k.packer is not never:
-        _set_fast(k, make_fast(k, args))
+    if k.first_thread == _get_ident() and k.packer is not never:
+        _set_entry(k, make_fast(k, args))
 
 
 def failed_fast(k: CudaKernel, rc: int, grid: Any, block: Any, args: Sequence[Any], shm: int, stream: Any) -> None:
@@ -209,10 +168,10 @@ def _raw_launch(
     """Launch with ``blk`` (already packed) in the kernel's context; raise for a failure."""
     _driver.ensure_current(k.index)
     launch = _cu_launch()
-    rc = launch(k.fn_c, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, blk.cvp, None)
+    rc = launch(k.ctypes_function, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, blk.ctypes_kernel_params, None)
     if rc in _WRONG_CONTEXT:  # another library switched the context behind our record of it
         _driver.force_current(k.index)
-        rc = launch(k.fn_c, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, blk.cvp, None)
+        rc = launch(k.ctypes_function, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, blk.ctypes_kernel_params, None)
     record(k.index, k.name, g, b)
     if rc:
         k.failed(rc, g, b, shm)
@@ -250,7 +209,7 @@ def fast(grid, block, args, shared_mem, stream):
                 s = st.{stream_attr}
             else:
                 return slow(K, grid, block, args, shared_mem, stream)
-        if 0 < grid <= MGX and 0 < block <= K.max_threads and 0 <= shared_mem <= K.dyn_limit:
+        if 0 < grid <= MGX and 0 < block <= K.max_threads and 0 <= shared_mem <= K.dynamic_shared_limit:
             try:
                 {unpack}
             except ValueError:
@@ -262,7 +221,7 @@ def fast(grid, block, args, shared_mem, stream):
                         try:
                             pack_into(BUF, 0, {values})
                         except Exception:  # e.g. an int out of range: the slow path says so
-                            M[0] = STALE
+                            LAST[0] = STALE
                             return slow(K, grid, block, args, shared_mem, stream)
                         {memostore}
                     rc = {launch_call}
@@ -284,78 +243,78 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
     :func:`slow_launch`, which validates fully."""
     d = _driver.driver()
     nat = _native_launcher()
-    fmt, values, handles, ckinds = pack_plan(k.name, k.visible, args, k.device, k.arg_names)
+    fmt, values, handles, ckinds = pack_plan(k.name, k.caller_params, args, k.device, k.arg_names)
     n = len(args)
     if nat is not None:
         kinds = c_kinds(ckinds)
         if kinds is not None:  # the whole fast path in C (see FastLaunch in _launch.c)
-            k.memo = [STALE]
+            k.last_packed = [STALE]
             return nat.FastLaunch(
-                int(k.fn),
-                k.block.addr,
-                ctypes.addressof(k.block.buf),
-                k.tid,
+                k.function,
+                k.param_block.kernel_params,
+                ctypes.addressof(k.param_block.buf),
+                k.first_thread,
                 (k.max_gx, k.max_gy, k.max_gz),
                 (k.max_bx, k.max_by, k.max_bz),
                 k.max_threads,
-                k.dyn_limit,
-                (Stream, KbStream),
+                k.dynamic_shared_limit,
+                (_StreamHandle, KbStream),
                 k.index,
                 k.device,
                 tuple(type(a) for a in args),
                 kinds,
-                tuple(off for *_, off in k.visible),
+                tuple(off for *_, off in k.caller_params),
                 slow_launch,
                 k,
                 functools.partial(failed_fast, k),
                 last_cell(k.index),
                 k.name,
                 k.fixed_block,
-                k.shm_base,
+                k.extra_shared,
             )
     # Skip re-packing when every value is the one packed last time: array handles are compared
     # as ints (no reference to an array is kept, so none outlives its user), immutable scalars
     # (numpy scalars, Python numbers) by identity. Values of any other kind always re-pack.
     memo_ok = bool(values) and all(v.isidentifier() for v in values)
     if memo_ok:
-        tests = [f"{v} == M[{j}]" if v.startswith("h") else f"{v} is M[{j}]" for j, v in enumerate(values)]
+        tests = [f"{v} == LAST[{j}]" if v.startswith("h") else f"{v} is LAST[{j}]" for j, v in enumerate(values)]
         memocheck = " and ".join(tests)
-        memostore = "; ".join(f"M[{j}] = {v}" for j, v in enumerate(values))
-        memo: list[Any] = [STALE] * len(values)
+        memostore = "; ".join(f"LAST[{j}] = {v}" for j, v in enumerate(values))
+        last: list[Any] = [STALE] * len(values)
     else:
-        memocheck, memostore, memo = "False", "pass", [STALE]
-    k.memo = memo
+        memocheck, memostore, last = "False", "pass", [STALE]
+    k.last_packed = last
     ns: dict[str, Any] = {
         "get_ident": _get_ident,
         "FAILED": failed_fast,
-        "TID": k.tid,
+        "TID": k.first_thread,
         "IDX": k.index,
         "K": k,
         "slow": slow_launch,
         "MGX": k.max_gx,
-        "BUF": k.block.buf,
-        "ADDR": k.block.addr,
+        "BUF": k.param_block.buf,
+        "ADDR": k.param_block.kernel_params,
         "pack_into": struct.Struct(fmt).pack_into,
         "CELL": last_cell(k.index),
-        "M": memo,
+        "LAST": last,
         "STALE": STALE,
         "NAME": k.name,
         "OK": d.CUresult.CUDA_SUCCESS,
         "DEV": k.device,
     }
-    ns["StreamT"] = Stream
+    ns["StreamT"] = _StreamHandle
     ns["KbStreamT"] = KbStream
     if nat is not None:
-        ns.update(S0=0, LAUNCH=nat.launch, FN=int(k.fn))
+        ns.update(S0=0, LAUNCH=nat.launch, FN=k.function)
         how = {
             "stream_attr": "handle",
             "launch_call": "LAUNCH(FN, grid, 1, 1, block, 1, 1, shared_mem, s, ADDR)",
             "ok_check": "not rc",
         }
     else:
-        ns.update(S0=d.CUstream(0), LAUNCH=d.cuLaunchKernel, FN=d.CUfunction(k.fn))
+        ns.update(S0=d.CUstream(0), LAUNCH=d.cuLaunchKernel, FN=d.CUfunction(k.function))
         how = {
-            "stream_attr": "bobj",
+            "stream_attr": "bindings_handle",
             "launch_call": "LAUNCH(FN, grid, 1, 1, block, 1, 1, shared_mem, s, ADDR, 0)[0]",
             "ok_check": "rc is OK",
         }

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import functools
+import gc
 import logging
 import os
 import threading
@@ -36,7 +37,7 @@ from .images import Image
 
 log = logging.getLogger("kernelbay.cuda")
 
-__all__ = ["MAX_KERNELS", "COLLECT_EVERY", "Module", "KernelCache", "module_stats", "gpu_free_bytes"]
+__all__ = ["MAX_KERNELS", "COLLECT_EVERY", "Module", "KernelCache", "module_counts", "gpu_free_bytes"]
 
 #: Kernels the in-process cache keeps for repeated ``kb.compile`` calls (the cpu backend's bound).
 MAX_KERNELS = 256
@@ -128,9 +129,9 @@ def _released(name: str, device: str, *_args: Any) -> None:
 def disarm(k: Any) -> None:
     """Make every launch entry of the backend kernel ``k`` refuse (its module is going away);
     this also breaks the kernel's reference cycle with its generated launch function."""
-    k.fast = functools.partial(_released, k.name, str(k.device))
-    if k.inner is not None:
-        k.inner = k.fast
+    k.entry = functools.partial(_released, k.name, str(k.device))
+    if k.inner_entry is not None:
+        k.inner_entry = k.entry
     k.other_threads = {}
 
 
@@ -224,8 +225,6 @@ class KernelCache:
             self._dropped += n
             if self._dropped >= COLLECT_EVERY:
                 self._dropped = 0
-                import gc
-
                 gc.collect()
         if _pending:
             flush_pending()
@@ -252,17 +251,13 @@ class KernelCache:
         return len(self.kernels)
 
 
-def module_stats() -> dict[str, int]:
-    """Modules this process loaded and has not unloaded (nor given up), those waiting to be
-    unloaded, unloads the driver refused, and the kernel cache's size and bound."""
-    from .compiler import cache
-
+def module_counts() -> dict[str, int]:
+    """Modules this process loaded and has not unloaded (nor given up), unloads the driver
+    refused, and modules waiting to be unloaded."""
     return {
         "modules_loaded": _counts["loaded"] - _counts["unloaded"] - _counts["unload_failed"],
         "unload_failures": _counts["unload_failed"],
         "modules_pending_unload": len(_pending),
-        "kernel_cache": len(cache),
-        "kernel_cache_bound": cache.bound,
     }
 
 

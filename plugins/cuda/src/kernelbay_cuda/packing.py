@@ -3,11 +3,13 @@
 :func:`pack_plan` validates a launch's arguments against the kernel's parameters (size,
 alignment, PTX type where known) and says how to write them; :func:`make_packer` turns the plan
 into a function specialised to the argument types; :func:`c_kinds` says whether the native
-fast path can write them itself (see ``_launch.c``).
+fast path can write them itself (see ``_launch.c``). A :class:`ParamBlock` is where they are
+written: the memory ``cuLaunchKernel`` reads the arguments from.
 """
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -16,10 +18,31 @@ from kernelbay.argrules import DTYPES, check_scalar, describe
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, UseAfterFreeError
 from kernelbay.types import Buffer
 
-__all__ = ["ParamSpec", "layout", "pack_plan", "make_packer", "c_kinds", "Replan", "never"]
+__all__ = ["ParamSpec", "ParamBlock", "layout", "pack_plan", "make_packer", "c_kinds", "Replan", "never"]
 
 #: (size, align, ptx type or "") per parameter, and the byte offset of each.
 ParamSpec = tuple[int, int, str, int]
+
+
+class ParamBlock:
+    """One reusable parameter block: the argument values in one byte buffer, and the ``void*``
+    array aimed into it that ``cuLaunchKernel`` takes as its ``kernelParams``.
+
+    :ivar buf: the values, each at its parameter's offset.
+    :ivar pointers: one ``void*`` per parameter, aimed at its value in ``buf``.
+    :ivar kernel_params: the address of ``pointers`` (an int: the native helpers, graph nodes).
+    :ivar ctypes_kernel_params: the same address as a ``ctypes.c_void_p``, for calls through ctypes.
+    """
+
+    __slots__ = ("buf", "pointers", "kernel_params", "ctypes_kernel_params")
+
+    def __init__(self, params: Sequence[ParamSpec]) -> None:
+        total = max(8, max((off + size for size, _, _, off in params), default=8))
+        self.buf = (ctypes.c_char * total)()
+        base = ctypes.addressof(self.buf)
+        self.pointers = (ctypes.c_void_p * max(1, len(params)))(*[base + off for *_, off in params] or [0])
+        self.kernel_params = ctypes.addressof(self.pointers)
+        self.ctypes_kernel_params = ctypes.c_void_p(self.kernel_params)
 
 
 class Replan(Exception):
@@ -177,9 +200,6 @@ def make_packer(
         ns[f"T{i}"] = type(a)
     exec("\n".join(lines), ns)
     return ns["pack"]
-
-
-_C_CODES = frozenset("fdbBhHiIqQ?")
 
 
 def c_kinds(ckinds: Sequence[str | None]) -> str | None:

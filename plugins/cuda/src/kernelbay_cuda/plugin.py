@@ -28,8 +28,8 @@ kernelbay_dlpack_device = hookimpl(interop.dlpack_device)
 kernelbay_to_dlpack = hookimpl(interop.to_dlpack)
 kernelbay_device_timer = hookimpl(timing.device_timer)
 
-# Streams and events (streams.py: kernelbay_cuda.Stream/Event are the handles) and graphs built
-# node by node with explicit dependencies (graphs.py).
+# Streams and events (streams.py: the handles kb.Stream and kb.Event hold) and graphs built node
+# by node with explicit dependencies (graphs.py).
 kernelbay_default_stream = hookimpl(streams.hook_default_stream)
 kernelbay_stream_create = hookimpl(streams.hook_stream_create)
 kernelbay_stream_destroy = hookimpl(streams.hook_stream_destroy)

@@ -25,7 +25,10 @@ import threading
 from time import perf_counter_ns
 from typing import Any
 
-from . import _driver, native
+from kernelbay.streams import Stream as KbStream
+
+from . import _driver, cupti, native
+from .streams import _StreamHandle, as_stream
 
 _c_void_p, _c_float = ctypes.c_void_p, ctypes.c_float
 
@@ -50,11 +53,7 @@ class Timer:
         self._native_set = False  # set_driver() done, and add_device() for each index in _ref
         mod = native.module() if use_native else None
         if mod is not None and hasattr(mod, "Timer"):
-            from kernelbay.streams import Stream as KbStream
-
-            from .streams import Stream
-
-            self._native = mod.Timer(self._native_slow, Stream, KbStream)
+            self._native = mod.Timer(self._native_slow, _StreamHandle, KbStream)
             # The C methods themselves: what the tracer's hot path and fold call.
             self.mark = self._native.mark  # type: ignore[method-assign]
             self.resolve = self._native.resolve
@@ -97,8 +96,6 @@ class Timer:
         h = getattr(stream, "handle", None)
         if isinstance(h, int):
             return h
-        from .streams import as_stream
-
         try:
             return as_stream(stream, device).handle
         except Exception:
@@ -222,8 +219,6 @@ def device_timer() -> Any:
         log.warning("kernelbay trace: %s=%r is not one of %s; using auto", ENV_TIMER, choice, ", ".join(TIMERS))
         choice = "auto"
     if choice != "events":
-        from . import cupti
-
         try:
             return cupti.make_timer()
         except cupti.CuptiUnavailable as exc:

@@ -1,0 +1,155 @@
+"""The suite's checks of compiling and launching, and of arrays of another backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kernelbay as kb
+
+from .base import Suite, make_rng, sample
+
+
+class LaunchTests(Suite):
+    """Compile errors, saxpy against numpy, argument and geometry checks, closing kernels, traces, and copies and launches across backends."""
+
+    # --- compile and launch ---------------------------------------------------------
+
+    def test_compile_error_carries_the_log(self, device: kb.Device) -> None:
+        with pytest.raises(kb.CompileError) as info:
+            kb.compile(self.bad_source(), device=device)
+        assert info.value.log.strip(), "CompileError.log must hold the compiler's output"
+
+    def test_unsupported_language_is_named(self, device: kb.Device) -> None:
+        with pytest.raises(kb.InvalidArgumentError, match="languages"):
+            kb.compile(kb.Source("x", lang="no-such-language"), device=device)
+
+    @pytest.mark.parametrize("n", [1, 1000, 100_003])
+    def test_saxpy_matches_numpy(self, device: kb.Device, saxpy: kb.Kernel, n: int) -> None:
+        rng = make_rng()
+        xs, ys = sample(np.dtype("float32"), n, rng), sample(np.dtype("float32"), n, rng)
+        got = self._run_saxpy(saxpy, device, 2.5, xs, ys)
+        np.testing.assert_allclose(got, np.float32(2.5) * xs + ys, rtol=1e-6, atol=1e-6)
+
+    def test_repeated_launches_see_new_arguments(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        n = 4096
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        y = kb.zeros(n, "float32", device=device)
+        geo = self.saxpy_launch(n)
+        for a in (1.0, 2.0, 3.0):
+            saxpy.launch(**geo, args=(x, y, np.float32(a), np.int32(n)))
+        device.synchronize()
+        np.testing.assert_array_equal(y.numpy(), np.full(n, 6.0, np.float32))
+
+    def test_compile_twice_gives_a_working_kernel(self, device: kb.Device) -> None:
+        k1 = kb.compile(self.saxpy_source(), device=device)
+        k2 = kb.compile(self.saxpy_source(), device=device)
+        rng = make_rng()
+        xs, ys = sample(np.dtype("float32"), 300, rng), sample(np.dtype("float32"), 300, rng)
+        np.testing.assert_allclose(self._run_saxpy(k2, device, -1.0, xs, ys), ys - xs, rtol=1e-6, atol=1e-6)
+        assert k1.device == k2.device
+
+    def test_bad_geometry_is_rejected(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        x = kb.zeros(4, "float32", device=device)
+        y = kb.zeros(4, "float32", device=device)
+        with pytest.raises(kb.InvalidArgumentError):
+            saxpy.launch(grid=(0,), block=(1,), args=(x, y, np.float32(1), np.int32(4)))
+
+    def test_wrong_argument_count_is_rejected(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        if not self.validates_arg_count:
+            pytest.skip(f"{self.backend} does not check argument counts")
+        x = kb.zeros(4, "float32", device=device)
+        with pytest.raises(kb.InvalidArgumentError):
+            saxpy.launch(**self.saxpy_launch(4), args=(x, np.float32(1)))
+
+    def test_closed_array_argument_is_rejected(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        x = kb.zeros(4, "float32", device=device)
+        y = kb.zeros(4, "float32", device=device)
+        x.close()
+        with pytest.raises(kb.UseAfterFreeError):
+            saxpy.launch(**self.saxpy_launch(4), args=(x, y, np.float32(1), np.int32(4)))
+
+    def test_closed_kernel_refuses_launches_and_compiles_again(self, device: kb.Device) -> None:
+        """``Kernel.close()`` (the optional ``kernelbay_close_kernel`` hook, or its fallback)."""
+        k = kb.compile(self.saxpy_source(), device=device)
+        k.close()
+        assert k.closed
+        x, y = kb.zeros(4, "float32", device=device), kb.zeros(4, "float32", device=device)
+        with pytest.raises(kb.UseAfterFreeError):
+            k.launch(**self.saxpy_launch(4), args=(x, y, np.float32(1), np.int32(4)))
+        k.close()  # twice is harmless
+        again = kb.compile(self.saxpy_source(), device=device)
+        xs, ys = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
+        np.testing.assert_allclose(self._run_saxpy(again, device, 2.0, xs, ys), 2.0 * xs + ys, rtol=1e-6)
+
+    def test_close_lets_queued_launches_finish(self, device: kb.Device) -> None:
+        """``kernelbay_close_kernel`` releases a kernel's code only after the launches already
+        queued have run: launches queued on the default stream and on a user stream, closed at
+        once, still give their results."""
+        n = 1 << 16
+        xs = np.arange(n, dtype=np.float32)
+        k = kb.compile(self.saxpy_source(), device=device)
+        x = kb.asarray(xs, device=device)
+        y0, y1 = kb.zeros(n, "float32", device=device), kb.zeros(n, "float32", device=device)
+        s = device.stream()
+        for _ in range(4):
+            k.launch(**self.saxpy_launch(n), args=(x, y0, np.float32(1), np.int32(n)))
+            k.launch(**self.saxpy_launch(n), args=(x, y1, np.float32(1), np.int32(n)), stream=s)
+        k.close()  # before any synchronize
+        device.synchronize()
+        np.testing.assert_allclose(y0.numpy(), 4 * xs, rtol=1e-6)
+        np.testing.assert_allclose(y1.numpy(), 4 * xs, rtol=1e-6)
+
+    def test_trace_records_this_backends_work(self, device: kb.Device, saxpy: kb.Kernel, tmp_path: Any) -> None:
+        """A trace (the core's tracer, and the optional ``kernelbay_device_timer`` hook, whose
+        fallback is host spans only) has host spans for the launch and copies, and any device
+        span belongs to one of them."""
+        import json
+
+        path = tmp_path / "trace.json"
+        xs, ys = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
+        with kb.trace(path):
+            self._run_saxpy(saxpy, device, 2.0, xs, ys)
+        with open(path, encoding="utf-8") as f:
+            events = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+        cats = [e.get("cat") for e in events]
+        assert cats.count("launch") == 1, cats
+        assert "copy" in cats, cats
+        host = [e for e in events if e.get("cat") != "device"]
+        flows = {e["args"].get("flow") for e in host if "flow" in e.get("args", {})}
+        for d in (e for e in events if e.get("cat") == "device"):
+            assert d["args"].get("flow") in flows, d
+
+    def test_synchronize(self, device: kb.Device) -> None:
+        device.synchronize()
+        kb.device(str(device)).synchronize()
+
+    # --- across backends (needs the cpu backend as the other side) -------------------
+
+    def _other(self) -> kb.Device:
+        if self.backend == "cpu":
+            pytest.skip("needs a second backend besides cpu")
+        try:
+            return kb.device("cpu")
+        except kb.BackendError:
+            pytest.skip("needs the cpu backend as a second backend")
+
+    def test_copy_across_backends(self, device: kb.Device) -> None:
+        other = self._other()
+        host = sample(np.dtype("float32"), 1000, make_rng())
+        src = kb.asarray(host, device=other)
+        dst = kb.empty(host.shape, host.dtype, device=device)
+        kb.copy(dst, src)
+        np.testing.assert_array_equal(dst.numpy(), host)
+        moved = kb.asarray(dst, device=other)
+        assert moved.device == other
+        np.testing.assert_array_equal(moved.numpy(), host)
+
+    def test_array_of_another_device_is_rejected(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        other = self._other()
+        x = kb.zeros(4, "float32", device=other)
+        y = kb.zeros(4, "float32", device=device)
+        with pytest.raises(kb.InvalidArgumentError, match=str(other)):
+            saxpy.launch(**self.saxpy_launch(4), args=(x, y, np.float32(1), np.int32(4)))

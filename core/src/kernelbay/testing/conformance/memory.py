@@ -1,0 +1,167 @@
+"""The suite's checks of a backend's identity, memory and copies, and the NumPy protocol."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kernelbay as kb
+from kernelbay.hookspecs import API_VERSION
+
+from .base import Suite, make_rng, sample
+
+
+class MemoryTests(Suite):
+    """The backend declares itself and numbers its devices; memory round-trips, is freed, and refuses use after free."""
+
+    # --- identity -------------------------------------------------------------------
+
+    def test_backend_declares_itself(self, device: kb.Device) -> None:
+        rec = {b.name: b for b in kb.backends()}[self.backend]
+        assert rec.status == "available"
+        assert rec.reason is None
+        spec = rec.spec
+        assert spec is not None and spec.name == self.backend
+        assert spec.api_version == API_VERSION
+        assert spec.languages, "a backend must accept at least one language"
+        assert isinstance(spec.priority, int)
+
+    def test_devices_are_numbered_and_selectable(self, device: kb.Device) -> None:
+        devs = [d for d in kb.devices() if d.backend == self.backend]
+        assert [d.index for d in devs] == list(range(len(devs)))
+        assert device == devs[0]
+        assert kb.device(str(devs[-1])) == devs[-1]
+        assert str(device) == f"{self.backend}:0"
+
+    # --- memory ---------------------------------------------------------------------
+
+    @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "uint8", "int16", "float16"])
+    def test_round_trip_dtypes(self, device: kb.Device, dtype: str) -> None:
+        if dtype not in self.dtypes:
+            pytest.skip(f"{self.backend} does not take {dtype}")
+        host = sample(np.dtype(dtype), 1000, make_rng())
+        arr = kb.asarray(host, device=device)
+        assert arr.device == device and arr.shape == host.shape and arr.dtype == host.dtype
+        assert arr.nbytes == host.nbytes
+        np.testing.assert_array_equal(arr.numpy(), host)
+
+    def test_round_trip_sizes(self, device: kb.Device) -> None:
+        rng = make_rng()
+        for n in self.sizes:
+            host = sample(np.dtype("float32"), n, rng)
+            arr = kb.empty(n, "float32", device=device)
+            kb.copy(arr, host)
+            back = np.full(n, np.nan, np.float32)
+            kb.copy(back, arr)
+            np.testing.assert_array_equal(back, host)
+
+    def test_multidimensional_shape(self, device: kb.Device) -> None:
+        host = sample(np.dtype("int32"), 60, make_rng()).reshape(3, 4, 5)
+        arr = kb.asarray(host, device=device)
+        assert arr.shape == (3, 4, 5) and arr.ndim == 3 and arr.size == 60
+        np.testing.assert_array_equal(arr.numpy(), host)
+
+    def test_device_to_device_copy(self, device: kb.Device) -> None:
+        host = sample(np.dtype("float32"), 5000, make_rng())
+        a = kb.asarray(host, device=device)
+        b = kb.empty(host.shape, host.dtype, device=device)
+        assert kb.copy(b, a) is b
+        device.synchronize()
+        np.testing.assert_array_equal(b.numpy(), host)
+
+    def test_zeros(self, device: kb.Device) -> None:
+        z = kb.zeros((17, 3), "float64", device=device)
+        np.testing.assert_array_equal(z.numpy(), np.zeros((17, 3)))
+
+    def test_copy_rejects_size_and_dtype_mismatch(self, device: kb.Device) -> None:
+        a = kb.empty(8, "float32", device=device)
+        with pytest.raises(kb.InvalidArgumentError, match="size"):
+            kb.copy(a, np.zeros(9, np.float32))
+        with pytest.raises(kb.InvalidArgumentError, match="dtype"):
+            kb.copy(a, np.zeros(8, np.int32))
+
+    def test_use_after_free_raises(self, device: kb.Device) -> None:
+        a = kb.asarray(np.arange(4, dtype=np.float32), device=device)
+        a.close()
+        a.close()  # twice is harmless
+        assert a.closed
+        with pytest.raises(kb.UseAfterFreeError):
+            a.numpy()
+        with pytest.raises(kb.UseAfterFreeError):
+            kb.copy(a, np.zeros(4, np.float32))
+
+    def test_context_manager_frees(self, device: kb.Device) -> None:
+        with kb.empty(16, "uint8", device=device) as buf:
+            assert not buf.closed
+        assert buf.closed
+
+    def test_many_allocations_are_released(self, device: kb.Device) -> None:
+        for _ in range(200):
+            a = kb.empty(1 << 16, "uint8", device=device)
+            a.close()
+        for _ in range(200):
+            kb.empty(1 << 16, "uint8", device=device)  # freed when collected
+
+    def test_memory_stats_or_unsupported(self, device: kb.Device) -> None:
+        try:
+            stats = device.memory_stats()
+        except kb.UnsupportedError:
+            return
+        assert isinstance(stats, kb.MemoryStats)
+        assert 0 <= stats.active <= stats.peak
+
+
+class NumpyProtocolTests(Suite):
+    """The NumPy protocol (issue #17): the same results on every backend."""
+
+    # --- the NumPy protocol (issue #17): same results on every backend ------------------------
+
+    def test_numpy_copies_never_alias(self, device: kb.Device) -> None:
+        a = kb.asarray(np.arange(6, dtype=np.float32), device=device)
+        for make in (np.array, np.copy, lambda x: np.asarray(x, copy=True), lambda x: np.array(x, copy=True)):
+            c = make(a)
+            c[0] = 99.0
+            assert a.numpy()[0] == 0.0, "a NumPy copy of a kernelbay array wrote through to it"
+        np.testing.assert_array_equal(np.asarray(a), np.arange(6, dtype=np.float32))
+
+    def test_numpy_copy_false_is_a_view_or_refused(self, device: kb.Device) -> None:
+        a = kb.asarray(np.arange(4, dtype=np.float32), device=device)
+        try:
+            v = np.asarray(a, copy=False)
+        except ValueError:
+            return  # memory the host cannot address: refusing is the protocol's answer
+        v[1] = 7.0
+        assert a.numpy()[1] == 7.0, "copy=False returned a copy instead of a view"
+
+    def test_numpy_dtype_conversion(self, device: kb.Device) -> None:
+        a = kb.asarray(np.arange(4, dtype=np.int32), device=device)
+        d = np.asarray(a, dtype=np.float64)
+        assert d.dtype == np.float64
+        np.testing.assert_array_equal(d, [0.0, 1.0, 2.0, 3.0])
+        with pytest.raises(ValueError):
+            np.asarray(a, dtype=np.float64, copy=False)
+
+    def test_zero_dimensional_arrays_keep_their_shape(self, device: kb.Device) -> None:
+        a = kb.asarray(np.float32(2.5), device=device)
+        assert a.shape == () and a.size == 1
+        assert np.asarray(a).shape == () and float(np.asarray(a)) == 2.5
+
+    @pytest.mark.parametrize("dtype", ["object", "U3", "S2", "V8", "M8[s]"])
+    def test_non_numeric_dtypes_are_refused(self, device: kb.Device, dtype: str) -> None:
+        with pytest.raises(kb.InvalidArgumentError, match="not numeric"):
+            kb.empty(3, dtype, device=device)
+        with pytest.raises(kb.InvalidArgumentError, match="not numeric"):
+            kb.asarray(np.zeros(3, dtype), device=device)
+
+    def test_arrays_pickle_by_value_and_deepcopy(self, device: kb.Device) -> None:
+        import copy
+        import pickle
+
+        a = kb.asarray(np.arange(5, dtype=np.float32), device=device)
+        b = pickle.loads(pickle.dumps(a))
+        assert b.device == a.device and b.shape == a.shape and b.dtype == a.dtype
+        np.testing.assert_array_equal(b.numpy(), a.numpy())
+        c = copy.deepcopy(a)
+        kb.copy(c, np.zeros(5, np.float32))
+        np.testing.assert_array_equal(a.numpy(), np.arange(5, dtype=np.float32))
+        assert pickle.loads(pickle.dumps(device)) == device

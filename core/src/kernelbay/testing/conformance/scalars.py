@@ -1,0 +1,167 @@
+"""The suite's checks of scalar arguments: the core's one table of rules (:mod:`kernelbay.argrules`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kernelbay as kb
+from kernelbay.argrules import int_range
+
+from .base import Suite
+from .kernels import SCALAR_DTYPES
+
+
+class ScalarTests(Suite):
+    """Every scalar dtype of the table: limits round-trip, out-of-range, wrong size and wrong kind are refused."""
+
+    # --- scalar arguments: the core's one table (kernelbay.argrules) ---------------------
+
+    @pytest.fixture
+    def scalars(self, device: kb.Device) -> kb.Kernel:
+        src = self.scalar_source()
+        if src is None:
+            pytest.skip(f"{self.backend} has no kernel for the scalar-rule tests")
+        try:
+            return kb.compile(src, device=device)
+        except kb.InvalidArgumentError as exc:
+            if "language" not in str(exc):
+                raise
+            pytest.skip(f"{self.backend} does not compile {src.lang}: {exc}")
+
+    def _scalar_run(self, kernel: kb.Kernel, device: kb.Device, **over: Any) -> tuple[list, list, list]:
+        """Launch ``scalars`` with 1 (True) for every parameter but those in ``over`` (p<j>=value);
+        return what the kernel stored: (signed ints, unsigned ints and bools, floats)."""
+        i = kb.zeros(8, "int64", device=device)
+        u = kb.zeros(8, "uint64", device=device)
+        f = kb.zeros(8, "float64", device=device)
+        vals = [np.dtype(d.name).type(1) for d in SCALAR_DTYPES]
+        for k, v in over.items():
+            vals[int(k[1:])] = v
+        kernel.launch(grid=1, block=1, args=(i, u, f, *vals))
+        device.synchronize()
+        return list(i.numpy()), list(u.numpy()), list(f.numpy())
+
+    def _expect(self, values: Sequence[Any]) -> tuple[list, list, list]:
+        out: dict[str, list] = {"i": [], "u": [], "f": []}
+        for d, v in zip(SCALAR_DTYPES, values):
+            out["u" if d.kind in "ub" else d.kind].append(v)
+        pad = lambda xs: [*xs, *[0] * (8 - len(xs))]
+        return pad([int(v) for v in out["i"]]), pad([int(v) for v in out["u"]]), pad([float(v) for v in out["f"]])
+
+    @pytest.mark.parametrize("python", [False, True], ids=["numpy", "python"])
+    @pytest.mark.parametrize("end", ["min", "max"])
+    def test_scalar_limits_round_trip(self, device: kb.Device, scalars: kb.Kernel, end: str, python: bool) -> None:
+        vals = []
+        for d in SCALAR_DTYPES:
+            if d.kind == "f":
+                v = float(np.finfo(d.name).max) * (1 if end == "max" else -1)
+            elif d.kind == "b":
+                v = end == "max"
+            else:
+                v = int_range(d.kind, d.size)[end == "max"]
+            vals.append(v if python else np.dtype(d.name).type(v))
+        got = self._scalar_run(scalars, device, **{f"p{j}": v for j, v in enumerate(vals)})
+        assert got == self._expect(vals)
+
+    def test_scalar_out_of_range_is_rejected_on_every_launch(self, device: kb.Device, scalars: kb.Kernel) -> None:
+        for j, d in enumerate(SCALAR_DTYPES):
+            if d.kind not in "iu":
+                continue
+            lo, hi = int_range(d.kind, d.size)
+            self._scalar_run(scalars, device, **{f"p{j}": hi})  # the fast path is made for these types
+            for bad in (hi + 1, lo - 1):
+                with pytest.raises(kb.InvalidArgumentError, match=f"argument {3 + j}"):
+                    scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, bad))
+
+    def _scalar_args(self, device: kb.Device, j: int, value: Any) -> tuple:
+        vals: list[Any] = [np.dtype(d.name).type(1) for d in SCALAR_DTYPES]
+        vals[j] = value
+        bufs = (
+            kb.zeros(8, "int64", device=device),
+            kb.zeros(8, "uint64", device=device),
+            kb.zeros(8, "float64", device=device),
+        )
+        return (*bufs, *vals)
+
+    def _position(self, name: str) -> int:
+        return next(j for j, d in enumerate(SCALAR_DTYPES) if d.name == name)
+
+    @pytest.mark.parametrize(
+        ("param", "value"),
+        [
+            ("int32", np.uint32(4_000_000_000)),
+            ("uint32", np.int32(-1)),
+            ("int64", np.uint64(2**63)),
+            ("uint8", np.int8(-1)),
+        ],
+    )
+    def test_numpy_scalar_value_out_of_range(
+        self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any
+    ) -> None:
+        j = self._position(param)
+        with pytest.raises(kb.InvalidArgumentError, match="out of range"):
+            scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, value))
+
+    def test_numpy_scalar_in_range_crosses_signedness(self, device: kb.Device, scalars: kb.Kernel) -> None:
+        j, k = self._position("int32"), self._position("uint32")
+        got = self._scalar_run(scalars, device, **{f"p{j}": np.uint32(7), f"p{k}": np.int32(9)})
+        vals: list[Any] = [1] * len(SCALAR_DTYPES)
+        vals[j], vals[k] = 7, 9
+        assert got == self._expect(vals)
+
+    @pytest.mark.parametrize(
+        ("param", "value"),
+        [
+            ("int32", np.int64(1)),
+            ("int32", np.int16(1)),
+            ("float32", np.float64(1)),
+            ("float64", np.float32(1)),
+            ("uint16", np.uint32(1)),
+        ],
+    )
+    def test_scalar_of_the_wrong_size_is_rejected(
+        self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any
+    ) -> None:
+        with pytest.raises(kb.ArgumentTypeError, match=f"argument {3 + self._position(param)}"):
+            scalars.launch(grid=1, block=1, args=self._scalar_args(device, self._position(param), value))
+
+    @pytest.mark.parametrize(
+        ("param", "value"),
+        [
+            ("int32", np.float32(1)),
+            ("int32", 1.0),
+            ("float32", np.int32(1)),
+            ("bool", 1),
+            ("bool", np.uint8(1)),
+            ("int32", "1"),
+            ("float64", 1j),
+        ],
+    )
+    def test_scalar_of_the_wrong_kind_is_rejected(
+        self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any
+    ) -> None:
+        with pytest.raises(kb.ArgumentTypeError, match=f"argument {3 + self._position(param)}"):
+            scalars.launch(grid=1, block=1, args=self._scalar_args(device, self._position(param), value))
+
+    def test_none_is_not_a_scalar(self, device: kb.Device, scalars: kb.Kernel) -> None:
+        for j in range(len(SCALAR_DTYPES)):
+            with pytest.raises(kb.ArgumentTypeError, match="None"):
+                scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, None))
+
+    def test_bools(self, device: kb.Device, scalars: kb.Kernel) -> None:
+        b, i = self._position("bool"), self._position("int32")
+        for flag in (True, False, np.bool_(True), np.bool_(False)):
+            got = self._scalar_run(scalars, device, **{f"p{b}": flag, f"p{i}": True})
+            vals: list[Any] = [1] * len(SCALAR_DTYPES)
+            vals[b] = bool(flag)
+            assert got == self._expect(vals)
+
+    def test_float_out_of_range_is_rejected(self, device: kb.Device, scalars: kb.Kernel) -> None:
+        j = self._position("float32")
+        self._scalar_run(scalars, device, **{f"p{j}": float("inf")})
+        with pytest.raises(kb.InvalidArgumentError, match="out of range"):
+            scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, 1e39))

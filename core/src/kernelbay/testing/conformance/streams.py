@@ -1,0 +1,109 @@
+"""The suite's checks of streams, events and graphs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kernelbay as kb
+
+from .base import Suite
+
+
+class StreamTests(Suite):
+    """Ordering on a stream, events between streams, host reads after several streams, graph replay, update and dependencies."""
+
+    # --- streams, events and graphs (a backend without the hooks runs the core's fallback,
+    # which must pass these too: one in-order stream, list replay) ----------------------------
+
+    def _saxpy_on(self, saxpy: kb.Kernel, x: kb.Array, y: kb.Array, a: float, stream: Any = None, **kw: Any) -> Any:
+        n = y.size
+        return saxpy.launch(**self.saxpy_launch(n), args=(x, y, np.float32(a), np.int32(n)), stream=stream, **kw)
+
+    def test_stream_runs_its_work_in_order(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        n = 4096
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        y = kb.zeros(n, "float32", device=device)
+        s = device.stream()
+        for _ in range(10):
+            self._saxpy_on(saxpy, x, y, 1.0, stream=s)
+        with s:  # the current stream takes stream=None work
+            for _ in range(10):
+                self._saxpy_on(saxpy, x, y, 1.0)
+        s.synchronize()
+        assert s.query()
+        np.testing.assert_array_equal(y.numpy(), np.full(n, 20.0, np.float32))
+
+    def test_event_orders_two_streams(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        n = 4096
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        y = kb.zeros(n, "float32", device=device)
+        z = kb.zeros(n, "float32", device=device)
+        s1, s2 = device.stream(), device.stream()
+        for _ in range(10):
+            self._saxpy_on(saxpy, x, y, 1.0, stream=s1)
+        ev = s1.record()
+        s2.wait(ev)
+        self._saxpy_on(saxpy, y, z, 1.0, stream=s2)  # z = y, once s1's work is done
+        s2.synchronize()
+        assert ev.query()
+        np.testing.assert_array_equal(z.numpy(), np.full(n, 10.0, np.float32))
+        assert ev.elapsed(ev) == pytest.approx(0.0, abs=1e-3)
+
+    def test_host_reads_see_every_stream(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        n = 4096
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        ys = [kb.zeros(n, "float32", device=device) for _ in range(3)]
+        streams = [device.stream() for _ in range(3)]
+        for i, (y, s) in enumerate(zip(ys, streams)):
+            for _ in range(i + 3):
+                self._saxpy_on(saxpy, x, y, 1.0, stream=s)
+        # No synchronize: each read must wait for the writes queued before it, on any stream.
+        np.testing.assert_array_equal(ys[0].numpy(), np.full(n, 3.0, np.float32))
+        out = kb.copy(np.empty(n, np.float32), ys[1])
+        np.testing.assert_array_equal(out, np.full(n, 4.0, np.float32))
+        device.synchronize()
+        np.testing.assert_array_equal(np.array(ys[2].numpy()), np.full(n, 5.0, np.float32))
+
+    def test_graph_records_then_replays(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        n = 4096
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        y = kb.zeros(n, "float32", device=device)
+        with device.graph() as g:
+            self._saxpy_on(saxpy, x, y, 1.0)
+            self._saxpy_on(saxpy, x, y, 2.0)
+        assert len(g) == 2 and g.steps[1].deps == (0,)  # both write y
+        device.synchronize()
+        np.testing.assert_array_equal(y.numpy(), np.zeros(n, np.float32))  # recorded, not run
+        for _ in range(3):
+            g.replay()
+        s = device.stream()
+        g.replay(stream=s)
+        s.synchronize()
+        np.testing.assert_array_equal(y.numpy(), np.full(n, 12.0, np.float32))
+        g.update(1, args=(x, y, np.float32(10.0), np.int32(n)))
+        g.replay()
+        device.synchronize()
+        np.testing.assert_array_equal(y.numpy(), np.full(n, 23.0, np.float32))
+
+    def test_graph_dependencies_follow_buffers(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        n = 1024
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        y, z, w = (kb.zeros(n, "float32", device=device) for _ in range(3))
+        with device.graph() as g:
+            self._saxpy_on(saxpy, x, y, 1.0, reads=(x, y), writes=(y,))
+            self._saxpy_on(saxpy, x, z, 1.0, reads=(x, z), writes=(z,))
+            self._saxpy_on(saxpy, y, w, 1.0, reads=(y, w), writes=(w,))
+            self._saxpy_on(saxpy, x, y, 1.0, reads=(x, y), writes=(y,))  # after step 2 read y
+        assert [s.deps for s in g.steps] == [(), (), (0,), (0, 2)]
+        g.replay()
+        device.synchronize()
+        np.testing.assert_array_equal(w.numpy(), np.full(n, 1.0, np.float32))
+        np.testing.assert_array_equal(y.numpy(), np.full(n, 2.0, np.float32))
+        with pytest.raises(kb.InvalidArgumentError, match="cycle"):
+            g.add_dependency(0, on=3)
+        y.close()
+        with pytest.raises(kb.UseAfterFreeError, match="closed"):
+            g.replay()
