@@ -384,9 +384,6 @@ def test_module_map_is_complete_and_true() -> None:
 # Private core modules a backend imports today. This list may only shrink: a new entry needs
 # the core to make what it uses public instead.
 PRIVATE_IMPORT_ALLOWLIST: set[tuple[str, str]] = {
-    # Asks whether a trace is still recording, to switch CUPTI off; goes when the device-timer
-    # protocol gains its optional close() (issue #23).
-    ("kernelbay_cuda.cupti", "kernelbay._trace"),
     # Makes the core probe the tpu backend again in tests (Runtime.reprobe), which the public
     # API does not offer.
     ("kernelbay_tpu.testing", "kernelbay._plugins"),
