@@ -74,7 +74,7 @@ class Event(kb.Event, metaclass=_Alias):
     @classmethod
     def _make(cls, device: Any = None, timing: bool = True) -> Event:
         dev = cuda_device(device)
-        ev = dev.default_stream.record()  # a kb.Event as the core makes it...
+        ev: Any = dev.default_stream.record()  # a kb.Event as the core makes it...
         ev.__class__ = cls  # ...given record() (the subclass adds methods only: the same layout)
         ev.handle, ev.stream = _EventHandle(dev, timing), None  # not recorded yet, as in 0.1
         return ev
