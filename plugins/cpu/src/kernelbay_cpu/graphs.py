@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+import subprocess
+import tempfile
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+from kernelbay.cache import lookup, make_key, store
 from kernelbay.errors import LaunchError, UnsupportedError
 from kernelbay.graphs import Step, pointer_access
 from kernelbay.types import Device, Kernel
@@ -70,12 +74,6 @@ def runner() -> Any:
 
 
 def _build_runner() -> Any:
-    import os
-    import subprocess
-    import tempfile
-
-    from kernelbay.cache import lookup, make_key, store
-
     tc = _driver.toolchain()
     key = make_key(
         backend="cpu-graph-runner",
