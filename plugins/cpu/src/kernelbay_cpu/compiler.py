@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import gc
 import hashlib
 import logging
 import os
@@ -420,8 +421,6 @@ class _ModuleCache:
         self._dropped += n
         if self._dropped >= _COLLECT_EVERY:
             self._dropped = 0
-            import gc
-
             gc.collect()
 
     def get_or_make(self, key: object, source: Source) -> Module:

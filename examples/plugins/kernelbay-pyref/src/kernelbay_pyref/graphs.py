@@ -32,6 +32,7 @@ class PyrefGraph:
     def run(self) -> None:
         for s in self.steps:
             if s.kind == "launch":
+                assert s.kernel is not None  # a launch step always has its kernel
                 launcher.launch(s.kernel, s.grid, s.block, s.args, s.shared_mem, None)
             elif s.kind == "copy":
                 allocator.copy(s.dst, s.src, s.nbytes, None)
