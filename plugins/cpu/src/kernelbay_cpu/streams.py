@@ -5,9 +5,9 @@
   every user stream, and so do the host reads (``Array.numpy()``, a copy into numpy,
   ``dev.synchronize()``).
 * A user stream (``dev.stream()``) has one worker thread. Launches, copies and memsets on it are
-  checked and packed at once (a bad argument raises in the caller), queued, and return; the
-  worker runs them in order, the native launcher without the GIL. A failure is kept and raised
-  by the next synchronize or query of that stream (or of the device).
+  checked and packed at once (a bad argument raises in the caller; launcher.py packs launches),
+  queued, and return; the worker runs them in order, the native launcher without the GIL. A
+  failure is kept and raised by the next synchronize or query of that stream (or of the device).
 * Events complete when the worker reaches them; ``stream.wait(event)`` queues a wait.
 * Stream-ordered memory: a queued job holds the memory of each buffer it uses
   (``allocator.hold``), so a buffer closed while a stream still uses it is set aside -- counted
@@ -308,6 +308,7 @@ def hold(xs: Sequence[Any]) -> list[Any]:
 
 
 def address_of(x: Any) -> int:
+    """The address of a buffer's (or C-contiguous numpy array's) memory."""
     return x.handle.ptr if isinstance(x, Buffer) else x.ctypes.data
 
 
