@@ -20,11 +20,18 @@ import threading
 from typing import Any
 
 import attrs
-from kernelbay.errors import BackendUnavailableError, CompileError, LaunchError
+from kernelbay.cache import lookup, make_key, store
+from kernelbay.errors import BackendUnavailableError, CompileError, InvalidArgumentError, LaunchError
+from kernelbay.native import load_dir, private_file
+from kernelbay.settings import env_int
 
 ENV_CXX = "CXX"
 ENV_THREADS = "KERNELBAY_CPU_THREADS"
 ENV_FIBER_STACK = "KERNELBAY_CPU_FIBER_STACK"
+ENV_ISOLATE = "KERNELBAY_CPU_ISOLATE"
+ENV_CHECK = "KERNELBAY_CPU_CHECK"
+#: compiler options of checked mode (the kernel's own options come first; -O1 keeps lines exact)
+CHECK_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-fno-omit-frame-pointer", "-O1"]
 #: Usable stack of each fiber (one per CUDA thread of a block that uses barriers or warps).
 DEFAULT_FIBER_STACK = 128 * 1024
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
@@ -120,8 +127,6 @@ def _probe() -> Toolchain:
     argv = find_compiler()
     cpu_name, cpu_id = cpu_identity()
     st = os.stat(argv[0])
-    from kernelbay.cache import lookup, make_key, store
-
     key = make_key(
         backend="cpu-toolchain",
         compiler=" ".join(argv),
@@ -139,7 +144,7 @@ def _probe() -> Toolchain:
     version = _version(argv)
     # The probe loads what it built into this process: without the sanitizer options of a
     # CXX='g++ -fsanitize=address', whose runtime would end the interpreter (it must be the
-    # first library of a process). Such a CXX turns on checked mode (kernelbay_cpu._isolate).
+    # first library of a process). Such a CXX turns on checked mode (check_mode).
     plain = tuple(a for a in argv if not a.startswith(("-fsanitize", "-fno-sanitize")))
     openmp = _works(plain, ["-fopenmp"])
     if not openmp and not _works(plain, []):
@@ -165,8 +170,6 @@ _PROBE_SRC = '#include <cstdio>\nextern "C" int kb_probe(int x) {\n#pragma omp p
 
 def _works(argv: tuple[str, ...], flags: list[str]) -> bool:
     global _last_probe_log
-    from kernelbay.native import load_dir
-
     # Built and loaded in the cache's private directory: a noexec TMPDIR must not read as "no compiler".
     with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-probe-", dir=load_dir()) as d:
         src, out = os.path.join(d, "probe.cpp"), os.path.join(d, "probe.so")
@@ -192,8 +195,6 @@ def _works(argv: tuple[str, ...], flags: list[str]) -> bool:
 
 def threads() -> int:
     """``KERNELBAY_CPU_THREADS`` (0: OpenMP's default), at most :func:`max_threads`."""
-    from kernelbay.settings import env_int
-
     return env_int(
         ENV_THREADS, default=0, minimum=0, maximum=max_threads(), what="the threads a launch uses (0: all cores)"
     )
@@ -219,19 +220,44 @@ def fiber_stack() -> int:
     except (ValueError, KeyError):
         n = -1
     if n < 16384:
-        from kernelbay.errors import InvalidArgumentError
-
         raise InvalidArgumentError(
             f"{ENV_FIBER_STACK}={raw!r} must be a stack size of at least 16384 bytes (e.g. 262144, 256k or 1M)"
         )
     return n
 
 
+def check_mode() -> str:
+    """``""`` or ``"address"`` (``KERNELBAY_CPU_CHECK``); a sanitizer in ``CXX`` means ``"address"``."""
+    raw = os.environ.get(ENV_CHECK, "").strip().lower()
+    if raw in ("", "0", "off", "no", "false"):
+        raw = ""
+    elif raw not in ("address", "1", "on", "yes", "true"):
+        raise InvalidArgumentError(f"{ENV_CHECK}={raw!r} must be 'address' (or unset)")
+    if not raw and any(a.startswith("-fsanitize=") for a in os.environ.get(ENV_CXX, "").split()):
+        raw = "address"
+    return "address" if raw else ""
+
+
+_isolated: bool | None = None
+
+
+def isolated() -> bool:
+    """Whether launches run in the worker process (``KERNELBAY_CPU_ISOLATE=1``, or checked mode):
+    see :mod:`kernelbay_cpu._worker_client`. Read once, by the device probe (where a bad value
+    makes the backend unavailable with the reason), so buffers and kernels agree on it.
+    """
+    global _isolated
+    if _isolated is None:
+        raw = os.environ.get(ENV_ISOLATE, "").strip().lower()
+        if raw not in ("", "0", "1", "off", "on", "no", "yes", "false", "true"):
+            raise InvalidArgumentError(f"{ENV_ISOLATE}={raw!r} must be 1 or 0 (or unset)")
+        _isolated = raw in ("1", "on", "yes", "true") or bool(check_mode())
+    return _isolated
+
+
 def load_library(image: bytes) -> ctypes.CDLL:
     """dlopen a shared object from its bytes: written to a private file in the cache directory
     (:func:`kernelbay.native.load_dir`, not TMPDIR, which may be noexec), loaded, unlinked."""
-    from kernelbay.native import load_dir, private_file
-
     try:
         with private_file(image, "kernelbay-cpu-", ".so") as path:
             lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))

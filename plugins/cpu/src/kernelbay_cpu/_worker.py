@@ -2,7 +2,7 @@
 
 It maps the caller's shared buffers at their addresses, loads kernel modules and runs
 launches, answering each with ``(status, message)``. A fault ends it; the caller sees the
-socket close and raises ``LaunchError`` (see :mod:`kernelbay_cpu._isolate`). Imports stay few:
+socket close and raises ``LaunchError`` (see :mod:`kernelbay_cpu._worker_client`). Imports stay few:
 with the sanitizer runtime preloaded, everything here runs slower.
 """
 

@@ -12,19 +12,17 @@ peak counts them too, as memory kernelbay still held.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from typing import Any
 
-from kernelbay.errors import InvalidArgumentError, OutOfMemoryError
-from kernelbay.types import Array, Buffer, Device, MemoryStats
+from kernelbay.errors import OutOfMemoryError
+from kernelbay.types import Array, Device, MemoryStats
 
-from . import _isolate
+from . import _driver
 
 ALIGN = 64
 KDLCPU = 1
-_isolated = _isolate.enabled()
 
 
 class HostMemory:
@@ -37,7 +35,7 @@ class HostMemory:
         self.array = array  # uint8, exactly nbytes long, starting at ptr
         self.nbytes = nbytes
         self.owned = owned  # False for memory adopted through DLPack
-        self.shared = shared  # the shared-memory region in isolated mode (_isolate.Region)
+        self.shared = shared  # the shared-memory region in isolated mode (_worker_client.Region)
         self.uses = 0  # jobs queued on user streams that use this memory (under _stats.lock)
         self.freed = False  # closed while in use: released by the last unhold()
 
@@ -64,11 +62,14 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def allocate(device: Device, nbytes: int) -> HostMemory:
-    import numpy as np
+    import numpy as np  # heavy: loaded by the first allocation, not by importing the backend
 
-    if _isolated:  # the worker process maps the same memory at the same address
+    if _driver.isolated():  # the worker process maps the same memory at the same address
+        # Isolated mode only: the worker client brings in sockets, pickling and shared memory.
+        from . import _worker_client
+
         try:
-            ptr, arr, region = _isolate.allocate(nbytes)
+            ptr, arr, region = _worker_client.allocate(nbytes)
         except OSError as exc:
             raise OutOfMemoryError(f"cannot allocate {nbytes} bytes of shared memory on {device}: {exc}") from None
         with _stats.lock:
@@ -108,7 +109,7 @@ def free(device: Device, handle: HostMemory) -> None:
 
 def _release(handle: HostMemory) -> None:
     if handle.shared is not None:
-        _isolate.release(handle.shared)
+        handle.shared.release()
     handle.array = None  # memory goes when the last host view of it goes
 
 
@@ -134,25 +135,8 @@ def unhold(handles: list[HostMemory]) -> None:
         _release(h)
 
 
-def _ptr(x: Any) -> int:
-    if isinstance(x, Buffer):
-        return x.handle.ptr
-    return x.ctypes.data
-
-
-def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
-    if nbytes:
-        ctypes.memmove(_ptr(dst), _ptr(src), nbytes)
-
-
-def memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
-    if not 0 <= value <= 255:
-        raise InvalidArgumentError(f"memset value must be a byte 0..255, got {value}")
-    if nbytes:
-        ctypes.memset(dst.handle.ptr, value, nbytes)
-
-
 def host_view(array: Array) -> Any:
+    """A numpy view of ``array``'s memory (the DLPack export's; streams.host_view is the hook)."""
     h = array.checked_handle()
     return h.array.view(array.dtype).reshape(array.shape)
 
@@ -169,7 +153,7 @@ def memory_stats(device: Device) -> MemoryStats:
 def from_external(obj: Any, device: Device | None) -> tuple[HostMemory, tuple[int, ...], Any] | None:
     """Adopt a kDLCPU DLPack producer (numpy, PyTorch, JAX on cpu) without a copy."""
     dev_fn = getattr(obj, "__dlpack_device__", None)
-    if _isolated:  # foreign memory is not shared with the worker: the core copies
+    if _driver.isolated():  # foreign memory is not shared with the worker: the core copies
         return None
     if dev_fn is None or not hasattr(obj, "__dlpack__"):
         return None
@@ -179,7 +163,7 @@ def from_external(obj: Any, device: Device | None) -> tuple[HostMemory, tuple[in
         return None
     if int(dev_type) != KDLCPU:
         return None
-    import numpy as np
+    import numpy as np  # heavy: loaded by the first import of foreign memory, not by importing the backend
 
     try:
         view = np.from_dlpack(obj)
@@ -192,7 +176,7 @@ def from_external(obj: Any, device: Device | None) -> tuple[HostMemory, tuple[in
     return HostMemory(view.ctypes.data, flat, view.nbytes, False), tuple(view.shape), view.dtype
 
 
-def to_dlpack(array: Array, stream: Any, max_version: Any = None) -> Any:
+def to_dlpack(array: Array, stream: Any, max_version: Any) -> Any:
     view = host_view(array)
     # numpy writes a versioned, writable capsule when the consumer can read one.
     return view.__dlpack__() if max_version is None else view.__dlpack__(max_version=max_version)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import gc
 import hashlib
 import logging
 import os
@@ -25,14 +26,18 @@ import time
 import weakref
 from collections.abc import Sequence
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from kernelbay.cache import CacheEntry, locked, lookup, make_key, recheck, store
 from kernelbay.csource import default_kernel, find_kernels, strip_comments_and_strings
 from kernelbay.errors import CompileError, InvalidArgumentError
-from kernelbay.types import Device, Source
+from kernelbay.types import Device, Kernel, Source
 
-from . import _driver, _isolate, _loops, _runtime
+from . import _driver, _loops, _runtime
 from .launcher import KernelHandle
+
+if TYPE_CHECKING:
+    from ._worker_client import RemoteModule
 
 log = logging.getLogger("kernelbay.cpu")
 
@@ -296,7 +301,7 @@ class Module:
         names: list[str],
         source: Source,
         deps: dict[str, str] | None = None,
-        remote: _isolate.RemoteModule | None = None,
+        remote: RemoteModule | None = None,
     ) -> None:
         self.lib = lib
         #: (mtime, size) of each file outside the source the compiler read: a changed one rebuilds.
@@ -313,7 +318,7 @@ class Module:
         weakref.finalize(lib, _dlclose, lib._handle).atexit = False
         if remote is not None:  # isolated mode: the worker runs the launches
             for i, h in enumerate(self.kernels.values()):
-                h.fn = _isolate.RemoteLaunch(remote, i, h.name, h.kinds, h.sizes)
+                h.fn = remote.launch_function(i, h.name, h.kinds, h.sizes)
 
 
 #: Modules kept loaded for ``kb.compile`` calls that repeat a source. Past this many, the least
@@ -339,8 +344,6 @@ class _ModuleCache:
         self._dropped += n
         if self._dropped >= _COLLECT_EVERY:
             self._dropped = 0
-            import gc
-
             gc.collect()
 
     def get_or_make(self, key: object, source: Source) -> Module:
@@ -382,10 +385,10 @@ def compile_source(device: Device, source: Source) -> KernelHandle:
     return mod.kernels[name]
 
 
-def close_kernel(handle: KernelHandle) -> None:
-    """Drop the process cache's reference to ``handle``'s module: once no kernel of it is left,
-    the shared object is unloaded."""
-    _modules.drop_lib(handle.lib)
+def close_kernel(kernel: Kernel) -> None:
+    """Drop the process cache's reference to the module of ``kernel`` (its handle): once no
+    kernel of it is left, the shared object is unloaded."""
+    _modules.drop_lib(kernel.handle.lib)
 
 
 _RESERVED = {"kb_main.cpp", "kernel.so", "kernel.d", *_FILE.values(), *_HEADERS}
@@ -420,10 +423,13 @@ def _build(source: Source) -> Module:
     image, deps = _image(tc, plain, fl, source, text, names, fname, main, pre)
     lib = _driver.load_library(image)
     remote = None
-    if _isolate.enabled():
-        if _isolate.check_mode():
-            image, _ = _image(tc, tc.argv, [*fl, *_isolate.CHECK_FLAGS], source, text, names, fname, main, pre)
-        remote = _isolate.RemoteModule(image)
+    if _driver.isolated():
+        # Isolated mode only: the worker client brings in sockets, pickling and shared memory.
+        from ._worker_client import RemoteModule
+
+        if _driver.check_mode():
+            image, _ = _image(tc, tc.argv, [*fl, *_driver.CHECK_FLAGS], source, text, names, fname, main, pre)
+        remote = RemoteModule(image)
     return Module(lib, names, source, deps, remote)
 
 

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+import subprocess
+import tempfile
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+from kernelbay.cache import lookup, make_key, store
 from kernelbay.errors import LaunchError, UnsupportedError
 from kernelbay.graphs import Step, pointer_access
 from kernelbay.types import Device, Kernel
 
-from . import _driver, streams
+from . import _driver, launcher, streams
 
 RUNNER_SRC = r"""
 #include <stdint.h>
@@ -70,12 +74,6 @@ def runner() -> Any:
 
 
 def _build_runner() -> Any:
-    import os
-    import subprocess
-    import tempfile
-
-    from kernelbay.cache import lookup, make_key, store
-
     tc = _driver.toolchain()
     key = make_key(
         backend="cpu-graph-runner",
@@ -122,7 +120,7 @@ class CpuGraph:
         t = self.array[s.index]
         if s.kind == "launch":
             assert s.kernel is not None
-            fn, argv, geom, shm, keep = streams.pack(s.kernel, s.grid, s.block, s.args, s.shared_mem)
+            fn, argv, geom, shm, keep = launcher.pack(s.kernel, s.grid, s.block, s.args, s.shared_mem)
             t.kind, t.fn, t.a, t.b, t.n = (
                 0,
                 ctypes.cast(fn, ctypes.c_void_p).value,
@@ -133,10 +131,10 @@ class CpuGraph:
             self.keep[s.index] = (argv, keep)
             self.names[s.index] = (s.kernel.handle.lib, s.kernel.handle.name)
         elif s.kind == "copy":
-            t.kind, t.fn, t.a, t.b, t.n = 1, None, streams._ptr(s.dst), streams._ptr(s.src), s.nbytes
+            t.kind, t.fn, t.a, t.b, t.n = 1, None, streams.address_of(s.dst), streams.address_of(s.src), s.nbytes
             self.keep[s.index] = (s.dst, s.src)
         else:
-            t.kind, t.fn, t.a, t.b, t.n = 2, None, streams._ptr(s.dst), s.value, s.nbytes
+            t.kind, t.fn, t.a, t.b, t.n = 2, None, streams.address_of(s.dst), s.value, s.nbytes
             self.keep[s.index] = (s.dst,)
 
     def run(self) -> None:
@@ -157,7 +155,7 @@ def graph_build(device: Device, steps: Sequence[Step]) -> CpuGraph:
 
 
 def graph_replay(device: Device, graph: CpuGraph, stream: Any) -> None:
-    q = streams._queue_of(stream)
+    q = streams.queue_of(stream)
     if q is None:
         if streams.pending:
             streams.drain_all()

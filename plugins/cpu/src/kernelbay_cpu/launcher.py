@@ -2,7 +2,9 @@
 
 Each kernel keeps one ctypes slot per parameter and a ``void*`` array pointing at them, built
 once; a launch writes the arguments into the slots and calls the native launcher (which
-releases the GIL). A second thread launching the same kernel meanwhile gets its own slots.
+releases the GIL). A second thread launching the same kernel meanwhile gets its own slots. A
+launch on a user stream is checked and packed into private slots here (:func:`pack`, which
+graphs use too) and queued on the stream's worker (streams.py).
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from typing import Any
 from kernelbay.argrules import PARAM, check_scalar, float_max, int_range
 from kernelbay.argrules import describe as _describe
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, UseAfterFreeError
-from kernelbay.types import Buffer, Kernel, dim3
+from kernelbay.types import Array, Buffer, Kernel, dim3
 
-from . import _driver
+from . import _driver, streams
 
 #: CUDA's limits, kept so a geometry that works here works on a GPU too.
 MAX_THREADS_PER_BLOCK = 1024
@@ -88,8 +90,7 @@ def _bad(pos: int, name: str, kind: str, size: int, value: Any, why: str = "") -
 
 def _converter(pos: int, kind: str, size: int, device: Any, name: str) -> Callable[[Any, Any], None]:
     """A function ``(value, slot)`` writing argument ``pos`` into its ctypes slot, or raising."""
-    import numpy as np
-    from kernelbay.types import Array
+    import numpy as np  # heavy: loaded by a kernel's first launch, not by importing the backend
 
     generic = np.generic
 
@@ -189,8 +190,8 @@ class Launcher:
 
 def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> None:
     """Run ``kernel`` over the grid; returns when it has finished (on the default stream)."""
-    if stream is not None or _streams.pending:  # a user stream, or one still busy: see streams.py
-        return _streams.launch(kernel, grid, block, args, shared_mem, stream)
+    if stream is not None or streams.pending:  # a user stream, or one still busy: see streams.py
+        return _launch_on_stream(kernel, grid, block, args, shared_mem, stream)
     h = kernel.handle
     if h is None:
         raise UseAfterFreeError(f"kernel {kernel.name!r} was used after close()")
@@ -240,4 +241,43 @@ def _signature(h: KernelHandle) -> str:
     return ", ".join(_describe(k, s) for k, s in zip(h.kinds, h.sizes)) or "no parameters"
 
 
-from . import streams as _streams  # noqa: E402  (streams uses this module)
+def pack(
+    kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int
+) -> tuple[Any, Any, Any, int, list[Any]]:
+    """Check a launch and pack it into private slots: ``(fn, argv, geometry, shared_mem, keep)``,
+    where ``keep`` holds the slots and the memory of every buffer argument. ``fn(argv, geometry,
+    shared_mem)`` runs it as the default stream's launch does (fibers for a kernel with
+    barriers or shared memory, the thread loop otherwise). Queued launches and graph steps use it."""
+    h = kernel.handle
+    if h is None:
+        raise UseAfterFreeError(f"kernel {kernel.name!r} was used after close()")
+    ln = h.launcher
+    if ln is None or ln.device is not kernel.device:
+        ln = h.launcher = Launcher(h, kernel.device)
+    geom = geometry(grid, block)
+    if shared_mem:
+        _check_shared_mem(ln.name, shared_mem)
+    if len(args) != ln.n:
+        raise InvalidArgumentError(f"kernel {ln.name!r} takes {ln.n} arguments ({_signature(h)}), got {len(args)}")
+    slots, argv = h._new_slots()
+    for conv, a, s in zip(ln.convs, args, slots):
+        conv(a, s)
+    keep = [slots, geom, h] + [streams.memory_of(a) for a in args if isinstance(a, Buffer)]
+    return ln.fn, argv, geom, shared_mem, keep
+
+
+def _launch_on_stream(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> None:
+    """A launch on a user stream (queued), or on the default stream while user streams are busy."""
+    q = streams.queue_of(stream)
+    if q is None:
+        streams.drain_all()
+        launch(kernel, grid, block, args, shared_mem, None)
+        return
+    fn, argv, geom, shm, keep = pack(kernel, grid, block, args, shared_mem)
+    lib, name = kernel.handle.lib, kernel.handle.name
+
+    def run() -> None:
+        _driver.check(fn(argv, geom, shm), lib, name)
+        keep.clear()
+
+    q.put(run, streams.hold(args))

@@ -5,9 +5,9 @@
   every user stream, and so do the host reads (``Array.numpy()``, a copy into numpy,
   ``dev.synchronize()``).
 * A user stream (``dev.stream()``) has one worker thread. Launches, copies and memsets on it are
-  checked and packed at once (a bad argument raises in the caller), queued, and return; the
-  worker runs them in order, the native launcher without the GIL. A failure is kept and raised
-  by the next synchronize or query of that stream (or of the device).
+  checked and packed at once (a bad argument raises in the caller; launcher.py packs launches),
+  queued, and return; the worker runs them in order, the native launcher without the GIL. A
+  failure is kept and raised by the next synchronize or query of that stream (or of the device).
 * Events complete when the worker reaches them; ``stream.wait(event)`` queues a wait.
 * Stream-ordered memory: a queued job holds the memory of each buffer it uses
   (``allocator.hold``), so a buffer closed while a stream still uses it is set aside -- counted
@@ -28,9 +28,9 @@ from typing import Any
 
 from kernelbay.errors import InvalidArgumentError, LaunchError, UseAfterFreeError
 from kernelbay.streams import Event, Stream
-from kernelbay.types import Buffer, Device, Kernel
+from kernelbay.types import Buffer, Device
 
-from . import _driver, allocator, launcher
+from . import allocator
 
 #: Jobs queued on user streams and not yet finished, all streams together. The default stream's
 #: hot path reads it without a lock: a thread always sees the jobs it queued itself.
@@ -187,7 +187,7 @@ def stream_destroy(device: Device, handle: CpuStream) -> None:
     handle.close()
 
 
-def _queue_of(stream: Any) -> _Queue | None:
+def queue_of(stream: Any) -> _Queue | None:
     """The queue of a user stream; ``None`` for the default stream."""
     if stream is None:
         return None
@@ -223,7 +223,7 @@ def drain_all() -> None:
 
 
 def synchronize(device: Device, stream: Any) -> None:
-    q = _queue_of(stream)
+    q = queue_of(stream)
     if q is None:
         drain_all()
         for other in list(_queues):
@@ -234,7 +234,7 @@ def synchronize(device: Device, stream: Any) -> None:
 
 
 def stream_query(device: Device, stream: Stream) -> bool:
-    q = _queue_of(stream)
+    q = queue_of(stream)
     if q is None:
         return pending == 0
     if q.error is not None:
@@ -246,7 +246,7 @@ def stream_wait(device: Device, stream: Stream, event: Event) -> None:
     ev: CpuEvent = event.handle
     if ev.done.is_set():
         return
-    q = _queue_of(stream)
+    q = queue_of(stream)
     if q is None:  # the default stream is synchronous: the host waits
         ev.done.wait()
     else:
@@ -254,7 +254,7 @@ def stream_wait(device: Device, stream: Stream, event: Event) -> None:
 
 
 def event_record(device: Device, stream: Stream) -> CpuEvent:
-    q = _queue_of(stream)
+    q = queue_of(stream)
     ev = CpuEvent(q)
     if q is None:
         drain_all()
@@ -282,7 +282,7 @@ def event_elapsed(device: Device, start: Event, end: Event) -> float:
 # --- work on streams ---------------------------------------------------------------------
 
 
-def _memory(x: Any) -> Any:
+def memory_of(x: Any) -> Any:
     """What keeps the memory of a buffer (or numpy array) alive, checked for use after close."""
     if isinstance(x, Buffer):
         h = x.handle
@@ -307,68 +307,25 @@ def hold(xs: Sequence[Any]) -> list[Any]:
     return held
 
 
-def _ptr(x: Any) -> int:
+def address_of(x: Any) -> int:
+    """The address of a buffer's (or C-contiguous numpy array's) memory."""
     return x.handle.ptr if isinstance(x, Buffer) else x.ctypes.data
-
-
-def pack(
-    kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int
-) -> tuple[Any, Any, Any, int, list[Any]]:
-    """Check a launch and pack it into private slots: ``(fn, argv, geometry, shared_mem, keep)``,
-    where ``keep`` holds the slots and the memory of every buffer argument. ``fn(argv, geometry,
-    shared_mem)`` runs it as the default stream's launch does (fibers for a kernel with
-    barriers or shared memory, the thread loop otherwise)."""
-    h = kernel.handle
-    if h is None:
-        raise UseAfterFreeError(f"kernel {kernel.name!r} was used after close()")
-    ln = h.launcher
-    if ln is None or ln.device is not kernel.device:
-        ln = h.launcher = launcher.Launcher(h, kernel.device)
-    geom = launcher.geometry(grid, block)
-    if shared_mem:
-        launcher._check_shared_mem(ln.name, shared_mem)
-    if len(args) != ln.n:
-        raise InvalidArgumentError(
-            f"kernel {ln.name!r} takes {ln.n} arguments ({launcher._signature(h)}), got {len(args)}"
-        )
-    slots, argv = h._new_slots()
-    for conv, a, s in zip(ln.convs, args, slots):
-        conv(a, s)
-    keep = [slots, geom, h] + [_memory(a) for a in args if isinstance(a, Buffer)]
-    return ln.fn, argv, geom, shared_mem, keep
-
-
-def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> None:
-    """A launch on a user stream (queued), or on the default stream while user streams are busy."""
-    q = _queue_of(stream)
-    if q is None:
-        drain_all()
-        launcher.launch(kernel, grid, block, args, shared_mem, None)
-        return
-    fn, argv, geom, shm, keep = pack(kernel, grid, block, args, shared_mem)
-    lib, name = kernel.handle.lib, kernel.handle.name
-
-    def run() -> None:
-        _driver.check(fn(argv, geom, shm), lib, name)
-        keep.clear()
-
-    q.put(run, hold(args))
 
 
 def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
     """The copy hook: memmove at once on the default stream (after busy user streams), else queued."""
     if stream is None and not pending:
         if nbytes:
-            ctypes.memmove(_ptr(dst), _ptr(src), nbytes)
+            ctypes.memmove(address_of(dst), address_of(src), nbytes)
         return
-    q = _queue_of(stream)
+    q = queue_of(stream)
     if q is None:
         drain_all()
         if nbytes:
-            ctypes.memmove(_ptr(dst), _ptr(src), nbytes)
+            ctypes.memmove(address_of(dst), address_of(src), nbytes)
         return
-    keep = [_memory(dst), _memory(src)]
-    d, s = _ptr(dst), _ptr(src)
+    keep = [memory_of(dst), memory_of(src)]
+    d, s = address_of(dst), address_of(src)
     if not isinstance(dst, Buffer):  # into host memory: done when the hook returns (the contract)
         q.drain()
         q.raise_error()
@@ -380,14 +337,14 @@ def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
 def memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
     if not 0 <= value <= 255:
         raise InvalidArgumentError(f"memset value must be a byte 0..255, got {value}")
-    q = _queue_of(stream)
+    q = queue_of(stream)
     if q is None:
         if pending:
             drain_all()
         if nbytes:
             ctypes.memset(dst.handle.ptr, value, nbytes)
         return
-    keep = _memory(dst)
+    keep = memory_of(dst)
     p = dst.handle.ptr
     q.put(lambda: (ctypes.memset(p, value, nbytes), keep), hold((dst,)))
 

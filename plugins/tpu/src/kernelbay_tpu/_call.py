@@ -21,6 +21,9 @@ from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
 from . import _driver
 from ._vmem import check_vmem
 
+# jax and numpy are imported inside the functions that use them (see _driver): importing the
+# backend, to list or select it, must not load jax, which takes seconds.
+
 log = logging.getLogger("kernelbay.tpu")
 
 #: Distinct values of one static argument after which a kernel warns (once) about recompiling.

@@ -6,6 +6,8 @@ selecting backends never pays for it.
 
 from __future__ import annotations
 
+import glob
+import importlib.util
 import logging
 import os
 from typing import Any
@@ -138,9 +140,6 @@ def _tpu_possible() -> bool:
     jax reaches TPUs only through libtpu (the ``libtpu`` package, or ``TPU_LIBRARY_PATH``), and
     TPU VMs expose the chips as ``/dev/accel*`` or VFIO devices.
     """
-    import glob
-    import importlib.util
-
     if os.environ.get("TPU_LIBRARY_PATH"):
         return True
     for mod in ("libtpu", "libtpu_nightly"):

@@ -9,6 +9,9 @@ from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
 
 from . import _call
 
+# jax and numpy are imported inside the functions that use them (see _driver): importing the
+# backend, to list or select it, must not load jax, which takes seconds.
+
 
 def bind(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """Positional values for the kernel's own arguments, and its keyword-only values."""

@@ -10,6 +10,9 @@ from kernelbay.errors import InvalidArgumentError
 
 from . import _driver
 
+# jax and numpy are imported inside the functions that use them (see _driver): importing the
+# backend, to list or select it, must not load jax, which takes seconds.
+
 
 def _in_vmem(memory_space: Any) -> bool:
     return memory_space is None or str(memory_space).lower().endswith("vmem")

@@ -16,12 +16,16 @@ Storage layout of a handle:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
 from kernelbay.types import Array, Buffer, Device
 
-from ._driver import jax_device
+from ._driver import jax_device, state
+
+# jax and numpy are imported inside the functions that use them (see _driver): importing the
+# backend, to list or select it, must not load jax, which takes seconds.
 
 
 class Unset:
@@ -155,14 +159,10 @@ def materialize(buf: Buffer) -> Any:
 
 def from_external(obj: Any, device: Device | None) -> tuple[Any, tuple[int, ...], Any] | None:
     """Adopt a single-device JAX array on one of our devices, without a copy."""
-    import sys
-
     if sys.modules.get("jax") is None:  # not a JAX array if jax was never imported
         return None
     import jax
     import numpy as np
-
-    from ._driver import state
 
     if not isinstance(obj, jax.Array) or obj.is_deleted():
         return None
@@ -189,7 +189,8 @@ def jax_storage(array: Array) -> Any:
     return materialize(array)
 
 
-def to_dlpack(array: Array, stream: Any) -> Any:
+def to_dlpack(array: Array, stream: Any, max_version: Any) -> Any:
+    # jax chooses the capsule's version itself: max_version is not passed on.
     return jax_storage(array).__dlpack__()
 
 

@@ -15,6 +15,9 @@ from typing import Any
 from kernelbay.errors import CompileError
 from kernelbay.types import Device, Source
 
+from ._jaxfn import call_jax
+from .launcher import launch_entry
+
 META_KEYS = frozenset(
     {
         "outputs",
@@ -221,15 +224,11 @@ class PallasKernel:
 
         :param grid: the Pallas grid (default: ``meta['grid_spec']``'s, else ``()``).
         """
-        from ._jaxfn import call_jax
-
         return call_jax(self, args, kwargs, grid)
 
     def lower(self, grid: Any, args: Sequence[Any]) -> Any:
         """``jax.jit(...).lower(...)`` of the call a launch with these arguments runs
         (for inspecting the program: aliases, copies)."""
-        from .launcher import launch_entry
-
         e, avals = launch_entry(self, grid, args)
         return e.fn.lower(*avals)
 

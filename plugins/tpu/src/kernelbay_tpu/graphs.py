@@ -21,6 +21,9 @@ from kernelbay.types import Buffer, Device
 from . import launcher
 from .allocator import materialize
 
+# jax and numpy are imported inside the functions that use them (see _driver): importing the
+# backend, to list or select it, must not load jax, which takes seconds.
+
 
 class TpuGraph:
     """The jitted program of a graph, and which buffers go in and come out."""

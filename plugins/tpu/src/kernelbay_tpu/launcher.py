@@ -10,15 +10,27 @@ diagnosed, never repeated, except where it failed before running (an unwritten i
 from __future__ import annotations
 
 import os
+import traceback
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, LaunchError, UseAfterFreeError
+from kernelbay.errors import (
+    ArgumentTypeError,
+    CompileError,
+    InvalidArgumentError,
+    KernelbayError,
+    LaunchError,
+    UseAfterFreeError,
+)
 from kernelbay.types import Array, Buffer, Device, Kernel
 
 from . import _call, _driver
+from ._jaxfn import bind
 from .allocator import Unset, layout, materialize
+
+# jax and numpy are imported inside the functions that use them (see _driver): importing the
+# backend, to list or select it, must not load jax, which takes seconds.
 
 _NOTHING = object()
 
@@ -116,8 +128,6 @@ def launch_entry(k: Any, grid: Any, args: Any) -> tuple[Any, Any]:
 
 def _bind(k: Any, args: Any) -> tuple[Sequence[Any], dict[str, Any]]:
     if isinstance(args, Mapping):
-        from ._jaxfn import bind
-
         return bind(k, (), args)
     return args, {}
 
@@ -170,10 +180,6 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
 def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any]) -> Any:
     """A new launch signature: validate, build, lower and compile, all before anything runs
     (a failure here leaves donated inputs untouched and is reported as a CompileError)."""
-    import traceback
-
-    from kernelbay.errors import CompileError, KernelbayError
-
     sig, donate = _signature(k, vals)
     e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
     try:
@@ -315,6 +321,4 @@ def synchronize(device: Device, stream: Any) -> None:
             for a in r:  # each array's own wait: jax.block_until_ready's pytree walk costs more
                 a.block_until_ready()
     except Exception as exc:
-        from kernelbay.errors import LaunchError
-
         raise LaunchError(f"a Pallas kernel on {device} failed: {exc}") from exc

@@ -1,13 +1,42 @@
-"""The kernelbay hooks of the TPU backend: thin, delegating to allocator, compiler, launcher."""
+"""The tpu backend's hooks: each one is its module's function, named here.
+
+Importing this module does not import jax (about 2 s): the modules import it inside the
+functions that need it, so listing and selecting backends never pays for it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from kernelbay.hookspecs import API_VERSION, hookimpl
+from kernelbay.types import Array, BackendSpec
 
-from kernelbay import API_VERSION, hookimpl
-from kernelbay.types import Array, BackendSpec, Buffer, Device, Source
+from . import _driver, allocator, compiler, graphs, launcher, streams, timing
 
-from . import allocator, compiler, launcher, timing
+# Each hook is the implementing function itself (no wrapper call): its parameters are the
+# spec's, in order, so the core binds and calls it directly.
+kernelbay_devices = hookimpl(_driver.probe)
+kernelbay_allocate = hookimpl(allocator.allocate)
+kernelbay_free = hookimpl(allocator.free)
+kernelbay_copy = hookimpl(allocator.copy)
+kernelbay_memset = hookimpl(allocator.memset)
+kernelbay_from_external = hookimpl(allocator.from_external)
+kernelbay_to_dlpack = hookimpl(allocator.to_dlpack)
+kernelbay_dlpack_device = hookimpl(allocator.dlpack_device)
+kernelbay_compile = hookimpl(compiler.compile)
+kernelbay_launch = hookimpl(launcher.launch)
+kernelbay_synchronize = hookimpl(launcher.synchronize)
+kernelbay_device_timer = hookimpl(timing.device_timer)
+
+# Streams: one ordering domain per device (streams.py; kernelbay_stream_create is left out, so
+# every stream's work reaches the launcher as the default stream's). Graphs: the recorded
+# launches become one jitted program (graphs.py).
+kernelbay_stream_query = hookimpl(streams.stream_query)
+kernelbay_event_record = hookimpl(streams.event_record)
+kernelbay_event_synchronize = hookimpl(streams.event_synchronize)
+kernelbay_event_query = hookimpl(streams.event_query)
+kernelbay_event_elapsed = hookimpl(streams.event_elapsed)
+kernelbay_graph_build = hookimpl(graphs.graph_build)
+kernelbay_graph_replay = hookimpl(graphs.graph_replay)
+kernelbay_kernel_access = hookimpl(graphs.kernel_access)
 
 
 @hookimpl
@@ -22,125 +51,6 @@ def kernelbay_backend() -> BackendSpec:
 
 
 @hookimpl
-def kernelbay_devices() -> list[Device]:
-    from . import _driver
-
-    return _driver.probe()
-
-
-@hookimpl
-def kernelbay_allocate(device: Device, nbytes: int) -> Any:
-    return allocator.allocate(device, nbytes)
-
-
-@hookimpl
-def kernelbay_free(device: Device, handle: Any) -> None:
-    allocator.free(device, handle)
-
-
-@hookimpl
-def kernelbay_copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
-    allocator.copy(dst, src, nbytes, stream)
-
-
-@hookimpl
-def kernelbay_memset(dst: Buffer, value: int, nbytes: int, stream: Any) -> None:
-    allocator.memset(dst, value, nbytes, stream)
-
-
-@hookimpl
-def kernelbay_compile(device: Device, source: Source) -> Any:
-    return compiler.compile(device, source)
-
-
-# The launch hook is the launcher's own function (same name and parameters as the spec), so
-# the core's binding calls it with no extra Python frame in between.
-kernelbay_launch = hookimpl(launcher.launch)
-
-
-@hookimpl
-def kernelbay_synchronize(device: Device, stream: Any) -> None:
-    launcher.synchronize(device, stream)
-
-
-@hookimpl
 def kernelbay_host_view(array: Array) -> None:
     # JAX arrays are immutable: a writable view cannot exist, so the core copies.
     return None
-
-
-@hookimpl
-def kernelbay_from_external(obj: Any, device: Device | None) -> Any:
-    return allocator.from_external(obj, device)
-
-
-@hookimpl
-def kernelbay_to_dlpack(array: Array, stream: Any) -> Any:
-    return allocator.to_dlpack(array, stream)
-
-
-@hookimpl
-def kernelbay_dlpack_device(array: Array) -> tuple[int, int]:
-    return allocator.dlpack_device(array)
-
-
-# --- streams (one ordering domain per device) and graphs (one jitted program) ---------------
-
-
-@hookimpl
-def kernelbay_stream_query(device: Device, stream: Any) -> bool:
-    from . import streams
-
-    return streams.stream_query(device, stream)
-
-
-@hookimpl
-def kernelbay_event_record(device: Device, stream: Any) -> Any:
-    from . import streams
-
-    return streams.event_record(device, stream)
-
-
-@hookimpl
-def kernelbay_event_synchronize(device: Device, event: Any) -> None:
-    from . import streams
-
-    streams.event_synchronize(device, event)
-
-
-@hookimpl
-def kernelbay_event_query(device: Device, event: Any) -> bool:
-    from . import streams
-
-    return streams.event_query(device, event)
-
-
-@hookimpl
-def kernelbay_event_elapsed(device: Device, start: Any, end: Any) -> float:
-    from . import streams
-
-    return streams.event_elapsed(device, start, end)
-
-
-@hookimpl
-def kernelbay_graph_build(device: Device, steps: Any) -> Any:
-    from . import graphs
-
-    return graphs.graph_build(device, steps)
-
-
-@hookimpl
-def kernelbay_graph_replay(device: Device, graph: Any, stream: Any) -> None:
-    from . import graphs
-
-    graphs.graph_replay(device, graph, stream)
-
-
-@hookimpl
-def kernelbay_kernel_access(kernel: Any) -> Any:
-    from . import graphs
-
-    return graphs.kernel_access(kernel)
-
-
-kernelbay_device_timer = hookimpl(timing.device_timer)

@@ -20,6 +20,9 @@ from kernelbay.types import Device
 
 from . import launcher
 
+# jax and numpy are imported inside the functions that use them (see _driver): importing the
+# backend, to list or select it, must not load jax, which takes seconds.
+
 
 class TpuEvent:
     """The results queued before the record, and when they were first seen ready."""

@@ -32,11 +32,12 @@ class PyrefGraph:
     def run(self) -> None:
         for s in self.steps:
             if s.kind == "launch":
-                launcher.launch(s.kernel, s.grid, s.block, s.args)
+                assert s.kernel is not None  # a launch step always has its kernel
+                launcher.launch(s.kernel, s.grid, s.block, s.args, s.shared_mem, None)
             elif s.kind == "copy":
-                allocator.copy(s.dst, s.src, s.nbytes)
+                allocator.copy(s.dst, s.src, s.nbytes, None)
             else:
-                allocator._bytes(s.dst)[: s.nbytes] = s.value  # kb.zeros inside a recording
+                allocator.as_bytes(s.dst)[: s.nbytes] = s.value  # kb.zeros inside a recording
 
 
 def graph_build(device: kb.Device, steps: Sequence[Step]) -> PyrefGraph:

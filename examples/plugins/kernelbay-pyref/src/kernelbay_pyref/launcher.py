@@ -1,4 +1,7 @@
-"""Compile = check the function; launch = call it once per (block, thread)."""
+"""Compile = check the function; launch = call it once per (block, thread).
+
+numpy is imported inside the function that uses it (see allocator.py for why).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import kernelbay as kb
-import numpy as np
 from kernelbay.types import dim3
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -33,7 +35,7 @@ class Compiled(NamedTuple):
     nparams: int
 
 
-def compile(source: kb.Source) -> Compiled:
+def compile(device: kb.Device, source: kb.Source) -> Compiled:
     fn = source.code
     if not callable(fn):
         raise kb.CompileError(
@@ -54,6 +56,8 @@ def compile(source: kb.Source) -> Compiled:
 
 
 def _convert(kernel: kb.Kernel, args: Sequence[Any]) -> list[Any]:
+    import numpy as np
+
     out: list[Any] = []
     for pos, a in enumerate(args):
         if isinstance(a, kb.Buffer):
@@ -70,7 +74,9 @@ def _convert(kernel: kb.Kernel, args: Sequence[Any]) -> list[Any]:
     return out
 
 
-def launch(kernel: kb.Kernel, grid: Any, block: Any, args: Sequence[Any]) -> None:
+def launch(kernel: kb.Kernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> None:
+    # pyref has no shared memory and no queues: shared_mem and stream change nothing, and the
+    # launch has finished when this returns.
     compiled: Compiled = kernel.handle
     g = dim3(grid, "grid")
     b = dim3(block if block is not None else 1, "block")

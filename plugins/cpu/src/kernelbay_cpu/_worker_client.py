@@ -1,4 +1,5 @@
-"""Isolated and checked modes: launches run in a worker process over shared memory.
+"""The caller's side of the isolated and checked modes: launches run in a worker process
+(:mod:`kernelbay_cpu._worker`) over shared memory.
 
 ``KERNELBAY_CPU_ISOLATE=1``: a fault in a kernel (out-of-bounds write, null dereference, integer
 division by zero, assert, stack overflow) ends the worker, not the program: the launch raises
@@ -14,6 +15,10 @@ Buffers live in shared memory (one ``memfd`` each) mapped at the same address in
 processes, so the pointers a kernel receives mean the same thing in the worker. Only buffers
 passed as arguments are mapped there (a pointer to another buffer stored inside a struct is
 not). DLPack imports are copied (foreign memory is not shared).
+
+The modes' settings are read by :func:`kernelbay_cpu._driver.isolated`; this module is imported
+only in those modes (by the allocator and the compiler), so a default-mode process does not
+load its sockets, pickling and shared memory.
 """
 
 from __future__ import annotations
@@ -35,33 +40,9 @@ from typing import Any
 
 from kernelbay.errors import InvalidArgumentError, LaunchError
 
-from . import _driver
+from . import _driver, _runtime
 
-ENV_ISOLATE = "KERNELBAY_CPU_ISOLATE"
-ENV_CHECK = "KERNELBAY_CPU_CHECK"
-#: compiler options of checked mode (the kernel's own options come first; -O1 keeps lines exact)
-CHECK_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-fno-omit-frame-pointer", "-O1"]
 _PAGE = mmap.PAGESIZE
-
-
-def check_mode() -> str:
-    """``""`` or ``"address"`` (``KERNELBAY_CPU_CHECK``); a sanitizer in ``CXX`` means ``"address"``."""
-    raw = os.environ.get(ENV_CHECK, "").strip().lower()
-    if raw in ("", "0", "off", "no", "false"):
-        raw = ""
-    elif raw not in ("address", "1", "on", "yes", "true"):
-        raise InvalidArgumentError(f"{ENV_CHECK}={raw!r} must be 'address' (or unset)")
-    if not raw and any(a.startswith("-fsanitize=") for a in os.environ.get("CXX", "").split()):
-        raw = "address"
-    return "address" if raw else ""
-
-
-def enabled() -> bool:
-    """Whether launches run in the worker (``KERNELBAY_CPU_ISOLATE=1``, or checked mode)."""
-    raw = os.environ.get(ENV_ISOLATE, "").strip().lower()
-    if raw not in ("", "0", "1", "off", "on", "no", "yes", "false", "true"):
-        raise InvalidArgumentError(f"{ENV_ISOLATE}={raw!r} must be 1 or 0 (or unset)")
-    return raw in ("1", "on", "yes", "true") or bool(check_mode())
 
 
 # --- shared memory ---------------------------------------------------------------------------
@@ -85,6 +66,14 @@ class Region:
         self.mm = mmap.mmap(self.fd, self.size)
         self.addr = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
 
+    def release(self) -> None:
+        """The buffer was freed: its memory goes when the last host view of it goes."""
+        with _lock:
+            _regions.pop(self.addr, None)
+            _freed.append(self.id)
+        os.close(self.fd)
+        self.fd = -1
+
 
 _regions: dict[int, Region] = {}  # address -> region
 _freed: list[int] = []  # region ids the worker should unmap
@@ -93,22 +82,13 @@ _lock = threading.Lock()
 
 def allocate(nbytes: int) -> tuple[int, Any, Region]:
     """``(address, uint8 array of nbytes, region)`` in fresh shared memory."""
-    import numpy as np
+    import numpy as np  # heavy: loaded by the first allocation, not by importing the backend
 
     r = Region(nbytes)
     arr = np.frombuffer(r.mm, np.uint8, count=nbytes)
     with _lock:
         _regions[r.addr] = r
     return r.addr, arr, r
-
-
-def release(r: Region) -> None:
-    """The buffer was freed: its memory goes when the last host view of it goes."""
-    with _lock:
-        _regions.pop(r.addr, None)
-        _freed.append(r.id)
-    os.close(r.fd)
-    r.fd = -1
 
 
 def _region_of(ptr: int) -> Region | None:
@@ -138,11 +118,9 @@ class Worker:
         self.seq = 0
 
     def _start(self) -> None:
-        from . import _runtime
-
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ)
-        if check_mode():
+        if _driver.check_mode():
             env["LD_PRELOAD"] = " ".join(p for p in (_sanitizer_runtime(), env.get("LD_PRELOAD", "")) if p)
             env.setdefault("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1")
             env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
@@ -295,8 +273,8 @@ def _sanitizer_runtime() -> str:
     path = r.stdout.strip()
     if r.returncode != 0 or not os.path.isabs(path) or not os.path.exists(path):
         raise LaunchError(
-            f"{ENV_CHECK}=address needs the address sanitizer runtime (libasan), which {tc.argv[0]} does not know "
-            f"({path!r}); install it (e.g. the libasan package of your compiler) or unset {ENV_CHECK}"
+            f"{_driver.ENV_CHECK}=address needs the address sanitizer runtime (libasan), which {tc.argv[0]} does "
+            f"not know ({path!r}); install it (e.g. the libasan package of your compiler) or unset {_driver.ENV_CHECK}"
         )
     return os.path.realpath(path)
 
@@ -311,6 +289,10 @@ class RemoteModule:
         RemoteModule._next += 1
         self.id = RemoteModule._next
         self.image = image
+
+    def launch_function(self, index: int, name: str, kinds: tuple[str, ...], sizes: tuple[int, ...]) -> RemoteLaunch:
+        """What stands in for the module's ``kb_launch_<index>``."""
+        return RemoteLaunch(self, index, name, kinds, sizes)
 
 
 class RemoteLaunch:
