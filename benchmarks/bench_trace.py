@@ -34,7 +34,7 @@ def launch_rows(quick: bool, backend: str, dev, block: int = 256, n: int = 256) 
     x = kb.asarray(np.ones(n, np.float32), device=dev)
     y = kb.asarray(np.zeros(n, np.float32), device=dev)
     args = (x, y, np.float32(0.5), np.int32(n))
-    b = k._b
+    b = k._binding
     raw = b.launch  # tracing off: the backend's own function, as the core binds it
     with tempfile.TemporaryDirectory() as tmp:
         host_tr = tracer.Tracer(os.path.join(tmp, "h.json"), device_timing=False)

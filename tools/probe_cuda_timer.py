@@ -35,7 +35,7 @@ n = 1
 x = kb.asarray(np.ones(n, np.float32), device=dev)
 y = kb.zeros(n, "float32", device=dev)
 args = (x, y, np.float32(0.5), np.int32(n))
-raw = k._b.launch
+raw = k._binding.launch
 
 
 def plain():

@@ -52,7 +52,7 @@ k = _kernels.saxpy_kernel("cuda", dev)
 x = kb.asarray(np.ones(32, np.float32), device=dev)
 y = kb.zeros(32, "float32", device=dev)
 args = (x, y, np.float32(0.5), np.int32(32))
-launch = k._b.launch
+launch = k._binding.launch
 push, pop = lib.cuptiActivityPushExternalCorrelationId, lib.cuptiActivityPopExternalCorrelationId
 push.argtypes = [ctypes.c_int, ctypes.c_uint64]
 pop.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]

@@ -18,8 +18,8 @@ import attrs
 
 from . import _isolate, hookspecs
 from ._binding import ALL_HOOKS, ENV_BACKENDS, REQUIRED_HOOKS, Binding, broken
+from .device import BackendSpec, Device
 from .errors import BackendBrokenError, BackendNotInstalledError, BackendUnavailableError
-from .types import BackendSpec, Device
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._plugins import Runtime

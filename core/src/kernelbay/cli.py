@@ -15,8 +15,11 @@ import time
 import traceback
 from typing import Any
 
-from . import __version__
+from . import __version__, _api, _demo, _envinfo, _log, _precompile, native
+from ._plugins import runtime
+from .cache import DiskCache
 from .errors import KernelbayError
+from .tracing import profile as _profile
 
 # 2 (a bad command line) is argparse's own exit status.
 EXIT_ERROR = 1
@@ -53,8 +56,6 @@ def _parser() -> argparse.ArgumentParser:
     ci = csub.add_parser("info", help="where the cache is, whether it is usable, what it holds")
     ci.add_argument("--json", action="store_true", help="machine-readable output")
     csub.add_parser("clear", help="delete every cached compile result")
-    from . import _precompile  # light: their heavy imports happen when they run
-    from .tracing import profile as _profile
 
     _profile.add_parser(sub)
     _precompile.add_parser(sub)
@@ -73,9 +74,6 @@ def _jsonable(v: Any) -> Any:
 
 def _info_data() -> dict[str, Any]:
     import platform
-
-    from . import _api, _envinfo, native
-    from ._plugins import runtime
 
     out: dict[str, Any] = {
         "schema_version": _envinfo.SCHEMA_VERSION,
@@ -177,8 +175,6 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from . import _api, _demo
-
     dev = _api.device(args.device)
     print(f"device: {dev} ({dev.name})")
     t0 = time.perf_counter()
@@ -213,7 +209,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .cache import DiskCache
 
     c = DiskCache()
     if args.cache_command == "clear":
@@ -244,8 +239,6 @@ def main(argv: list[str] | None = None) -> int:
         args.cache_command = "info"
     handler = getattr(args, "handler", None) or {"info": cmd_info, "demo": cmd_demo, "cache": cmd_cache}[args.command]
     try:
-        from . import _log
-
         _log.check()
         return handler(args)
     except KeyboardInterrupt:
