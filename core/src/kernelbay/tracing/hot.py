@@ -59,7 +59,7 @@ def c_module() -> Any:
     built (no compiler, ``KERNELBAY_NATIVE=0``): the Python wrappers below run."""
     if not _c:
         try:
-            src = resources.files(__package__).joinpath("hot.c").read_text(encoding="utf-8")
+            src = resources.files("kernelbay.tracing").joinpath("hot.c").read_text(encoding="utf-8")
             mod = native.load_extension("_kb_tracehot", src)
         except (native.NativeUnavailable, OSError) as exc:
             log.info("kernelbay trace: the C launch wrapper is unavailable, the Python one runs: %s", exc)
