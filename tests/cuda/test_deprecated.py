@@ -55,7 +55,7 @@ class _Handle:
 
 
 class _FakeDevice:
-    """What the aliases use of a device: dev.stream(), dev.default_stream (and its record()), dev.graph()."""
+    """What the aliases use of a device: dev.stream(), dev.default_stream, dev.binding."""
 
     index = 0
 
@@ -102,7 +102,7 @@ def test_an_event_starts_unrecorded_and_records_on_a_stream(fake) -> None:
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_a_graph_is_a_kb_graph_with_the_stream_capture(fake) -> None:
     g = kc.Graph("cuda:0")
-    assert isinstance(g, kb.Graph) and g.nodes == 0 and g.device == DEV
+    assert isinstance(g, kb.Graph) and g.nodes == 0 and g.device is fake
     assert type(g.stream) is kb.Stream and g.stream.handle.made == ((), {"non_blocking": True, "priority": 0})
     with pytest.raises(kb.InvalidArgumentError, match="before a capture"):
         g.replay()

@@ -74,9 +74,8 @@ class Event(kb.Event, metaclass=_Alias):
     @classmethod
     def _make(cls, device: Any = None, timing: bool = True) -> Event:
         dev = cuda_device(device)
-        ev: Any = dev.default_stream.record()  # a kb.Event as the core makes it...
-        ev.__class__ = cls  # ...given record() (the subclass adds methods only: the same layout)
-        ev.handle, ev.stream = _EventHandle(dev, timing), None  # not recorded yet, as in 0.1
+        ev = object.__new__(cls)  # an instance of this subclass, made as the core makes a kb.Event
+        kb.Event.__init__(ev, dev, _EventHandle(dev, timing), dev.binding, None)  # not recorded yet, as in 0.1
         return ev
 
     def record(self, stream: Any = None) -> Event:
@@ -111,8 +110,8 @@ class Graph(kb.Graph, metaclass=_Alias):
     @classmethod
     def _make(cls, device: Any = None) -> Graph:
         dev = cuda_device(device)
-        g = dev.graph()  # a kb.Graph as the core makes it...
-        g.__class__ = cls  # ...given the stream capture (the subclass adds no slots: the same layout)
+        g = object.__new__(cls)  # an instance of this subclass, made as dev.graph() makes a kb.Graph
+        kb.Graph.__init__(g, dev, dev.binding)
         g.stream = Stream._make(dev, non_blocking=True)
         g.nodes = 0
         g._cu_graph = ctypes.c_void_p()
