@@ -283,12 +283,31 @@ def test_a_foreign_streams_handle_is_read_once_per_object() -> None:
         del c
 
 
-def test_a_foreign_stream_without_weak_references_is_asked_every_launch() -> None:
+def test_a_foreign_stream_without_weak_references_is_remembered_too() -> None:
     rig = Rig(SAXPY, (Arr(1), Arr(2), 1.0, 1), "PPfi")
     s = NoWeakref(0xD0)
     for _ in range(3):
         assert rig(1, 64, (Arr(1), Arr(2), 1.0, 1), 0, s)[3] == 0xD0
-    assert s.asked == 3 and rig.slow == []
+    assert s.asked == 1 and rig.slow == []
+
+
+def test_the_remembered_stream_is_held_and_let_go_with_the_fast_path() -> None:
+    """The fast path holds the last stream object (so no other object can take its address) and
+    reports it to the collector; dropping the fast path lets the stream go."""
+    import gc
+    import sys
+    import weakref
+
+    rig = Rig(SAXPY, (Arr(1), Arr(2), 1.0, 1), "PPfi")
+    s = Counting(0xE0)
+    alive = weakref.ref(s)
+    before = sys.getrefcount(s)
+    assert rig(1, 64, (Arr(1), Arr(2), 1.0, 1), 0, s)[3] == 0xE0
+    assert sys.getrefcount(s) == before + 1
+    assert any(r is s for r in gc.get_referents(rig.fl))
+    del s, rig
+    gc.collect()
+    assert alive() is None
 
 
 @pytest.mark.parametrize("form", ["kb", "core"])

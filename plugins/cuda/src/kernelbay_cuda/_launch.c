@@ -78,7 +78,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * tuples of 1 to 3 ints (a LaunchConfig arrives as 3-tuples) within the kernel's limits; the
  * default stream, a kb.Stream or a backend stream handle of the kernel's device, or a foreign
  * stream (an object with __cuda_stream__, or a PyTorch stream's int .cuda_stream: its handle is
- * read once per object, the last one kept by weak reference); arguments of exactly the types
+ * read once per object, the last one kept by reference); arguments of exactly the types
  * seen when it was made, launched from the kernel's first thread. It writes every argument
  * value into the kernel's parameter buffer and calls cuLaunchKernel. Anything else -- and any
  * value that does not fit its parameter -- goes to the Python slow path, which validates fully
@@ -117,7 +117,7 @@ typedef struct {
     long long fixed_b[3], shm_base; /* fixed_b[0] == 0: the caller gives the block */
     PyObject *stream_type;    /* the backend's stream handle (streams._StreamHandle) */
     PyObject *kb_stream_type; /* kernelbay.Stream: its .handle is one of those */
-    PyObject *fs_ref;         /* weak reference to the last stream object given, or NULL */
+    PyObject *fs_obj;         /* the last stream object given (a strong reference), or NULL */
     void *fs_handle;          /* its CUstream, read once from it */
     unsigned long long fs_epoch; /* stream_epoch when it was read */
     long long index;
@@ -214,29 +214,16 @@ static int own_stream(FastLaunch *self, PyObject *s, void **out) {
     return 0;
 }
 
-/* The object a weak reference points to (borrowed), or NULL when it is gone. */
-static PyObject *weak_target(PyObject *ref) {
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *o = NULL;
-    if (PyWeakref_GetRef(ref, &o) <= 0) {
-        PyErr_Clear();
-        return NULL;
-    }
-    Py_DECREF(o); /* the caller compares identity only, while it holds the object itself */
-    return o;
-#else
-    PyObject *o = PyWeakref_GET_OBJECT(ref);
-    return o == Py_None ? NULL : o;
-#endif
-}
-
 /* The CUstream of any stream= value but None. 0: ok; -1: the slow path decides.
- * The last stream object given is remembered through a weak reference, with its handle and
- * the stream epoch when that was read: the next launch on the same object, while no
- * backend stream handle has been closed since, costs two compares. (An object that cannot be
- * weakly referenced is read every launch.) */
+ * The last stream object given is remembered (a strong reference, so it cannot die and be
+ * replaced by another object at its address), with its handle and the stream epoch when that
+ * was read: the next launch on the same object, while no backend stream handle has been closed
+ * since, costs two compares. Holding the object keeps only that Python object alive: closing a
+ * kernelbay stream destroys its CUstream and bumps the epoch whoever holds the object. (A weak
+ * reference was kept here before: under GC at interpreter exit it was found pointing at freed
+ * memory on an H100 host, with PyTorch and cuda.core loaded.) */
 static int stream_handle(FastLaunch *self, PyObject *stream, void **out) {
-    if (self->fs_ref != NULL && self->fs_epoch == stream_epoch && weak_target(self->fs_ref) == stream) {
+    if (self->fs_obj == stream && self->fs_epoch == stream_epoch) {
         *out = self->fs_handle;
         return 0;
     }
@@ -257,12 +244,8 @@ static int stream_handle(FastLaunch *self, PyObject *stream, void **out) {
     }
     if (rc) return -1;
     unsigned long long epoch = stream_epoch; /* the GIL is held: no stream closed since the read */
-    PyObject *ref = PyWeakref_NewRef(stream, NULL);
-    if (ref == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    Py_XSETREF(self->fs_ref, ref);
+    Py_INCREF(stream);
+    Py_XSETREF(self->fs_obj, stream);
     self->fs_handle = *out;
     self->fs_epoch = epoch;
     return 0;
@@ -459,7 +442,7 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
     self->tid = tid;
     Py_INCREF(self->stream_type);
     Py_INCREF(self->kb_stream_type);
-    Py_CLEAR(self->fs_ref);
+    Py_CLEAR(self->fs_obj);
     self->fs_handle = NULL;
     self->fs_epoch = 0;
     Py_INCREF(self->dev);
@@ -476,6 +459,7 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
 static int FastLaunch_traverse(FastLaunch *self, visitproc visit, void *arg) {
     Py_VISIT(self->stream_type);
     Py_VISIT(self->kb_stream_type);
+    Py_VISIT(self->fs_obj);
     Py_VISIT(self->dev);
     Py_VISIT(self->types);
     Py_VISIT(self->slow);
@@ -489,7 +473,7 @@ static int FastLaunch_traverse(FastLaunch *self, visitproc visit, void *arg) {
 static int FastLaunch_clear(FastLaunch *self) {
     Py_CLEAR(self->stream_type);
     Py_CLEAR(self->kb_stream_type);
-    Py_CLEAR(self->fs_ref);
+    Py_CLEAR(self->fs_obj);
     Py_CLEAR(self->dev);
     Py_CLEAR(self->types);
     Py_CLEAR(self->slow);
