@@ -119,17 +119,19 @@ def route(device: Device, stream: Any) -> tuple[Graph | None, Any]:
         ``(None, stream)`` with ``stream`` as its hook receives it (:func:`current_or`, then
         :func:`to_hook`).
     """
-    if not intercept:
-        return None, to_hook(stream)
-    st = _state()
-    if stream is None:
-        stack = st.current.get(device)
-        if stack:
-            stream = stack[-1]
-    g = st.capture.get(device)
-    if g is not None:
-        return g, stream
-    return None, to_hook(stream)
+    if intercept:
+        st = _state()
+        if stream is None:
+            stack = st.current.get(device)
+            if stack:
+                stream = stack[-1]
+        g = st.capture.get(device)
+        if g is not None:
+            return g, stream
+    # to_hook(stream), inlined: this runs on every launch while some thread has a current stream
+    if stream is not None and stream.__class__ is Stream and stream.handle is None:
+        return None, None
+    return None, stream
 
 
 def launch(
