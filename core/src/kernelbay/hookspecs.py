@@ -49,7 +49,7 @@ through pluggy so the wrapper runs. A pluggy call costs about 5 us, so a wrapper
 a positional form for the hot path: an attribute ``kernelbay_positional`` on the implementing
 function, ``(plugin, inner, binding) -> callable``, returning a function that takes the spec's
 parameters positionally and calls ``inner`` with them. When every wrapper of a hook offers one,
-the core chains those direct calls instead of calling pluggy (:mod:`kernelbay.trace` does).
+the core chains those direct calls instead of calling pluggy (:mod:`kernelbay.tracing` does).
 """
 
 # The specs are declarations: pluggy reads their signatures and never calls them, so a spec's

@@ -1,4 +1,4 @@
-"""Device spans for :mod:`kernelbay.trace` on the cpu: a launch or copy has finished when the
+"""Device spans for :mod:`kernelbay.tracing` on the cpu: a launch or copy has finished when the
 backend's call returns, so the kernel's run time is the time between the marks around that call.
 """
 

@@ -1,4 +1,4 @@
-"""Device spans for :mod:`kernelbay.trace`: CUDA events recorded around launches and copies
+"""Device spans for :mod:`kernelbay.tracing`: CUDA events recorded around launches and copies
 (the fallback where CUPTI's activity records, :mod:`kernelbay_cuda.cupti`, cannot be had).
 
 ``mark`` records a pooled event on the launch's stream (two ``cuEventRecord`` calls per

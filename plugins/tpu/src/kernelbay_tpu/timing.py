@@ -1,4 +1,4 @@
-"""Device spans for :mod:`kernelbay.trace` on TPUs: dispatch to completion.
+"""Device spans for :mod:`kernelbay.tracing` on TPUs: dispatch to completion.
 
 JAX gives no completion callback, so ``mark`` waits for the work queued so far (the
 backend's own synchronize) before reading the host clock. The span of a launch then runs from
