@@ -54,6 +54,20 @@ def test_python_int_out_of_range_is_rejected(saxpy, xy):
         saxpy.launch(1, 4, (*xy, 1.0, 2**40))
 
 
+@pytest.mark.parametrize("value", [1 << 2000, 10**400, -(10**400)])
+def test_int_beyond_any_float_for_a_float_parameter_is_out_of_range(saxpy, xy, value):
+    with pytest.raises(kb.InvalidArgumentError, match=r"argument 2 .*digits.*out of range .*3.40282e\+38"):
+        saxpy.launch(1, 4, (*xy, value, 4))
+
+
+@pytest.mark.parametrize("value", [np.array(2, np.float32), np.array(4, np.int32)], ids=["float32", "int32"])
+def test_zero_d_arrays_are_refused_for_every_kind(saxpy, xy, value):
+    args = (*xy, value, 4) if value.dtype.kind == "f" else (*xy, np.float32(2), value)
+    with pytest.raises(kb.ArgumentTypeError, match=r"0-d array is not a scalar: pass arr\.item\(\).*arr\[\(\)\]"):
+        saxpy.launch(1, 4, args)
+    saxpy.launch(1, 4, (*xy, np.array(2, np.float32)[()], np.array(4, np.int32).item()))  # as the message says
+
+
 def test_number_for_a_pointer_and_buffer_for_a_number(saxpy, xy):
     x, y = xy
     with pytest.raises(kb.InvalidArgumentError, match=r"argument 0 .*pointer"):

@@ -129,11 +129,25 @@ def _typed_args(**over):
         ({"a1": np.int64(1)}, kb.ArgumentTypeError, "argument 1 .*8 bytes"),
         ({"a1": _arr(16)}, kb.ArgumentTypeError, "argument 1 .*pointer parameter"),
         ({"a4": 1 << 32}, kb.InvalidArgumentError, "argument 4 .*out of range"),
+        ({"a1": np.array(1, np.int32)}, kb.ArgumentTypeError, r"argument 1 .*0-d array.*arr\.item\(\)"),
+        ({"a2": np.array(1, np.uint32)}, kb.ArgumentTypeError, r"argument 2 .*0-d array.*arr\[\(\)\]"),
     ],
 )
 def test_scalar_rules_follow_the_core_table(over, error, match) -> None:
     with pytest.raises(error, match=match):
         packing.make_packer("k", TYPED, _typed_args(**over), DEV)
+
+
+@pytest.mark.parametrize("value", [1 << 2000, 10**400])
+def test_int_beyond_any_float_is_out_of_range(value) -> None:
+    with pytest.raises(kb.InvalidArgumentError, match=r"argument 2 .*digits.*out of range"):
+        packing.make_packer("k", SAXPY, (_arr(8), _arr(16), value, 4), DEV)
+
+
+def test_zero_d_float_array_is_refused_like_an_int_one() -> None:
+    for args in ((_arr(8), _arr(16), np.array(2.5, np.float32), 4), (_arr(8), _arr(16), 2.5, np.array(4, np.uint32))):
+        with pytest.raises(kb.ArgumentTypeError, match=r"0-d array is not a scalar"):
+            packing.make_packer("k", SAXPY, args, DEV)
 
 
 def test_sign_unknown_parameter_takes_either_sign() -> None:

@@ -19,12 +19,15 @@ Rules, for a parameter of kind k and size n:
 
 * a Python ``int`` (``bool`` included) for ``i``, ``u``, ``n``, ``f``, within the range of
   (k, n); a Python ``float`` only for ``f`` (and ``""`` of 4 or 8 bytes), within the dtype's
-  finite range (inf and nan pass);
+  finite range (inf and nan pass); an int too large for any float (``10**400``) is out of range;
 * a numpy scalar of exactly n bytes: integer or bool dtypes for ``i``/``u``/``n``, with the
   *value* in range (``np.uint32(4e9)`` does not fit a C ``int``); floating dtypes for ``f``;
   ``np.bool_`` for ``b``;
 * ``bool`` parameters take ``True``/``False`` or ``np.bool_`` only (an int could be anything);
-* ``None`` is never a scalar.
+* ``None`` is never a scalar;
+* a 0-d array (``np.array(2.0, np.float32)``, a 0-d jax or torch array) is never a scalar, of
+  any kind: the backends' fast paths key on a value's type, and an array's type does not say its
+  dtype. Pass ``arr.item()`` (a Python number) or ``arr[()]`` (a numpy scalar).
 
 Out-of-range values raise :class:`~kernelbay.errors.InvalidArgumentError`; a value of the wrong
 type, kind or size raises :class:`~kernelbay.errors.ArgumentTypeError`.
@@ -33,6 +36,7 @@ type, kind or size raises :class:`~kernelbay.errors.ArgumentTypeError`.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, NamedTuple
 
 from .errors import ArgumentTypeError, InvalidArgumentError
@@ -118,7 +122,10 @@ def float_max(size: int) -> float:
 
 
 def _fail(cls: type[Exception], where: str, kind: str, size: int, value: Any, why: str) -> Exception:
-    return cls(f"{where} expects {describe(kind, size)}, got {type(value).__name__} {value!r}{why}")
+    shown = repr(value)
+    if type(value) is int and len(shown) > 24:  # 1 << 2000 has 603 digits
+        shown = f"{shown[:8]}...{shown[-4:]} ({len(shown.lstrip('-'))} digits)"
+    return cls(f"{where} expects {describe(kind, size)}, got {type(value).__name__} {shown}{why}")
 
 
 def check_scalar(value: Any, kind: str, size: int, where: str) -> str:
@@ -136,8 +143,18 @@ def check_scalar(value: Any, kind: str, size: int, where: str) -> str:
     if t is float:
         return _python_float(value, kind, size, where)
     dt = getattr(value, "dtype", None)
-    if dt is not None and hasattr(value, "tobytes") and getattr(value, "shape", None) == ():
-        return _numpy(value, dt, kind, size, where)
+    if dt is not None and getattr(value, "shape", None) == ():
+        np = sys.modules.get("numpy")  # a numpy scalar exists only once numpy is imported
+        if np is not None and isinstance(value, np.generic):
+            return _numpy(value, dt, kind, size, where)
+        raise _fail(
+            ArgumentTypeError,
+            where,
+            kind,
+            size,
+            value,
+            "; a 0-d array is not a scalar: pass arr.item() (a Python number) or arr[()] (a numpy scalar)",
+        )
     if value is None:
         raise _fail(ArgumentTypeError, where, kind, size, value, "; None is not a value: pass a number")
     raise _fail(
@@ -156,7 +173,14 @@ def _python_int(value: int, kind: str, size: int, where: str) -> str:
             return "?"
         raise _fail(ArgumentTypeError, where, kind, size, value, "; pass True or False (or np.bool_)")
     if kind == "f":
-        return _python_float(float(value), kind, size, where)
+        try:
+            as_float = float(value)
+        except OverflowError:  # beyond any float (1 << 2000, 10**400)
+            m = min(_FLOAT_MAX.get(size, math.inf), sys.float_info.max)
+            raise _fail(
+                InvalidArgumentError, where, kind, size, value, f"; it is out of range (at most {m:g} in magnitude)"
+            ) from None
+        return _python_float(as_float, kind, size, where)
     if kind == "" and size not in (4, 8):
         raise _fail(
             ArgumentTypeError,

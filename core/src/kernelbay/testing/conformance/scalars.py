@@ -113,6 +113,26 @@ class ScalarTests(Suite):
         vals[j], vals[k] = 7, 9
         assert got == self._expect(vals)
 
+    @pytest.mark.parametrize("param", ["float32", "float64"])
+    @pytest.mark.parametrize("value", [1 << 2000, -(10**400)], ids=["1<<2000", "-10**400"])
+    def test_int_beyond_any_float_is_out_of_range(
+        self, device: kb.Device, scalars: kb.Kernel, param: str, value: int
+    ) -> None:
+        """An int no float holds is an out-of-range argument, never a bare OverflowError."""
+        j = self._position(param)
+        with pytest.raises(kb.InvalidArgumentError, match=f"argument {3 + j} .*digits.*out of range"):
+            scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, value))
+
+    @pytest.mark.parametrize("param", ["float32", "int32", "uint8", "bool", "float64"])
+    def test_zero_d_array_is_never_a_scalar(self, device: kb.Device, scalars: kb.Kernel, param: str) -> None:
+        """One rule for every kind: a 0-d array is refused with the way to pass its value."""
+        j = self._position(param)
+        arr = np.array(1, dtype=param)
+        with pytest.raises(kb.ArgumentTypeError, match=rf"argument {3 + j} .*0-d array.*arr\.item\(\).*arr\[\(\)\]"):
+            scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, arr))
+        vals: list[Any] = [1] * len(SCALAR_DTYPES)
+        assert self._scalar_run(scalars, device, **{f"p{j}": arr[()]}) == self._expect(vals)
+
     @pytest.mark.parametrize(
         ("param", "value"),
         [
