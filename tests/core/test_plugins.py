@@ -214,3 +214,75 @@ def test_binding_attributes_are_typed_as_their_hookspecs():
         params, bound_ret = typing.get_args(declared[_binding._hook_attr(hook)])
         bound_ret = type(None) if bound_ret is None else bound_ret  # get_type_hints' spelling of None
         assert (list(params), bound_ret) == (list(spec.values()), ret), hook
+
+
+class _Dist:
+    def __init__(self, name):
+        self.metadata = {"Name": name}
+        self.version = "1.0"
+
+
+class _EntryPoint:
+    def __init__(self, name, dist, value, plugin):
+        self.name, self.dist, self.value, self._plugin = name, _Dist(dist), value, plugin
+
+    def load(self):
+        return self._plugin
+
+
+def _installed(monkeypatch, *eps):
+    import importlib.metadata
+
+    from kernelbay import _discovery
+
+    monkeypatch.delenv("KERNELBAY_BACKENDS")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: list(eps))
+    monkeypatch.setattr(_discovery, "_warned", set())
+    runtime.reset()
+
+
+def test_first_party_backend_wins_over_a_shadowing_distribution(monkeypatch, caplog):
+    real, shadow = FakeBackend("cpu", priority=100), FakeBackend("cpu", priority=500)
+    _installed(
+        monkeypatch,
+        _EntryPoint("cpu", "evil-cpu", "evil.plugin", shadow),
+        _EntryPoint("cpu", "kernelbay_cpu", "kernelbay_cpu.plugin", real),
+        _EntryPoint("ref", "kernelbay-pyref", "kernelbay_pyref.plugin", FakeBackend("ref", priority=0)),
+    )
+    with pytest.warns(RuntimeWarning, match=r"'cpu': evil-cpu \(evil.plugin\) also claims that name and is ignored"):
+        recs = kb.backends()
+    assert "kernelbay_cpu (the first-party backend) is used" in caplog.text
+    assert [(r.name, r.distribution, r.status) for r in recs if r.name == "cpu"] == [
+        ("cpu", "kernelbay_cpu", "available")
+    ]
+    assert str(kb.device()) == "cpu:0" and runtime.load("cpu").spec.priority == 100  # not the shadow, not ref
+    runtime.reset()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process
+        kb.backends()
+
+
+def test_two_third_party_claimants_are_both_refused_and_default_does_not_fall_to_reference(monkeypatch):
+    _installed(
+        monkeypatch,
+        _EntryPoint("twin", "kernelbay-twin-a", "a.plugin", FakeBackend("twin")),
+        _EntryPoint("twin", "kernelbay-twin-b", "b.plugin", FakeBackend("twin")),
+        _EntryPoint("ref", "kernelbay-pyref", "kernelbay_pyref.plugin", FakeBackend("ref", priority=0)),
+    )
+    assert {r.name: r.status for r in kb.backends()} == {"twin": "broken", "ref": "available"}
+    with pytest.raises(kb.BackendBrokenError, match="kernelbay-twin-a.*kernelbay-twin-b"):
+        kb.device("twin")
+    with pytest.raises(kb.NoDeviceError, match="ref is a reference backend"):
+        kb.device()
+
+
+def test_two_first_party_copies_of_one_name_are_refused(monkeypatch):
+    _installed(
+        monkeypatch,
+        _EntryPoint("cpu", "kernelbay-cpu", "kernelbay_cpu.plugin", FakeBackend("cpu")),
+        _EntryPoint("cpu", "kernelbay-cpu", "kernelbay_cpu_old.plugin", FakeBackend("cpu")),
+        _EntryPoint("cpu", "other", "other.plugin", FakeBackend("cpu")),
+    )
+    assert {r.name: r.status for r in kb.backends()} == {"cpu": "broken"}

@@ -91,3 +91,26 @@ def test_excluding_everything(add_backend):
     add_backend(FakeBackend("a"))
     with pytest.raises(kb.NoDeviceError, match="outside the exclusions"):
         kb.device("!a")
+
+
+def test_a_reference_backend_is_never_chosen_unless_named(add_backend, monkeypatch):
+    """priority <= 0 (the pyref example's): ``*`` and the default skip it; naming it works."""
+    add_backend(FakeBackend("ref", priority=0))
+    add_backend(UnavailableBackend("real", priority=100))
+    with pytest.raises(kb.NoDeviceError) as info:
+        kb.device()
+    msg = str(info.value)
+    assert "ref is a reference backend" in msg and "never chosen unless named" in msg
+    assert "KERNELBAY_DEVICE=ref" in msg and "real (kernelbay-real): unavailable" in msg
+    with pytest.raises(kb.NoDeviceError, match="ref is a reference backend"):
+        kb.device("*,!real")
+    assert str(kb.device("ref")) == "ref:0" and str(kb.device("real,ref")) == "ref:0"
+    monkeypatch.setenv("KERNELBAY_DEVICE", "ref")
+    assert str(kb.device()) == "ref:0"
+    assert [str(d) for d in kb.devices()] == ["ref:0"]  # listed, just not chosen by default
+
+
+def test_a_real_backend_beats_a_reference_one_of_any_priority(add_backend):
+    add_backend(FakeBackend("ref", priority=-5))
+    add_backend(FakeBackend("low", priority=1))
+    assert str(kb.device()) == "low:0" and str(kb.device("*")) == "low:0"

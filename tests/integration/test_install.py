@@ -30,9 +30,13 @@ def test_example_plugin_shows_up_and_runs(with_plugins):
     by = {b["name"]: b for b in json.loads(r.stdout)["backends"]}
     assert by["pyref"]["status"] == "available"
     assert by["pyref"]["distribution"] == "kernelbay-pyref" and by["pyref"]["version"] == "0.1.0"
-    demo = with_plugins.kernelbay("demo")
+    demo = with_plugins.kernelbay("demo", env={"KERNELBAY_DEVICE": "pyref"})
     assert demo.returncode == 0, demo.stderr
     assert "pyref:0" in demo.stdout and "matches numpy: OK" in demo.stdout
+    # A reference backend is never chosen by default; the error says it could be named.
+    plain = with_plugins.kernelbay("demo")
+    assert plain.returncode == 1 and "pyref is a reference backend" in plain.stderr
+    assert "KERNELBAY_DEVICE=pyref" in plain.stderr
 
 
 def test_broken_plugins_are_isolated_and_explained(with_plugins):
@@ -43,8 +47,8 @@ def test_broken_plugins_are_isolated_and_explained(with_plugins):
     assert by["brokensig"]["status"] == "broken"
     assert "do not match kernelbay's hookspecs" in by["brokensig"]["reason"]
     assert "alignment" in by["brokensig"]["reason"]
-    # brokensig has the highest priority, yet the default device is still found.
-    assert json.loads(r.stdout)["default_device"] == "pyref:0"
+    # brokensig has the highest priority, and the default does not fall to the reference backend.
+    assert json.loads(r.stdout)["default_device"] is None
 
 
 def test_naming_a_broken_plugin_fails_with_its_cause(with_plugins):
@@ -84,7 +88,7 @@ def test_selector_errors_list_the_installed_backends(with_plugins):
     assert "no device matches KERNELBAY_DEVICE='pyref:3,nosuch'" in err
     assert "pyref:3: no such device; pyref has 1: pyref:0" in err
     assert "nosuch: backend 'nosuch' is not installed" in err
-    assert "pyref (kernelbay-pyref): available: pyref:0" in err
+    assert "pyref (kernelbay-pyref): available: pyref:0 (a reference backend: used only when named)" in err
     bad = with_plugins.kernelbay("demo", env={"KERNELBAY_DEVICE": "py ref"})
     assert "bad device selector term 'py ref'" in bad.stderr
 

@@ -10,7 +10,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -26,6 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 ENTRY_POINT_GROUP = "kernelbay.backends"
 _FIRST_PARTY = ("cpu", "cuda", "tpu")
+log = logging.getLogger("kernelbay.plugins")
+# (name, shadowing distributions) already warned about: warnings.warn once per process.
+_warned: set[tuple[str, str]] = set()
 
 
 @attrs.define(eq=False)
@@ -127,14 +133,18 @@ def installed_names(extra: dict[str, Backend]) -> list[str]:
 def discover() -> dict[str, Backend]:
     """Installed backends allowed by KERNELBAY_BACKENDS, by name. Imports nothing.
 
-    Two distributions claiming one name are both reported: the name's record is broken, its
-    reason naming both, and neither is imported (which one won would depend on ``sys.path``).
+    Two distributions claiming one name: where one of them is the first-party distribution of
+    that name (``kernelbay-cpu`` for ``cpu``), it wins and the others are named in a warning
+    (once per process) and a log line on ``kernelbay.plugins``; otherwise the name's record is
+    broken, its reason naming every claimant, and none is imported (which one won would depend
+    on ``sys.path``). Either way the device never changes silently.
     """
     from importlib.metadata import entry_points
 
     allowed = allowlist()
     found: dict[str, Backend] = {}
     claims: dict[str, list[tuple[str | None, str | None, str]]] = {}
+    loads: dict[tuple[str, str | None, str], Callable[[], object]] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if allowed is not None and ep.name not in allowed:
             continue
@@ -145,13 +155,43 @@ def discover() -> dict[str, Backend]:
         if any(c[0] == dname and c[2] == ep.value for c in seen):
             continue  # the same distribution seen twice on sys.path
         seen.append((dname, version, ep.value))
+        loads[ep.name, dname, ep.value] = ep.load
         if ep.name in found:
             continue
         found[ep.name] = Backend(name=ep.name, distribution=dname, version=version, target=ep.value, load=ep.load)
     for name, seen in claims.items():
         if len(seen) > 1:
-            found[name] = _conflict(name, seen)
+            found[name] = _first_party_wins(name, seen, loads) or _conflict(name, seen)
     return found
+
+
+def _dist_key(dist: str | None) -> str:
+    return re.sub(r"[-_.]+", "-", dist or "").lower()
+
+
+def _first_party_wins(
+    name: str,
+    seen: list[tuple[str | None, str | None, str]],
+    loads: dict[tuple[str, str | None, str], Callable[[], object]],
+) -> Backend | None:
+    """The first-party claimant's record, with a warning naming the others; ``None`` where no
+    single claimant is kernelbay's own distribution of that name."""
+    if name not in _FIRST_PARTY:
+        return None
+    ours = [c for c in seen if _dist_key(c[0]) == f"kernelbay-{name}"]
+    if len({(d, t) for d, _, t in ours}) != 1:
+        return None
+    dname, version, target = ours[0]
+    others = ", ".join(sorted({f"{d or '?'} ({t})" for d, _, t in seen if _dist_key(d) != f"kernelbay-{name}"}))
+    msg = (
+        f"backend {name!r}: {others} also claims that name and is ignored; {dname} (the first-party "
+        f"backend) is used. Uninstall the other distribution, or give its backend another entry-point name"
+    )
+    log.warning("%s", msg)
+    if (name, others) not in _warned:
+        _warned.add((name, others))
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
+    return Backend(name=name, distribution=dname, version=version, target=target, load=loads[name, dname, target])
 
 
 def _conflict(name: str, seen: list[tuple[str | None, str | None, str]]) -> Backend:

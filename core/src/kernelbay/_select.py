@@ -159,10 +159,14 @@ def select(sel: Selector, source: str = ENV_DEVICE) -> Device:
     failures: list[tuple[str, BackendError | str]] = []
     for term in sel.terms:
         if term.backend is None:
+            reference: list[str] = []  # backends never chosen unless named
             for b in _by_priority():
                 if isinstance(b, BackendBrokenError):
                     continue
                 if sel.excluded(b.name):
+                    continue
+                if b.spec is not None and not b.spec.chosen_by_default:
+                    reference.append(b.name)
                     continue
                 try:
                     devs = b.devices()
@@ -173,7 +177,15 @@ def select(sel: Selector, source: str = ENV_DEVICE) -> Device:
                 for d in devs:
                     if not sel.excluded(d.backend, d.index):
                         return d
-            failures.append((str(term), "no available device" + (" outside the exclusions" if sel.exclusions else "")))
+            why = "no available device" + (" outside the exclusions" if sel.exclusions else "")
+            if reference:
+                named = ", ".join(reference)
+                why += (
+                    f"; {named} {'is a reference backend' if len(reference) == 1 else 'are reference backends'}"
+                    f" (slow, for checking results), never chosen unless named: set KERNELBAY_DEVICE={reference[0]}"
+                    " to use it"
+                )
+            failures.append((str(term), why))
             continue
         if term.backend not in records:
             failures.append((str(term), runtime.not_installed(term.backend)))
@@ -231,6 +243,12 @@ def _summary() -> str:
         status = rec.status
         if status == "available":
             devs = ", ".join(str(d) for d in rec.devices)
+            spec = rec.spec
+            if spec is not None and not spec.chosen_by_default:
+                lines.append(
+                    f"  {rec.name} ({rec.label}): available: {devs} (a reference backend: used only when named)"
+                )
+                continue
             available.append(devs.split(",")[0])
             lines.append(f"  {rec.name} ({rec.label}): available: {devs}")
         else:

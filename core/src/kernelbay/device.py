@@ -58,6 +58,9 @@ class BackendSpec:
 
     :ivar name: the backend's name, equal to its entry-point name (``cuda``, ``cpu``...).
     :ivar priority: higher wins when the user lets kernelbay choose (cuda 300, tpu 200, cpu 100).
+        0 or below marks a reference or debug backend: **never chosen unless named** (by
+        ``kb.device("pyref")`` or ``KERNELBAY_DEVICE=pyref``); ``*`` and the default selection
+        skip it, and a ``NoDeviceError`` names it as one that could be asked for.
     :ivar languages: source languages accepted, most preferred first (``("cuda", "ptx")``).
     :ivar api_version: the core API version the backend was built for
         (:data:`kernelbay.hookspecs.API_VERSION`).
@@ -69,6 +72,11 @@ class BackendSpec:
     languages: tuple[str, ...] = attrs.field(converter=_str_tuple)
     api_version: int
     description: str = ""
+
+    @property
+    def chosen_by_default(self) -> bool:
+        """Whether ``*`` and the default selection may pick this backend (``priority > 0``)."""
+        return self.priority > 0
 
 
 @attrs.frozen

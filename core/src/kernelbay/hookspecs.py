@@ -100,6 +100,8 @@ def kernelbay_backend() -> BackendSpec:
     Called once when the backend is loaded. Must not import drivers or frameworks.
 
     :return: a :class:`~kernelbay.types.BackendSpec` whose ``name`` equals the entry-point name.
+        A reference or debug backend declares ``priority`` 0 or below: it is never chosen
+        unless named (``*`` and the default selection skip it).
 
     .. versionadded:: 0.1
     """

@@ -31,7 +31,7 @@ kernelbay_graph_update = hookimpl(graphs.graph_update)
 def kernelbay_backend() -> kb.BackendSpec:
     return kb.BackendSpec(
         name="pyref",
-        priority=10,  # below every real backend: never picked unless asked for
+        priority=0,  # a reference backend: never chosen unless named (KERNELBAY_DEVICE=pyref)
         languages=("python",),
         api_version=kb.API_VERSION,
         description="pure-Python reference backend (one Python call per thread)",
