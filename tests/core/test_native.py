@@ -160,3 +160,108 @@ def test_statuses_report_registered_backends() -> None:
     finally:
         native._status_fns.pop("_kb_test_backend")
         native._status_fns.pop("_kb_test_raises")
+
+
+# --- a cache directory that cannot be written: the process's own directory, one warning -------
+
+ROOT = hasattr(os, "getuid") and os.getuid() == 0
+
+
+@pytest.fixture
+def degraded(cache_dir, monkeypatch):
+    """A clean slate for the fallback (it is per process), restored after."""
+    monkeypatch.setattr(native, "_fallback", None)
+    monkeypatch.setattr(native, "_load_dir", {})
+    return cache_dir
+
+
+def _full_in(monkeypatch, prefix: str) -> None:
+    """Writes under ``prefix`` fail as on a full disk."""
+    import errno
+
+    real = native._write_private
+
+    def write(image, pfx, suffix, d):
+        if d.startswith(prefix):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(image, pfx, suffix, d)
+
+    monkeypatch.setattr(native, "_write_private", write)
+
+
+def _check_fallback(mod, cache_dir) -> None:
+    d = os.path.dirname(mod.__file__)
+    assert not d.startswith(str(cache_dir)) and native.load_dir() == d
+    assert os.path.dirname(d) == os.path.realpath(__import__("tempfile").gettempdir())
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+
+
+def test_full_cache_disk_falls_back_with_one_warning(degraded, monkeypatch, caplog) -> None:
+    _full_in(monkeypatch, str(degraded))
+    with pytest.warns(RuntimeWarning, match=r"cannot be used to load compiled code \(the disk is full"):
+        mod = native.load_extension("_kb_test_full", _source("_kb_test_full"))
+    assert mod.add(2, 3) == 5
+    _check_fallback(mod, degraded)
+    assert "the disk is full" in caplog.text
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one warning per process
+        assert native.load_extension("_kb_test_full2", _source("_kb_test_full2")).add(1, 1) == 2
+
+
+def test_nowhere_to_write_names_the_disk_not_the_compiler(degraded, monkeypatch) -> None:
+    _full_in(monkeypatch, "/")
+    with pytest.warns(RuntimeWarning), pytest.raises(native.NativeUnavailable, match="the disk is full") as info:
+        native.load_extension("_kb_test_nowhere", _source("_kb_test_nowhere"))
+    assert "compiler" not in str(info.value)
+
+
+def test_cache_deleted_mid_run_falls_back(degraded) -> None:
+    import shutil
+
+    assert native.load_extension("_kb_test_del1", _source("_kb_test_del1")).add(1, 2) == 3
+    shutil.rmtree(degraded)
+    with pytest.warns(RuntimeWarning, match="the directory was deleted"):
+        mod = native.load_extension("_kb_test_del2", _source("_kb_test_del2"))
+    assert mod.add(2, 2) == 4
+    _check_fallback(mod, degraded)
+
+
+def test_read_only_cache_simulated(degraded, monkeypatch) -> None:
+    """As root (who ignores modes) a read-only directory is simulated: EACCES on every write there."""
+    import errno
+
+    real = native._write_private
+
+    def write(image, pfx, suffix, d):
+        if d.startswith(str(degraded)):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real(image, pfx, suffix, d)
+
+    monkeypatch.setattr(native, "_write_private", write)
+    with pytest.warns(RuntimeWarning, match="permission denied"):
+        mod = native.load_extension("_kb_test_ro_sim", _source("_kb_test_ro_sim"))
+    assert mod.add(3, 4) == 7
+    _check_fallback(mod, degraded)
+
+
+@pytest.mark.skipif(ROOT, reason="root ignores file modes: a 0500 directory is writable to it")
+@pytest.mark.parametrize("made", [False, True], ids=["fresh", "native-load-made"])
+def test_read_only_cache_falls_back(degraded, made) -> None:
+    if made:
+        native.load_extension("_kb_test_ro0", _source("_kb_test_ro0"))
+        os.chmod(degraded / "native-load", 0o500)
+    else:
+        degraded.mkdir(mode=0o700)
+    os.chmod(degraded, 0o500)
+    try:
+        name = f"_kb_test_ro{int(made) + 1}"
+        with pytest.warns(RuntimeWarning, match="permission denied"):
+            mod = native.load_extension(name, _source(name))
+        assert mod.add(1, 4) == 5
+        _check_fallback(mod, degraded)
+    finally:
+        os.chmod(degraded, 0o700)
+        if made:
+            os.chmod(degraded / "native-load", 0o700)

@@ -14,7 +14,10 @@ build backend, as CuPy and numba do); this module is the fallback for installs t
   retry it; a new compiler or source is a new key, and ``kernelbay cache clear`` forgets it;
 * a file lock around the build: N cold processes run one build, the others wait and load it;
 * shared objects are loaded from :func:`load_dir`, a private 0700 directory in the cache
-  directory, never from ``TMPDIR`` (which may be mounted ``noexec``);
+  directory, never from ``TMPDIR`` (which may be mounted ``noexec``); where that directory
+  cannot be written (read-only, disk full, deleted or replaced), the rest of the process uses
+  a private 0700 directory of its own under the system temporary directory, with one warning
+  saying why (:func:`in_load_dir`);
 * anything missing (no compiler, no ``Python.h``, a free-threaded interpreter, whose lack of
   a GIL the helpers written for it do not expect) raises :class:`NativeUnavailable` with the
   reason: callers keep a pure-Python path and report it (:func:`report`, ``kernelbay info``,
@@ -26,12 +29,16 @@ build backend, as CuPy and numba do); this module is the fallback for installs t
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import os
+import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from types import ModuleType
+from typing import TypeVar
 
 from .concurrency import OnceMap
 from .errors import CacheError, KernelbayError
@@ -42,6 +49,8 @@ __all__ = [
     "disabled",
     "ENV_NATIVE",
     "load_dir",
+    "in_load_dir",
+    "fall_back",
     "private_file",
     "register_status",
     "statuses",
@@ -93,45 +102,125 @@ def load_extension(name: str, source: str, *, flags: tuple[str, ...] = ("-O2",))
 
 
 _load_dir: dict[str, str] = {}  # cache directory -> the directory to load from
+_fallback: str | None = None  # the process's own directory, once the cache's could not be used
+_fallback_lock = threading.Lock()
+_T = TypeVar("_T")
 
 
 def load_dir() -> str:
-    """A private directory to load shared objects from: ``<cache>/native-load`` (0700, yours).
+    """A private directory to load shared objects from: ``<cache>/native-load`` (0700, yours),
+    or, once that could not be used, this process's own (see :func:`fall_back`)."""
+    from .cache import cache_dir, default_cache  # at first use, as in _load: importing native stays cheap
 
-    Falls back to the temporary directory, with a warning on ``kernelbay.native``, only where
-    the cache directory cannot be used.
+    if _fallback is not None:
+        return _fallback
+    where = cache_dir()
+    d = _load_dir.get(where)
+    if d is None:
+        try:
+            d = _load_dir[where] = default_cache().subdir(_LOAD_SUBDIR)
+        except (CacheError, OSError) as exc:
+            return fall_back(exc)
+    return d
+
+
+def cause(exc: BaseException) -> str:
+    """What went wrong with a directory, in words a user acts on (disk full, permission...)."""
+    n = getattr(exc, "errno", None)
+    if n == errno.ENOSPC:
+        return "the disk is full (No space left on device)"
+    if n == getattr(errno, "EDQUOT", -1):
+        return "the disk quota is exceeded"
+    if n == errno.EROFS:
+        return "the file system is read-only"
+    if n in (errno.EACCES, errno.EPERM):
+        return "permission denied (a read-only directory?)"
+    if n == errno.ENOENT:
+        return "the directory was deleted"
+    return str(exc)
+
+
+def fall_back(exc: BaseException) -> str:
+    """Stop using the cache's load directory for the rest of the process: make a private
+    directory of the process's own (under the system temporary directory, 0700, removed at
+    exit), say why once (``warnings.warn`` and the ``kernelbay.native`` logger), return it.
+
+    :raises OSError: where that directory cannot be made either (the cause named).
     """
+    global _fallback
+    import atexit
+    import shutil
     import tempfile
 
-    from .cache import cache_dir, default_cache
+    with _fallback_lock:
+        if _fallback is None:
+            try:
+                d = tempfile.mkdtemp(prefix=f"kernelbay-{os.getpid()}-")  # 0700, this user's
+            except OSError as exc2:
+                raise OSError(
+                    exc2.errno,
+                    f"the cache directory cannot be used ({cause(exc)}) and neither can the temporary directory "
+                    f"{tempfile.gettempdir()} ({cause(exc2)}); free space or set KERNELBAY_CACHE_DIR or TMPDIR",
+                ) from exc2
+            atexit.register(shutil.rmtree, d, True)
+            where = getattr(exc, "filename", None)
+            msg = (
+                f"kernelbay: the cache directory cannot be used to load compiled code ({cause(exc)}"
+                f"{f': {where}' if where else ''}); "
+                f"this process loads it from its own private directory {d} instead, and compiles what it "
+                "cannot read from the cache"
+            )
+            log.warning("%s", msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            _fallback = d
+        return _fallback
 
-    where = cache_dir()
-    if where in _load_dir:
-        return _load_dir[where]
+
+def in_load_dir(fn: Callable[[str], _T]) -> _T:
+    """``fn(load_dir())``; where that raises ``OSError`` in the cache's directory (read-only, disk
+    full, deleted), ``fn`` once more in the process's own directory (:func:`fall_back`).
+
+    :raises OSError: where the second try fails too, naming the cause.
+    """
+    d = load_dir()
     try:
-        d = default_cache().subdir(_LOAD_SUBDIR)
-    except (CacheError, OSError) as exc:
-        d = tempfile.gettempdir()
-        log.warning("loading compiled code from %s: the cache directory cannot be used (%s)", d, exc)
-    _load_dir[where] = d
-    return d
+        return fn(d)
+    except OSError as exc:
+        if d == _fallback:
+            raise OSError(exc.errno, f"cannot write to {d}: {cause(exc)}") from exc
+        d = fall_back(exc)
+    try:
+        return fn(d)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write to {d}: {cause(exc)}") from exc
+
+
+def _write_private(image: bytes, prefix: str, suffix: str, d: str) -> str:
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(image)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    return path
 
 
 @contextlib.contextmanager
 def private_file(image: bytes, prefix: str, suffix: str) -> Iterator[str]:
-    """``image`` written to a new private file in :func:`load_dir` (the path), unlinked after."""
-    import tempfile
+    """``image`` written to a new private file in :func:`load_dir` (the path), unlinked after.
 
-    fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=load_dir())
+    :raises OSError: where neither the cache's directory nor the fallback takes it (the cause named).
+    """
+    path = in_load_dir(functools.partial(_write_private, image, prefix, suffix))
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(image)
         yield path
     finally:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass
 
 
 def _compiler() -> list[str]:
@@ -262,7 +351,7 @@ def _import(name: str, image: bytes, suffix: str) -> ModuleType:
                 mod = importlib.util.module_from_spec(spec)
                 loader.exec_module(mod)
             except ImportError as exc:
-                raise NativeUnavailable(f"the built {name} does not load from {load_dir()}: {exc}") from exc
+                raise NativeUnavailable(f"the built {name} does not load from {os.path.dirname(path)}: {exc}") from exc
             return mod
     except OSError as exc:
-        raise NativeUnavailable(f"cannot write {name} to {load_dir()} to load it: {exc}") from exc
+        raise NativeUnavailable(f"cannot write {name} to a directory to load it from: {exc}") from exc

@@ -9,6 +9,8 @@ process that hits the compile cache runs no subprocess at all.
 from __future__ import annotations
 
 import ctypes
+import errno
+import functools
 import json
 import os
 import platform
@@ -22,7 +24,7 @@ from typing import Any
 import attrs
 from kernelbay.cache import lookup, make_key, store
 from kernelbay.errors import BackendUnavailableError, CompileError, InvalidArgumentError, LaunchError
-from kernelbay.native import load_dir, private_file
+from kernelbay.native import in_load_dir, private_file
 from kernelbay.settings import env_int
 
 ENV_CXX = "CXX"
@@ -146,8 +148,14 @@ def _probe() -> Toolchain:
     # CXX='g++ -fsanitize=address', whose runtime would end the interpreter (it must be the
     # first library of a process). Such a CXX turns on checked mode (check_mode).
     plain = tuple(a for a in argv if not a.startswith(("-fsanitize", "-fno-sanitize")))
-    openmp = _works(plain, ["-fopenmp"])
-    if not openmp and not _works(plain, []):
+    try:
+        openmp = _works(plain, ["-fopenmp"])
+        works = openmp or _works(plain, [])
+    except OSError as exc:  # no directory to build the probe in: say why, not "no compiler"
+        raise BackendUnavailableError(
+            f"the cpu backend cannot build its probe: {exc}; free space or set KERNELBAY_CACHE_DIR or TMPDIR"
+        ) from exc
+    if not works:
         raise BackendUnavailableError(
             f"{NO_COMPILER} ({' '.join(argv)} cannot build a shared library: {_last_probe_log.strip()[:400]})"
         )
@@ -168,10 +176,27 @@ _last_probe_log = ""
 _PROBE_SRC = '#include <cstdio>\nextern "C" int kb_probe(int x) {\n#pragma omp parallel for\nfor (int i = 0; i < x; ++i) {}\nreturn x; }\n'
 
 
+#: What a compiler prints when it could not write its output: the directory, not the compiler.
+_WRITE_FAILED = {
+    "No space left on device": errno.ENOSPC,
+    "Disk quota exceeded": getattr(errno, "EDQUOT", errno.ENOSPC),
+    "Permission denied": errno.EACCES,
+    "Read-only file system": errno.EROFS,
+}
+
+
 def _works(argv: tuple[str, ...], flags: list[str]) -> bool:
-    global _last_probe_log
+    """Whether ``argv`` builds (and this process loads) a shared object with ``flags``.
+
+    :raises OSError: no directory to build it in (the cache's and the fallback both failed).
+    """
     # Built and loaded in the cache's private directory: a noexec TMPDIR must not read as "no compiler".
-    with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-probe-", dir=load_dir()) as d:
+    return in_load_dir(functools.partial(_works_in, argv, flags))
+
+
+def _works_in(argv: tuple[str, ...], flags: list[str], where: str) -> bool:
+    global _last_probe_log
+    with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-probe-", dir=where) as d:
         src, out = os.path.join(d, "probe.cpp"), os.path.join(d, "probe.so")
         with open(src, "w") as f:
             f.write(_PROBE_SRC)
@@ -184,6 +209,9 @@ def _works(argv: tuple[str, ...], flags: list[str]) -> bool:
             return False
         _last_probe_log = r.stdout + r.stderr
         if r.returncode != 0:
+            for text, code in _WRITE_FAILED.items():
+                if text in _last_probe_log and out in _last_probe_log:
+                    raise OSError(code, f"the compiler could not write {out}: {text}")
             return False
         try:
             ctypes.CDLL(out)
@@ -261,8 +289,8 @@ def load_library(image: bytes) -> ctypes.CDLL:
     try:
         with private_file(image, "kernelbay-cpu-", ".so") as path:
             lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))
-    except OSError as exc:
-        raise CompileError(f"the compiled kernel module could not be loaded from {load_dir()}: {exc}") from exc
+    except OSError as exc:  # private_file names the cause (disk full, permission); dlopen its own
+        raise CompileError(f"the compiled kernel module could not be loaded: {exc}") from exc
     _pin_thread_libraries()
     return lib
 

@@ -609,4 +609,6 @@ def _compile_error(log: str, source: Source, fname: str, cmd: list[str]) -> Comp
             f"; the generated launcher could not call {names}: check that the name (and template arguments) "
             "match a function in the source, that it returns void and is not overloaded"
         )
+    if "No space left on device" in log or "Disk quota exceeded" in log:
+        msg += f"; the disk is full: free space in {tempfile.gettempdir()} or set TMPDIR (the compiler said so)"
     return CompileError(msg + f" (command: {' '.join(cmd)})", log=log, source=source.text, lines=lines)
