@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import operator
+import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -45,28 +47,45 @@ class Entry:
         self.avals = avals  # fn's operand shapes (for lowering without running)
 
 
-def normalise_grid(k: Any, grid: Any) -> tuple[int, ...]:
+def normalise_grid(k: Any, grid: Any) -> tuple[Any, ...]:
     """A Pallas grid: an int or a tuple of ints >= 1, ``()`` for one step. A grid that a
-    ``LaunchConfig`` padded to three dimensions is cut back to the index maps' rank."""
+    ``LaunchConfig`` padded to three dimensions is cut back to the index maps' rank. Inside a
+    trace (``k.jax`` under ``jax.jit``) a dimension may be a traced integer, as ``pallas_call``
+    allows (megablox computes one from its group sizes): it is passed through as it is."""
     if grid is None:
         return k.default_grid
     dims = grid if isinstance(grid, (tuple, list)) else (grid,)
-    out: list[int] = []
+    out: list[Any] = []
     for d in dims:
         if isinstance(d, bool) or not isinstance(d, int):
+            if traced(d):
+                out.append(d)
+                continue
             try:
-                import operator
-
                 d = operator.index(d)
             except TypeError:
-                raise ArgumentTypeError(f"a Pallas grid is an int or a tuple of ints, not {grid!r}") from None
+                raise ArgumentTypeError(
+                    f"a Pallas grid is an int or a tuple of ints (traced ints inside jax.jit), not {grid!r}"
+                ) from None
         if d < 1:
             raise InvalidArgumentError(f"grid dimensions must all be >= 1, got {tuple(dims)}")
         out.append(d)
     rank = index_rank(k)
-    while rank is not None and len(out) > rank and out[-1] == 1:
+    while rank is not None and len(out) > rank and type(out[-1]) is int and out[-1] == 1:
         out.pop()
     return tuple(out)
+
+
+def traced(d: Any) -> bool:
+    """Whether ``d`` is a value being traced by JAX (a dynamic grid dimension)."""
+    core = sys.modules.get("jax.core")
+    return core is not None and isinstance(d, core.Tracer)
+
+
+def dynamic(grid: tuple[Any, ...]) -> bool:
+    """Whether a normalised grid has a traced dimension: its call belongs to one trace and is
+    never cached (a cached call would hold the tracer past its trace)."""
+    return any(type(d) is not int for d in grid)
 
 
 def index_rank(k: Any) -> int | None:
@@ -226,13 +245,26 @@ def build(
     def spec_for(p: int, pool: list[Any], j: int) -> Any:
         if sig[p][0] == "x":
             return smem
-        spec = k.specs.get(p, pool[j] if j < len(pool) else pl.BlockSpec())
+        spec = k.specs.get(p, pool[j] if 0 <= j < len(pool) else None)
+        if spec is None:  # kernelbay's None: the whole array
+            spec = pl.BlockSpec()
         if sig[p][1] is not None and isinstance(spec, pl.BlockSpec):
             return tree(p, spec)
         return spec
 
-    array_ins = [p for p in ins if sig[p][0] == "a"]
-    in_specs = [spec_for(p, gs_in, array_ins.index(p) if p in array_ins else -1) for p in ins]
+    # grid_spec.in_specs pair with the array inputs in order; or, as Pallas reads them, with
+    # every input operand, a None operand (a static None here) taking a None spec.
+    in_order = [p for p in ins if sig[p][0] == "a"]
+    operands = [p for p in range(n_pre, len(sig)) if p not in k.outputs]
+    if len(gs_in) == len(operands) != len(in_order):
+        in_order = operands
+        for j, p in enumerate(operands):
+            if p in statics and gs_in[j] is not None:
+                raise InvalidArgumentError(
+                    f"grid_spec.in_specs gives a BlockSpec for {k._label(p)} of {k.name!r}, which is passed "
+                    f"{statics[p]!r}, not an array; give None for it (or pass an array)"
+                )
+    in_specs = [spec_for(p, gs_in, in_order.index(p) if p in in_order else -1) for p in ins]
     out_specs = [spec_for(p, gs_out, j) for j, p in enumerate(outs)]
     out_shape = tuple(padded(p) for p in outs)
     in_index = {p: n_pre + j for j, p in enumerate(ins)}
@@ -362,7 +394,9 @@ def _fill_on_new_block(src: Any, dst: Any, spec: Any, grid: tuple[int, ...], pre
             d_ref[...] = s_ref[...]
             continue
         ids = [pl.program_id(d) for d in range(len(grid))]
-        strides = [1] * len(grid)
+        # A traced grid dimension is the outer trace's value: inside the kernel, ask Pallas.
+        grid = tuple(g if type(g) is int else pl.num_programs(d) for d, g in enumerate(grid))
+        strides: list[Any] = [1] * len(grid)
         for d in range(len(grid) - 2, -1, -1):
             strides[d] = strides[d + 1] * grid[d + 1]
         flat = sum(i * s for i, s in zip(ids, strides))

@@ -80,17 +80,20 @@ def call_jax(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any) 
     grid_t = _call.normalise_grid(k, grid)
     sig = tuple(describe(k, p, v)[0] for p, v in enumerate(vals))
     kwsig = tuple(sorted(kw.items()))
-    key = (grid_t, sig, kwsig)
-    try:
-        e = k.jax_cache.get(key)
-    except TypeError:
-        raise ArgumentTypeError(
-            f"static arguments of Pallas kernel {k.name!r} must be hashable (they key the compile cache); "
-            f"pass arrays as JAX arrays, and numbers that change as meta['scalars']"
-        ) from None
-    if e is None:
+    if _call.dynamic(grid_t):  # a traced grid: this trace's own call, never cached
         e = _call.build(k, grid_t, sig, kwsig, frozenset())
-        k.jax_cache[key] = e
+    else:
+        key = (grid_t, sig, kwsig)
+        try:
+            e = k.jax_cache.get(key)
+        except TypeError:
+            raise ArgumentTypeError(
+                f"static arguments of Pallas kernel {k.name!r} must be hashable (they key the compile cache); "
+                f"pass arrays as JAX arrays, and numbers that change as meta['scalars']"
+            ) from None
+        if e is None:
+            e = _call.build(k, grid_t, sig, kwsig, frozenset())
+            k.jax_cache[key] = e
     operands = [vals[p] for p in e.ins]
     tracing = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(operands))
     if not e.outs:
