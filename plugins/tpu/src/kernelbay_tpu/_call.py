@@ -323,13 +323,20 @@ def build(
         return res[0] if single else tuple(res)
 
     donate = tuple(j for j, p in enumerate(passed) if p in donate_pos)
+    # Placed on the kernel's device, as a launch's arrays are: lowering and compiling these
+    # ahead of the first call (launch does, to fail before donating) is then the very program
+    # the call looks up in jit's caches, not a second compilation of the same kernel.
+    where = jax.sharding.SingleDeviceSharding(_driver.jax_device(k.device))
     avals = []
     for p in passed:
         s = sig[p]
         if s[0] == "x":
-            avals.append(jax.ShapeDtypeStruct((), s[1], weak_type=s[2]))
+            avals.append(jax.ShapeDtypeStruct((), s[1], weak_type=s[2], sharding=where))
         else:
-            avals.append(s[2] if s[1] is None else jax.tree_util.tree_unflatten(s[1], list(s[2])))
+            leaves = (s[2],) if s[1] is None else s[2]
+            placed = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=where) for a in leaves]
+            avals.append(placed[0] if s[1] is None else jax.tree_util.tree_unflatten(s[1], placed))
+    pure.__name__ = pure.__qualname__ = k.name  # jax's logs and profiles name the kernel
     return Entry(jax.jit(pure, donate_argnums=donate), pure, passed, tuple(outs), call, tuple(avals))
 
 

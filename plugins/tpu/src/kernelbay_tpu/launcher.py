@@ -177,7 +177,7 @@ def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any]) -> Any:
     sig, donate = _signature(k, vals)
     e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
     try:
-        e.fn.lower(*e.avals).compile()
+        e.fn.lower(*e.avals).compile()  # fills jit's caches: the call below compiles nothing
     except KernelbayError:
         raise
     except Exception as exc:
