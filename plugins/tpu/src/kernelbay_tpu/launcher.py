@@ -55,7 +55,36 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_me
     return _generic(kernel.handle, grid, args)
 
 
-def _key(k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any]) -> tuple[Any, ...]:
+#: Types of static values that never hold arrays: no pytree walk for them.
+_PLAIN = frozenset({int, float, bool, str, bytes, complex, type(None)})
+
+
+def trees(k: Any, vals: Sequence[Any]) -> dict[int, tuple[Any, list[Buffer]]]:
+    """The arguments that are pytrees of kernelbay arrays (megablox's tuple of group metadata,
+    flash attention's ``SegmentIds``): position -> (treedef, leaves). The kernel receives the
+    same pytree of refs."""
+    found: dict[int, tuple[Any, list[Buffer]]] = {}
+    for p, a in enumerate(vals):
+        if type(a) in _PLAIN or isinstance(a, Buffer) or p in k.scalars:
+            continue
+        import jax
+
+        leaves, treedef = jax.tree_util.tree_flatten(a)
+        if not any(isinstance(x, Buffer) for x in leaves):
+            continue
+        if not all(type(x) is Array for x in leaves):
+            raise ArgumentTypeError(
+                f"argument {k._label(p)} of {k.name!r} is a pytree holding kernelbay arrays and other values "
+                f"({', '.join(sorted({type(x).__name__ for x in leaves}))}); a pytree argument holds kernelbay "
+                "arrays only (pass the other values as arguments of their own)"
+            )
+        found[p] = (treedef, leaves)
+    return found
+
+
+def _key(
+    k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any], tree: Mapping[int, Any]
+) -> tuple[Any, ...]:
     key: list[Any] = [grid]
     for p, a in enumerate(vals):
         if type(a) is Array:
@@ -64,6 +93,9 @@ def _key(k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any]) -> tuple
             key += ((a.nbytes,), None)
         elif p in k.scalars:
             key.append((type(a), getattr(a, "dtype", None)))
+        elif p in tree:
+            treedef, leaves = tree[p]
+            key.append((treedef, tuple((x.shape, x.dtype) for x in leaves)))
         else:
             key.append((type(a), a))
     for i, o in k.aliases.items():
@@ -74,28 +106,36 @@ def _key(k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any]) -> tuple
     return tuple(key)
 
 
-def _signature(k: Any, vals: Sequence[Any]) -> tuple[tuple[Any, ...], frozenset[int]]:
+def _checked(k: Any, p: int, a: Buffer) -> Any:
+    """The JAX operand shape of buffer argument ``p``, after checking it can be one."""
     import jax
 
+    if a.handle is None:
+        raise UseAfterFreeError(f"argument {k._label(p)} of {k.name!r} was used after close()")
+    if a.device != k.device:
+        raise InvalidArgumentError(
+            f"argument {k._label(p)} of {k.name!r} lives on {a.device}, the kernel on "
+            f"{k.device}; copy it with kb.asarray(x, device={str(k.device)!r})"
+        )
+    if isinstance(a, Array) and a.dtype.name not in _call.TPU_DTYPES:
+        raise InvalidArgumentError(
+            f"argument {k._label(p)} of {k.name!r} has dtype {a.dtype}, which TPU Pallas kernels "
+            f"cannot take; use a 32-bit type (float32 or int32), e.g. kb.asarray(x, dtype='float32')"
+        )
+    shape, dtype = layout(a)
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def _signature(k: Any, vals: Sequence[Any], tree: Mapping[int, Any]) -> tuple[tuple[Any, ...], frozenset[int]]:
     sig: list[Any] = []
     for p, a in enumerate(vals):
         if isinstance(a, Buffer):
-            if a.handle is None:
-                raise UseAfterFreeError(f"argument {k._label(p)} of {k.name!r} was used after close()")
-            if a.device != k.device:
-                raise InvalidArgumentError(
-                    f"argument {k._label(p)} of {k.name!r} lives on {a.device}, the kernel on "
-                    f"{k.device}; copy it with kb.asarray(x, device={str(k.device)!r})"
-                )
-            if isinstance(a, Array) and a.dtype.name not in _call.TPU_DTYPES:
-                raise InvalidArgumentError(
-                    f"argument {k._label(p)} of {k.name!r} has dtype {a.dtype}, which TPU Pallas kernels "
-                    f"cannot take; use a 32-bit type (float32 or int32), e.g. kb.asarray(x, dtype='float32')"
-                )
-            shape, dtype = layout(a)
-            sig.append(("a", None, jax.ShapeDtypeStruct(shape, dtype)))
+            sig.append(("a", None, _checked(k, p, a)))
         elif p in k.scalars:
             sig.append(("x", _call.scalar_dtype(a), isinstance(a, (int, float))))
+        elif p in tree:
+            treedef, leaves = tree[p]
+            sig.append(("a", treedef, tuple(_checked(k, p, x) for x in leaves)))
         else:
             sig.append(("s", a))
     donate = {p for p in k.inplace if p < len(vals)}
@@ -103,13 +143,51 @@ def _signature(k: Any, vals: Sequence[Any]) -> tuple[tuple[Any, ...], frozenset[
     return tuple(sig), frozenset(donate)
 
 
+def _operand(k: Any, p: int, a: Any, tree: Mapping[int, Any]) -> Any:
+    """What the jitted call takes for argument ``p``: an array's storage (zeros if never
+    written), a pytree of them, or the value itself."""
+    if isinstance(a, Buffer):
+        h = a.handle
+        if h is None:
+            raise UseAfterFreeError(f"argument {k._label(p)} of {k.name!r} was used after close()")
+        return materialize(a) if type(h) is Unset else h
+    if p in tree:
+        import jax
+
+        treedef, leaves = tree[p]
+        return jax.tree_util.tree_unflatten(treedef, [_operand(k, p, x, tree) for x in leaves])
+    return a
+
+
+def _store(vals: Sequence[Any], outs: Sequence[int], res: Any, tree: Mapping[int, Any]) -> Any:
+    """Make the call's results the storage of the arrays they belong to; return them flat."""
+    if not tree:
+        for p, r in zip(outs, res):
+            vals[p].handle = r
+        return res
+    import jax
+
+    flat: list[Any] = []
+    for p, r in zip(outs, res):
+        if p in tree:
+            got = jax.tree.leaves(r)
+            for x, h in zip(tree[p][1], got):
+                x.handle = h
+            flat += got
+        else:
+            vals[p].handle = r
+            flat.append(r)
+    return tuple(flat)
+
+
 def launch_entry(k: Any, grid: Any, args: Any) -> tuple[Any, Any]:
     """The entry a launch with these arguments runs (built if new), and its operand shapes."""
     vals, kw = _bind(k, args)
-    key = _key(k, grid, vals, kw)
+    tree = trees(k, vals)
+    key = _key(k, grid, vals, kw, tree)
     e = k.cache.get(key)
     if e is None:
-        sig, donate = _signature(k, vals)
+        sig, donate = _signature(k, vals, tree)
         e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
     return e, e.avals
 
@@ -126,8 +204,9 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
     if isinstance(_driver.state.jax_devices, _driver._ForkedDevices):
         raise LaunchError(_driver.FORKED)
     vals, kw = _bind(k, args)
+    tree = trees(k, vals)
     try:
-        key = _key(k, grid, vals, kw)
+        key = _key(k, grid, vals, kw, tree)
         e = k.cache.get(key)
     except TypeError:  # an unhashable grid or static value
         bad = [a for a in vals if not isinstance(a, Buffer)]
@@ -137,29 +216,16 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
             "that change as Source.meta['scalars']"
         ) from None
     if e is None:
-        e = _miss(k, grid, vals, kw)
+        e = _miss(k, grid, vals, kw, tree)
         k.cache[key] = e
-    handles = []
-    for p in e.ins:
-        a = vals[p]
-        if isinstance(a, Buffer):
-            h = a.handle
-            if h is None:
-                raise UseAfterFreeError(f"argument {k._label(p)} of {k.name!r} was used after close()")
-            if type(h) is Unset:
-                h = materialize(a)
-            handles.append(h)
-        else:
-            handles.append(a)
-    res = e.fn(*handles)
+    res = e.fn(*[_operand(k, p, vals[p], tree) for p in e.ins])
     if len(e.outs) == 1:
         res = (res,)
-    for p, r in zip(e.outs, res):
-        vals[p].handle = r
-    _last.results = res
+    _last.results = _store(vals, e.outs, res, tree)
     if (
         k.fast is None
         and not kw
+        and not tree
         and isinstance(args, (tuple, list))
         and all(type(a) is Array or not isinstance(a, Buffer) for a in args)
     ):
@@ -167,14 +233,14 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
         _specialised.add(k)
 
 
-def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any]) -> Any:
+def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any], tree: Mapping[int, Any]) -> Any:
     """A new launch signature: validate, build, lower and compile, all before anything runs
     (a failure here leaves donated inputs untouched and is reported as a CompileError)."""
     import traceback
 
     from kernelbay.errors import CompileError, KernelbayError
 
-    sig, donate = _signature(k, vals)
+    sig, donate = _signature(k, vals, tree)
     e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
     try:
         e.fn.lower(*e.avals).compile()  # fills jit's caches: the call below compiles nothing
