@@ -21,6 +21,7 @@ from kernelbay.argrules import DTYPES
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
 
 from . import _driver
+from ._body import kernel_body
 from ._vmem import check_vmem
 
 log = logging.getLogger("kernelbay.tpu")
@@ -294,7 +295,7 @@ def build(
         kwargs["compiler_params"] = k.compiler_params
     if k.cost_estimate is not None:
         kwargs["cost_estimate"] = k.cost_estimate
-    body = _body(k, grid, len(sig), pre, ins, outs, statics, kwstat, in_specs, out_specs)
+    body = kernel_body(k, grid, len(sig), pre, ins, outs, statics, kwstat, in_specs, out_specs)
     call = pl.pallas_call(
         body,
         out_shape=out_shape,
@@ -342,89 +343,3 @@ def build(
 
 #: Element types a TPU Pallas kernel can take: the core table's, without 64-bit or complex.
 TPU_DTYPES = frozenset(d.name for d in DTYPES if d.size <= 4 and d.kind != "c")
-
-
-def _body(
-    k: Any,
-    grid: tuple[int, ...],
-    nargs: int,
-    pre: list[int],
-    ins: list[int],
-    outs: list[int],
-    statics: dict[Any, Any],
-    kwstat: dict[str, Any],
-    in_specs: list[Any],
-    out_specs: list[Any],
-) -> Any:
-    """The kernel pallas_call runs: its refs put back in the user kernel's own argument order.
-
-    An in-place argument is one buffer in HBM (aliased input and output); the kernel sees its
-    output block, which a TPU does not load from HBM. So that the single ref reads what it
-    holds, its input block is copied in when the block changes from one grid step to the
-    next, which is when a TPU fetches an input block; revisiting a block on consecutive steps
-    keeps what the kernel accumulated there, as Pallas outputs do.
-    """
-    fn = k.fn
-    n_pre, n_in = len(pre), len(ins)
-    plan: list[tuple[str, Any]] = [("s", statics.get(p)) for p in range(nargs)]
-    for j, p in enumerate(pre):
-        plan[p] = ("r", j)
-    for j, p in enumerate(ins):
-        plan[p] = ("r", n_pre + j)
-    fills = []
-    for j, p in enumerate(outs):
-        plan[p] = ("r", n_pre + n_in + j)
-        if p in k.inplace:
-            fills.append((n_pre + ins.index(p), n_pre + n_in + j, out_specs[j]))
-    n_refs = n_pre + n_in + len(outs)
-    layout = tuple(plan)
-
-    def body(*refs: Any) -> None:
-        for src, dst, spec in fills:
-            _fill_on_new_block(refs[src], refs[dst], spec, grid, refs[:n_pre])
-        fn(*[refs[v] if kind == "r" else v for kind, v in layout], *refs[n_refs:], **kwstat)
-
-    return body
-
-
-def _fill_on_new_block(src: Any, dst: Any, spec: Any, grid: tuple[int, ...], prefetch: Sequence[Any]) -> None:
-    import jax
-    import jax.numpy as jnp
-    from jax.experimental import pallas as pl
-
-    for s_ref, d_ref, sp in zip(jax.tree.leaves(src), jax.tree.leaves(dst), _spec_leaves(spec, src)):
-        ms = str(getattr(sp, "memory_space", None)).lower()
-        if "any" in ms or "hbm" in ms:
-            continue  # one buffer in HBM: the kernel's ref already reads the input
-        im = getattr(sp, "index_map", None)
-        if not grid:
-            d_ref[...] = s_ref[...]
-            continue
-        ids = [pl.program_id(d) for d in range(len(grid))]
-        # A traced grid dimension is the outer trace's value: inside the kernel, ask Pallas.
-        grid = tuple(g if type(g) is int else pl.num_programs(d) for d, g in enumerate(grid))
-        strides: list[Any] = [1] * len(grid)
-        for d in range(len(grid) - 2, -1, -1):
-            strides[d] = strides[d + 1] * grid[d + 1]
-        flat = sum(i * s for i, s in zip(ids, strides))
-        changed = flat == 0
-        if im is not None and getattr(sp, "block_shape", None) is not None:
-            prev = [((flat - 1 + strides[0] * grid[0]) // s) % g for s, g in zip(strides, grid)]
-            cur, was = im(*ids, *prefetch), im(*prev, *prefetch)
-            for a, b in zip(jax.tree.leaves(cur), jax.tree.leaves(was)):
-                changed = jnp.logical_or(changed, jnp.asarray(a) != jnp.asarray(b))
-
-        @pl.when(changed)
-        def _(s_ref: Any = s_ref, d_ref: Any = d_ref) -> None:
-            d_ref[...] = s_ref[...]
-
-
-def _spec_leaves(spec: Any, ref_tree: Any) -> list[Any]:
-    import jax
-    from jax.experimental import pallas as pl
-
-    n = len(jax.tree.leaves(ref_tree))
-    if isinstance(spec, pl.BlockSpec):
-        return [spec] * n
-    leaves = jax.tree.leaves(spec, is_leaf=lambda x: isinstance(x, pl.BlockSpec))
-    return leaves if len(leaves) == n else [pl.BlockSpec()] * n

@@ -82,9 +82,7 @@ def trees(k: Any, vals: Sequence[Any]) -> dict[int, tuple[Any, list[Buffer]]]:
     return found
 
 
-def _key(
-    k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any], tree: Mapping[int, Any]
-) -> tuple[Any, ...]:
+def _key(k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any], tree: Mapping[int, Any]) -> tuple[Any, ...]:
     key: list[Any] = [grid]
     for p, a in enumerate(vals):
         if type(a) is Array:
