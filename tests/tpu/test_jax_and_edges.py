@@ -92,6 +92,30 @@ def test_multiple_outputs_kwargs_and_pytrees() -> None:
     np.testing.assert_array_equal(o.numpy(), 2 * np.arange(8, dtype=np.float32))
 
 
+def test_eager_calls_reuse_their_entry_by_shape_dtype_and_statics() -> None:
+    """Eager k.jax calls skip the signature work once seen (issue #29), and still tell apart
+    what must differ: shapes, dtypes, static values, run-time scalars' values."""
+
+    def kernel(x_ref, a_ref, o_ref, *, scale):
+        o_ref[...] = x_ref[...] * scale + a_ref[0]
+
+    k = pallas(kernel, outputs=("o_ref",), scalars=("a_ref",))
+    for n, dt, a, scale in [(8, F32, 1.0, 2.0), (8, F32, 5.0, 2.0), (8, F32, 5.0, 3.0), (16, F32, 1.0, 2.0)] * 2:
+        x = jnp.arange(n, dtype=dt)
+        got = k.jax(x, a, jax.ShapeDtypeStruct((n,), dt), scale=scale)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(x) * scale + a)
+    assert len(k.handle.jax_cache) == 3  # (8, scale 2), (8, scale 3), (16, scale 2): the scalar a runs in SMEM
+    # an integer input is another signature; by name it takes the slow path, same result
+    xi = jnp.arange(8, dtype=jnp.int32)
+    np.testing.assert_array_equal(
+        np.asarray(k.jax(xi, 1, jax.ShapeDtypeStruct((8,), jnp.int32), scale=2)), np.asarray(xi) * 2 + 1
+    )
+    np.testing.assert_array_equal(
+        np.asarray(k.jax(x_ref=xi, a_ref=1, o_ref=jax.ShapeDtypeStruct((8,), jnp.int32), scale=2)),
+        np.asarray(xi) * 2 + 1,
+    )
+
+
 # --- in place and aliasing, as Pallas on a TPU --------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,15 +73,75 @@ def describe(k: Any, p: int, v: Any) -> tuple[Any, bool]:
     return ("s", v), False
 
 
-def call_jax(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any) -> Any:
+#: Types of static values a fast key holds as they are.
+_PLAIN = frozenset({int, float, bool, str, type(None)})
+#: Types whose values key a call by their ``aval`` (concrete JAX arrays: jax interns avals, so
+#: the key compares by identity), and by shape and dtype (numpy arrays, ShapeDtypeStruct); filled
+#: by the calls that saw them, so jax's array class is never named.
+_AVAL: set[type] = set()
+_SHAPED: set[type] = set()
+
+
+def fast_key(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any) -> Any:
+    """A key for ``k.jax``'s memo of eager calls, built from cheap attributes (no
+    ``ShapeDtypeStruct`` per argument); None for a call the memo does not serve (tracers,
+    pytrees, arguments by name)."""
+    parts: list[Any] = [grid]
+    add = parts.append
+    if k.scalars:  # a run-time scalar keys by its type only, not its value
+        for p, a in enumerate(args):
+            t = type(a)
+            if t in _AVAL:
+                add(a.aval)
+            elif t in _SHAPED:
+                add((a.shape, a.dtype))
+            elif t in _PLAIN:
+                add((t,) if p in k.scalars else (t, a))
+            else:
+                return None
+    else:
+        for a in args:
+            t = type(a)
+            if t in _AVAL:
+                add(a.aval)
+            elif t in _SHAPED:
+                add((a.shape, a.dtype))
+            elif t in _PLAIN:
+                add((t, a))
+            else:
+                return None
+    if kwargs:
+        for name, v in kwargs.items():
+            if type(v) not in _PLAIN or name not in k.kwonly:
+                return None
+        add(tuple(kwargs.items()))
+    return tuple(parts)
+
+
+def picker(ins: tuple[int, ...]) -> Any:
+    """``args -> the operands at positions ins``, as one C call."""
+    if len(ins) == 1:
+        (i,) = ins
+        return lambda args: (args[i],)
+    if ins == tuple(range(len(ins))):
+        n = len(ins)
+        return lambda args: args[:n]
+    return operator.itemgetter(*ins)
+
+
+def call_jax(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any, fast: Any = None) -> Any:
+    """``k.jax``'s slow path: bind, describe, build or look up the entry, call it; remember it
+    under ``fast`` (a :func:`fast_key`) for the next eager call with the same key."""
     import jax
     import jax.core  # jax.core.Tracer below (import jax loads it; this says so)
+    import numpy as np
 
     vals, kw = bind(k, args, kwargs)
     grid_t = _call.normalise_grid(k, grid)
     sig = tuple(describe(k, p, v)[0] for p, v in enumerate(vals))
     kwsig = tuple(sorted(kw.items()))
-    if _call.dynamic(grid_t):  # a traced grid: this trace's own call, never cached
+    dyn = _call.dynamic(grid_t)
+    if dyn:  # a traced grid: this trace's own call, never cached
         e = _call.build(k, grid_t, sig, kwsig, frozenset())
     else:
         key = (grid_t, sig, kwsig)
@@ -98,4 +159,17 @@ def call_jax(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any) 
     tracing = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(operands))
     if not e.outs:
         raise InvalidArgumentError(f"kernel {k.name!r} has no outputs: list them in meta['outputs'] or meta['inplace']")
-    return (e.raw if tracing else e.fn)(*operands)
+    if tracing:
+        return e.raw(*operands)
+    for v in vals:
+        if isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer) and hasattr(v, "aval"):
+            _AVAL.add(type(v))
+        elif isinstance(v, (np.ndarray, jax.ShapeDtypeStruct)):
+            _SHAPED.add(type(v))
+    fkey = None if dyn or len(k.jax_fast) >= 4096 else fast_key(k, args, kwargs, grid)
+    if fkey is not None:
+        try:
+            k.jax_fast[fkey] = (e.fn, picker(e.ins))
+        except TypeError:  # an unhashable grid
+            pass
+    return e.fn(*operands)

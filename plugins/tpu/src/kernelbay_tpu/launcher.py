@@ -18,6 +18,7 @@ from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, LaunchErro
 from kernelbay.types import Array, Buffer, Device, Kernel
 
 from . import _call, _driver
+from ._jaxfn import bind
 from .allocator import Unset, layout, materialize
 
 _NOTHING = object()
@@ -192,8 +193,6 @@ def launch_entry(k: Any, grid: Any, args: Any) -> tuple[Any, Any]:
 
 def _bind(k: Any, args: Any) -> tuple[Sequence[Any], dict[str, Any]]:
     if isinstance(args, Mapping):
-        from ._jaxfn import bind
-
         return bind(k, (), args)
     return args, {}
 
