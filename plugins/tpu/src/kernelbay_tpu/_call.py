@@ -12,13 +12,15 @@ from __future__ import annotations
 import inspect
 import logging
 import operator
+import re
 import sys
+import traceback
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from kernelbay.argrules import DTYPES
-from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
+from kernelbay.errors import ArgumentTypeError, CompileError, InvalidArgumentError
 
 from . import _driver
 from ._body import kernel_body
@@ -37,15 +39,46 @@ class RecompileWarning(UserWarning):
 class Entry:
     """One call signature: the jitted pure function and where its operands come from."""
 
-    __slots__ = ("avals", "fn", "ins", "outs", "pallas", "raw")
+    __slots__ = ("avals", "donate", "fn", "ins", "outs", "pallas", "raw")
 
-    def __init__(self, fn: Any, raw: Any, ins: tuple[int, ...], outs: tuple[int, ...], pallas: Any, avals: Any) -> None:
+    def __init__(
+        self,
+        fn: Any,
+        raw: Any,
+        ins: tuple[int, ...],
+        outs: tuple[int, ...],
+        pallas: Any,
+        avals: Any,
+        donate: tuple[int, ...] = (),
+    ) -> None:
         self.fn = fn  # jax.jit(raw), donating what the caller asked for
+        self.donate = donate  # the operands (indices into ins) fn donates
         self.raw = raw  # the pure function: operands -> the output, or a tuple of several
         self.ins = ins  # argument positions whose values are fn's operands, in order
         self.outs = outs  # argument positions fn's results belong to, in order
         self.pallas = pallas  # the bare pallas_call, for inspection
         self.avals = avals  # fn's operand shapes (for lowering without running)
+
+
+_OPERAND = re.compile(r"\b(args|outputs)\[(\d+)\]")
+
+
+def compile_failure(k: Any, e: Entry, exc: BaseException, grid: Any, described: str) -> CompileError:
+    """``exc``, raised tracing, lowering or compiling entry ``e``, as a ``CompileError`` whose
+    message names the kernel's arguments where Pallas numbers its operands (``args[1]``)."""
+
+    def named(m: re.Match[str]) -> str:
+        where, j = (e.ins if m.group(1) == "args" else e.outs), int(m.group(2))
+        if j >= len(where) or where[j] >= len(k.params):
+            return m.group(0)
+        return f"{m.group(0)} (kernel argument {k.params[where[j]]})"
+
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return CompileError(
+        f"Pallas kernel {k.name!r} failed to trace or compile for grid {grid!r} and arguments [{described}]: "
+        f"{type(exc).__name__}: {_OPERAND.sub(named, first)}",
+        log="".join(traceback.format_exception(exc)),
+    )
 
 
 def normalise_grid(k: Any, grid: Any) -> tuple[Any, ...]:
@@ -338,7 +371,7 @@ def build(
             placed = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=where) for a in leaves]
             avals.append(placed[0] if s[1] is None else jax.tree_util.tree_unflatten(s[1], placed))
     pure.__name__ = pure.__qualname__ = k.name  # jax's logs and profiles name the kernel
-    return Entry(jax.jit(pure, donate_argnums=donate), pure, passed, tuple(outs), call, tuple(avals))
+    return Entry(jax.jit(pure, donate_argnums=donate), pure, passed, tuple(outs), call, tuple(avals), donate)
 
 
 #: Element types a TPU Pallas kernel can take: the core table's, without 64-bit or complex.

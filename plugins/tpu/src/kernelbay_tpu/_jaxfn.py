@@ -6,7 +6,7 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
+from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, KernelbayError
 
 from . import _call
 
@@ -129,38 +129,63 @@ def picker(ins: tuple[int, ...]) -> Any:
     return operator.itemgetter(*ins)
 
 
-def call_jax(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any, fast: Any = None) -> Any:
+def _described(k: Any, sig: Sequence[Any], kw: Mapping[str, Any]) -> str:
+    """The call's arguments, named, for an error message."""
+    parts = []
+    for p, s in enumerate(sig):
+        if s[0] == "a":
+            leaves = (s[2],) if s[1] is None else s[2]
+            what = ", ".join(f"{tuple(a.shape)} {a.dtype}" for a in leaves)
+            parts.append(f"{k._label(p)}: {what if s[1] is None else f'pytree [{what}]'}")
+        elif s[0] == "x":
+            parts.append(f"{k._label(p)}: scalar {s[1]}")
+        else:
+            parts.append(f"{k._label(p)}: {s[1]!r}")
+    return ", ".join(parts + [f"{n}={v!r}" for n, v in kw.items()])
+
+
+def call_jax(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any) -> Any:
     """``k.jax``'s slow path: bind, describe, build or look up the entry, call it; remember it
-    under ``fast`` (a :func:`fast_key`) for the next eager call with the same key."""
+    under its :func:`fast_key` for the next eager call with the same key."""
     import jax
     import jax.core  # jax.core.Tracer below (import jax loads it; this says so)
     import numpy as np
 
     vals, kw = bind(k, args, kwargs)
+    key: Any = None  # the signature of an entry built here, cached once it compiled
+    dyn = False
     grid_t = _call.normalise_grid(k, grid)
     sig = tuple(describe(k, p, v)[0] for p, v in enumerate(vals))
     kwsig = tuple(sorted(kw.items()))
-    dyn = _call.dynamic(grid_t)
-    if dyn:  # a traced grid: this trace's own call, never cached
-        e = _call.build(k, grid_t, sig, kwsig, frozenset())
+    if _call.dynamic(grid_t):  # a traced grid: this trace's own call, never cached
+        e, dyn = _call.build(k, grid_t, sig, kwsig, frozenset()), True
     else:
-        key = (grid_t, sig, kwsig)
         try:
-            e = k.jax_cache.get(key)
+            e = k.jax_cache.get((grid_t, sig, kwsig))
         except TypeError:
             raise ArgumentTypeError(
                 f"static arguments of Pallas kernel {k.name!r} must be hashable (they key the compile cache); "
                 f"pass arrays as JAX arrays, and numbers that change as meta['scalars']"
             ) from None
         if e is None:
-            e = _call.build(k, grid_t, sig, kwsig, frozenset())
-            k.jax_cache[key] = e
+            e, key = _call.build(k, grid_t, sig, kwsig, frozenset()), (grid_t, sig, kwsig)
     operands = [vals[p] for p in e.ins]
     tracing = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(operands))
     if not e.outs:
         raise InvalidArgumentError(f"kernel {k.name!r} has no outputs: list them in meta['outputs'] or meta['inplace']")
+    try:
+        if tracing:
+            traced = e.raw(*operands)
+        elif key is not None:  # trace, lower and compile apart from running, to tell their errors from the run's
+            e.fn.lower(*operands).compile()  # with the call's own arrays: jit's caches keep it
+    except KernelbayError:
+        raise
+    except Exception as exc:
+        raise _call.compile_failure(k, e, exc, grid_t, _described(k, sig, kw)) from exc
+    if key is not None:
+        k.jax_cache[key] = e
     if tracing:
-        return e.raw(*operands)
+        return traced
     for v in vals:
         if isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer) and hasattr(v, "aval"):
             _AVAL.add(type(v))

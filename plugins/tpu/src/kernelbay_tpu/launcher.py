@@ -14,7 +14,13 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, LaunchError, UseAfterFreeError
+from kernelbay.errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    KernelbayError,
+    LaunchError,
+    UseAfterFreeError,
+)
 from kernelbay.types import Array, Buffer, Device, Kernel
 
 from . import _call, _driver
@@ -215,7 +221,10 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
     if e is None:
         e = _miss(k, grid, vals, kw, tree)
         k.cache[key] = e
-    res = e.fn(*[_operand(k, p, vals[p], tree) for p in e.ins])
+    ops = [_operand(k, p, vals[p], tree) for p in e.ins]
+    if e.donate:
+        _check_donated(k, e, ops)
+    res = e.fn(*ops)
     if len(e.outs) == 1:
         res = (res,)
     _last.results = _store(vals, e.outs, res, tree)
@@ -233,10 +242,6 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
 def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any], tree: Mapping[int, Any]) -> Any:
     """A new launch signature: validate, build, lower and compile, all before anything runs
     (a failure here leaves donated inputs untouched and is reported as a CompileError)."""
-    import traceback
-
-    from kernelbay.errors import CompileError, KernelbayError
-
     sig, donate = _signature(k, vals, tree)
     e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
     try:
@@ -250,12 +255,28 @@ def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any], tree: Mapp
             else f"{k._label(i)}: {a!r}"
             for i, a in enumerate(vals)
         )
-        raise CompileError(
-            f"Pallas kernel {k.name!r} failed to trace or compile for grid {grid!r} and arguments [{shapes}]: "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            log="".join(traceback.format_exception(exc)),
-        ) from exc
+        raise _call.compile_failure(k, e, exc, grid, shapes) from exc
     return e
+
+
+def _check_donated(k: Any, e: Any, ops: Sequence[Any]) -> None:
+    """A donated operand (an in-place argument's storage) must be no other operand's: XLA
+    refuses to donate a buffer the same call reads."""
+    import jax
+
+    leaves = [jax.tree.leaves(o) for o in ops]
+    for j in e.donate:
+        mine = {id(h) for h in leaves[j]}
+        for i, other in enumerate(leaves):
+            same = len(mine) < len(other) if i == j else any(id(h) in mine for h in other)
+            if same:
+                p, q = e.ins[j], e.ins[i]
+                also = "holds one array twice" if i == j else f"the same array is also passed as {k._label(q)}"
+                raise InvalidArgumentError(
+                    f"argument {k._label(p)} of {k.name!r} is updated in place (its storage is donated to the "
+                    f"kernel), and {also}; a call cannot read a buffer it donates. "
+                    "Pass a copy (kb.asarray(x)) for the one that is only read"
+                )
 
 
 def _recover(k: Any, e: Any, args: Sequence[Any], exc: Exception) -> Any:
@@ -299,6 +320,16 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
     ins = [i for i in range(n) if i not in k.outputs and (i in arrays or i in k.scalars)]
     outs = sorted(i for i in arrays if i in k.outputs or i in k.inplace)
     check = " and ".join(f"type(a{i}) is Array" for i in arrays) or "True"
+    # A donated array passed again elsewhere: the generic path raises the clear error.
+    clash = []
+    for d in sorted(i for i in arrays if i in k.inplace or i in k.aliases):
+        others = " or ".join(f"a{d}.handle is a{j}.handle" for j in ins if j != d and j in arrays)
+        if others:
+            alias = f"a{d} is a{k.aliases[d]} and " if d in k.aliases and k.aliases[d] < n else ""
+            if d in k.aliases and not alias:
+                continue
+            clash.append(f"({alias}({others}))")
+    clashes = " or ".join(clash) or "False"
     # Identity with the last launch's arguments (MEMO) stands for the whole key: an
     # Array's shape and dtype never change, and a static is the same object. The fast path
     # therefore keeps the last arguments alive until the kernel's next launch.
@@ -327,7 +358,7 @@ def fast(grid, args):
             e = cache.get(({", ".join(key)},))
         except TypeError:
             return False
-        if e is None:
+        if e is None or {clashes}:
             return False
         MEMO = (grid, e, {", ".join(f"a{i}" for i in range(n))}{"," if n == 1 else ""})
     try:
