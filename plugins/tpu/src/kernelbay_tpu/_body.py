@@ -45,10 +45,10 @@ def kernel_body(
     n_refs = n_pre + n_in + len(outs)
     layout = tuple(plan)
 
-    def body(*refs: Any) -> None:
+    def body(*refs: Any, **scratch: Any) -> None:  # scratch by name: meta['scratch_shapes'] a mapping
         for src, dst, spec in fills:
             _fill_on_new_block(refs[src], refs[dst], spec, grid, refs[:n_pre])
-        fn(*[refs[v] if kind == "r" else v for kind, v in layout], *refs[n_refs:], **kwstat)
+        fn(*[refs[v] if kind == "r" else v for kind, v in layout], *refs[n_refs:], **scratch, **kwstat)
 
     return body
 

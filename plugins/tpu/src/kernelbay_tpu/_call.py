@@ -304,12 +304,20 @@ def build(
     in_index = {p: n_pre + j for j, p in enumerate(ins)}
     aliases = {in_index[p]: outs.index(p) for p in ins if p in k.inplace}
     aliases.update({in_index[i]: outs.index(o) for i, o in k.aliases.items() if i in in_index and o in outs})
-    check_vmem(
-        k,
-        grid,
-        [(p, padded(p), in_specs[j]) for j, p in enumerate(ins)],
-        [(p, out_shape[j], out_specs[j]) for j, p in enumerate(outs)],
-    )
+    if k.mesh is None:
+        check_vmem(
+            k,
+            grid,
+            [(p, padded(p), in_specs[j]) for j, p in enumerate(ins)],
+            [(p, out_shape[j], out_specs[j]) for j, p in enumerate(outs)],
+        )
+    else:  # refs stay in HBM: only the scratch is VMEM
+        if grid:
+            raise InvalidArgumentError(
+                f"kernel {k.name!r} runs over meta['mesh'] (once per core, as pl.kernel does), not over a grid: "
+                f"launch it with grid=() (got {grid}); pipeline inside it with pltpu.emit_pipeline"
+            )
+        check_vmem(k, grid, [], [])
 
     kwargs: dict[str, Any] = {}
     if n_pre:
@@ -329,14 +337,26 @@ def build(
     if k.cost_estimate is not None:
         kwargs["cost_estimate"] = k.cost_estimate
     body = kernel_body(k, grid, len(sig), pre, ins, outs, statics, kwstat, in_specs, out_specs)
-    call = pl.pallas_call(
-        body,
-        out_shape=out_shape,
-        input_output_aliases=aliases,
-        interpret=_driver.state.interpret_arg,
-        name=k.name,
-        **kwargs,
-    )
+    if k.mesh is not None:
+        call = pl.kernel(
+            body,
+            out_type=out_shape,
+            mesh=k.mesh,
+            scratch_types=k.scratch,
+            compiler_params=k.compiler_params,
+            cost_estimate=k.cost_estimate,
+            interpret=_driver.state.interpret_arg,
+            name=k.name,
+        )
+    else:
+        call = pl.pallas_call(
+            body,
+            out_shape=out_shape,
+            input_output_aliases=aliases,
+            interpret=_driver.state.interpret_arg,
+            name=k.name,
+            **kwargs,
+        )
     passed = tuple(pre + ins)
     scalars = {j: sig[p][1] for j, p in enumerate(passed) if sig[p][0] == "x"}
     pads = {j: (k.pad[p], padded(p)) for j, p in enumerate(passed) if p in k.pad}

@@ -30,8 +30,12 @@ META_KEYS = frozenset(
         "input_output_aliases",
         "scalars",
         "pad",
+        "mesh",
     }
 )
+
+#: Keys that describe pallas_call's grid and blocks, which a kernel over a mesh has none of.
+GRID_KEYS = ("grid_spec", "block_specs", "scalars", "pad", "inplace", "input_output_aliases")
 
 
 class PallasKernel:
@@ -60,7 +64,23 @@ class PallasKernel:
         self.grid_spec = gs
         self.num_prefetch = int(getattr(gs, "num_scalar_prefetch", 0) or 0)
         self.default_grid = tuple(getattr(gs, "grid", ()) or ())
-        self.scratch = tuple(meta.get("scratch_shapes") or ()) + tuple(getattr(gs, "scratch_shapes", ()) or ())
+        self.mesh = meta.get("mesh")
+        if self.mesh is not None:
+            clash = [key for key in GRID_KEYS if meta.get(key)]
+            if clash or not hasattr(self.mesh, "shape"):
+                raise self._error(
+                    f"meta['mesh'] runs {self.name!r} as pl.kernel does, once per core of the mesh, on refs left in "
+                    f"HBM: it takes no {', '.join(clash or GRID_KEYS)} (pipeline inside the kernel with "
+                    "pltpu.emit_pipeline; write results to outputs), and the mesh is a Pallas mesh such as "
+                    "pltpu.create_tensorcore_mesh('core')"
+                )
+        scratch = meta.get("scratch_shapes") or ()
+        if isinstance(scratch, Mapping):  # passed by name, as pl.kernel's scratch_types=dict(...)
+            if getattr(gs, "scratch_shapes", None):
+                raise self._error("meta['scratch_shapes'] by name cannot be combined with grid_spec.scratch_shapes")
+            self.scratch: Any = dict(scratch)
+        else:
+            self.scratch = tuple(scratch) + tuple(getattr(gs, "scratch_shapes", ()) or ())
         self.compiler_params = meta.get("compiler_params")
         self.cost_estimate = meta.get("cost_estimate")
         self.params, self.nargs, self.kwonly = self._signature(fn)
@@ -108,7 +128,10 @@ class PallasKernel:
         names: list[str] = []
         kwonly: list[str] = []
         var = False
+        named = self.scratch if isinstance(self.scratch, dict) else {}
         for p in sig.parameters.values():
+            if p.name in named:
+                continue  # a scratch ref passed by name
             if p.kind is p.VAR_POSITIONAL:
                 var = True
             elif p.kind is p.KEYWORD_ONLY:
@@ -117,7 +140,7 @@ class PallasKernel:
                 names.append(p.name)
         if var:
             return names, None, tuple(kwonly)
-        n = len(names) - len(self.scratch)
+        n = len(names) - (0 if named else len(self.scratch))
         if n < 0:
             raise self._error(
                 f"kernel {self.name!r} takes {len(names)} arguments but meta has {len(self.scratch)} scratch_shapes; "
