@@ -337,26 +337,26 @@ def build(
     if k.cost_estimate is not None:
         kwargs["cost_estimate"] = k.cost_estimate
     body = kernel_body(k, grid, len(sig), pre, ins, outs, statics, kwstat, in_specs, out_specs)
-    if k.mesh is not None:
-        call = pl.kernel(
-            body,
-            out_type=out_shape,
-            mesh=k.mesh,
-            scratch_types=k.scratch,
-            compiler_params=k.compiler_params,
-            cost_estimate=k.cost_estimate,
-            interpret=_driver.state.interpret_arg,
-            name=k.name,
+    interpret = _driver.state.interpret_arg if k.interpret is None else k.interpret
+
+    def make_call() -> Any:
+        # Built when traced, not once: pallas_call reads jax's force_tpu_interpret_mode context
+        # as it is built, and jit keys its traces by that context, so each trace gets its own.
+        if k.mesh is not None:
+            return pl.kernel(
+                body,
+                out_type=out_shape,
+                mesh=k.mesh,
+                scratch_types=k.scratch,
+                compiler_params=k.compiler_params,
+                cost_estimate=k.cost_estimate,
+                interpret=interpret,
+                name=k.name,
+            )
+        return pl.pallas_call(
+            body, out_shape=out_shape, input_output_aliases=aliases, interpret=interpret, name=k.name, **kwargs
         )
-    else:
-        call = pl.pallas_call(
-            body,
-            out_shape=out_shape,
-            input_output_aliases=aliases,
-            interpret=_driver.state.interpret_arg,
-            name=k.name,
-            **kwargs,
-        )
+
     passed = tuple(pre + ins)
     scalars = {j: sig[p][1] for j, p in enumerate(passed) if sig[p][0] == "x"}
     pads = {j: (k.pad[p], padded(p)) for j, p in enumerate(passed) if p in k.pad}
@@ -370,7 +370,7 @@ def build(
             ops[j] = jnp.asarray(ops[j], dt).reshape((1,))
         for j, (_, want) in pads.items():
             ops[j] = jnp.pad(ops[j], [(0, w - n) for n, w in zip(ops[j].shape, want.shape)])
-        res = call(*ops)
+        res = make_call()(*ops)
         if cuts:
             res = tuple(r[tuple(slice(0, n) for n in cuts[j])] if j in cuts else r for j, r in enumerate(res))
         # One output comes back bare, as from pallas_call: no tuple to build and unpack.
@@ -391,7 +391,7 @@ def build(
             placed = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=where) for a in leaves]
             avals.append(placed[0] if s[1] is None else jax.tree_util.tree_unflatten(s[1], placed))
     pure.__name__ = pure.__qualname__ = k.name  # jax's logs and profiles name the kernel
-    return Entry(jax.jit(pure, donate_argnums=donate), pure, passed, tuple(outs), call, tuple(avals), donate)
+    return Entry(jax.jit(pure, donate_argnums=donate), pure, passed, tuple(outs), make_call(), tuple(avals), donate)
 
 
 #: Element types a TPU Pallas kernel can take: the core table's, without 64-bit or complex.

@@ -31,6 +31,7 @@ META_KEYS = frozenset(
         "scalars",
         "pad",
         "mesh",
+        "interpret",
     }
 )
 
@@ -81,6 +82,7 @@ class PallasKernel:
             self.scratch: Any = dict(scratch)
         else:
             self.scratch = tuple(scratch) + tuple(getattr(gs, "scratch_shapes", ()) or ())
+        self.interpret = self._interpret(meta.get("interpret"))
         self.compiler_params = meta.get("compiler_params")
         self.cost_estimate = meta.get("cost_estimate")
         self.params, self.nargs, self.kwonly = self._signature(fn)
@@ -226,6 +228,24 @@ class PallasKernel:
                 entry[d] = (mult, extra)
             out[p] = entry
         return out
+
+    def _interpret(self, value: Any) -> Any:
+        """``meta['interpret']``: this kernel's own interpret mode (None: the device's)."""
+        if value is None or value is True:
+            return value
+        from jax.experimental.pallas import tpu as pltpu  # jax: imported only when a kernel asks for this
+
+        if isinstance(value, Mapping):
+            try:
+                return pltpu.InterpretParams(**value)
+            except TypeError as exc:
+                raise self._error(f"meta['interpret'] has a field pltpu.InterpretParams does not: {exc}") from None
+        if isinstance(value, pltpu.InterpretParams):
+            return value
+        raise self._error(
+            f"meta['interpret'] is True (Pallas interpret mode), a pltpu.InterpretParams(...) or a mapping of its "
+            f"fields (JAX's TPU interpreter, e.g. {{'detect_races': True}}), not {value!r}"
+        )
 
     def _label(self, i: int | str) -> str:
         if isinstance(i, str):
