@@ -35,11 +35,13 @@ def kb_pallas_call(device: kb.Device, calls: list[Any]) -> Callable[..., Callabl
         interpret: Any = False,  # kernelbay's device decides
         name: str | None = None,
         cost_estimate: Any = None,
+        debug: bool = False,  # pallas_call's jaxpr printing: not mapped
         **unsupported: Any,
     ) -> Callable[..., Any]:
         if unsupported:
             raise TypeError(f"pallas_shim: pallas_call arguments not mapped: {sorted(unsupported)}")
-        outs, out_tree = jax.tree.flatten(out_shape)
+        # None outputs stay (the kernel gets None for them, and so does the caller)
+        outs, out_tree = jax.tree.flatten(out_shape, is_leaf=lambda x: x is None)
 
         def call(*operands: Any) -> Any:
             n_in = len(operands)
@@ -60,7 +62,9 @@ def kb_pallas_call(device: kb.Device, calls: list[Any]) -> Callable[..., Callabl
             calls.append(k)
             # The grid given explicitly, as an author calling k.jax would (it may hold tracers).
             res = k.jax(*operands, *outs, grid=gs.grid)
-            return jax.tree.unflatten(out_tree, [res] if len(outs) == 1 else list(res))
+            real = [o for o in outs if o is not None]
+            got = iter([res] if len(real) == 1 else list(res))
+            return jax.tree.unflatten(out_tree, [None if o is None else next(got) for o in outs])
 
         return call
 

@@ -23,6 +23,7 @@ from .pallas_shim import routed  # noqa: E402
 
 gmm_mod = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
 pa_mod = importlib.import_module("jax.experimental.pallas.ops.tpu.paged_attention.paged_attention_kernel")
+fa_mod = importlib.import_module("jax.experimental.pallas.ops.tpu.flash_attention")
 
 
 @pytest.fixture(autouse=True, scope="module", params=["1", "tpu"], ids=["interpret", "tpu-interpreter"])
@@ -147,3 +148,35 @@ def test_paged_attention_grid_spec_verbatim(
         p = np.exp(s - s.max(-1, keepdims=True))
         ref = np.einsum("hgk,hkd->hgd", p / p.sum(-1, keepdims=True), vv[:, i, :n]).reshape(hq, d)
         np.testing.assert_allclose(np.asarray(ours[i]), ref, rtol=1e-2, atol=1e-2)
+
+
+# --- flash attention: SegmentIds (a pytree), None operands and None outputs, and its backward ---
+
+
+def test_flash_attention_segment_ids_forward_and_grad(dev: kb.Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    b, h, s, d = 1, 2, 256, 128
+    q, k, v = (_rand(b, h, s, d, seed=i) * 0.1 for i in range(3))
+    ids = jnp.asarray((np.arange(s) >= 100).astype(np.int32)[None])
+    seg = fa_mod.SegmentIds(q=ids, kv=ids)
+    bs = fa_mod.BlockSizes(**{f: 128 for f in fa_mod.BlockSizes.__dataclass_fields__ if f != "block_b"}, block_b=1)
+
+    def run() -> Any:
+        jax.clear_caches()  # the library's inner jitted functions would keep the other run's trace
+        attn = lambda *a: fa_mod.flash_attention(*a[:3], segment_ids=a[3], causal=True, block_sizes=bs)
+        out = jax.jit(attn)(q, k, v, seg)
+        grads = jax.jit(jax.grad(lambda *a: attn(*a).sum(), argnums=(0, 1, 2)))(q, k, v, seg)
+        return out, grads
+
+    monkeypatch.setattr(fa_mod, "pl", _forced(fa_mod.pl))
+    want, want_grads = run()
+    calls: list[Any] = []
+    monkeypatch.setattr(fa_mod, "pl", routed(dev, calls))
+    ours, our_grads = run()
+    assert len(calls) == 4  # forward (twice: alone and under grad), dK/dV, dQ
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(want))
+    for a, w in zip(our_grads, want_grads):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(w))
+    logits = jnp.einsum("bhqd,bhkd->bhqk", q, k)
+    mask = (ids[:, None, :, None] == ids[:, None, None, :]) & jnp.tril(jnp.ones((s, s), bool))
+    ref = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(jnp.where(mask, logits, -1e30), axis=-1), v)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=1e-2, atol=1e-2)

@@ -216,7 +216,8 @@ def build(
     for p, s in enumerate(sig):
         kind = s[0]
         if kind == "s":
-            if p in k.outputs or p in k.inplace or p < n_pre or p in k.aliases:
+            # An output may be None, as in pallas_call's out_shape: the kernel gets None for it.
+            if (p in k.outputs and s[1] is not None) or p in k.inplace or p < n_pre or p in k.aliases:
                 raise ArgumentTypeError(
                     f"argument {k._label(p)} of {k.name!r} is an array argument (output, in-place, aliased or scalar "
                     f"prefetch), so it must be an array, not {type(s[1]).__name__}"
@@ -299,7 +300,9 @@ def build(
                     f"{statics[p]!r}, not an array; give None for it (or pass an array)"
                 )
     in_specs = [spec_for(p, gs_in, in_order.index(p) if p in in_order else -1) for p in ins]
-    out_specs = [spec_for(p, gs_out, j) for j, p in enumerate(outs)]
+    out_order = [p for p in range(len(sig)) if p in k.outputs or p in k.inplace]  # None outputs too
+    out_order = out_order if len(gs_out) == len(out_order) != len(outs) else outs
+    out_specs = [spec_for(p, gs_out, out_order.index(p)) for p in outs]
     out_shape = tuple(padded(p) for p in outs)
     in_index = {p: n_pre + j for j, p in enumerate(ins)}
     aliases = {in_index[p]: outs.index(p) for p in ins if p in k.inplace}

@@ -65,7 +65,7 @@ def describe(k: Any, p: int, v: Any) -> tuple[Any, bool]:
         and treedef != jax.tree_util.tree_structure(0)
     ):
         return ("a", treedef, tuple(_aval(x) for x in leaves)), p not in k.outputs
-    if p in k.outputs:
+    if p in k.outputs and v is not None:  # None: an output the kernel gets as None (pallas_call's out_shape)
         raise ArgumentTypeError(
             f"output argument {k._label(p)} of {k.name!r} is given by its shape and dtype: pass a "
             f"jax.ShapeDtypeStruct or an array (not read), not {type(v).__name__}"
