@@ -12,7 +12,7 @@ from typing import Any
 
 def kernel_body(
     k: Any,
-    grid: tuple[int, ...],
+    grid: tuple[Any, ...],
     nargs: int,
     pre: list[int],
     ins: list[int],
@@ -53,11 +53,13 @@ def kernel_body(
     return body
 
 
-def _fill_on_new_block(src: Any, dst: Any, spec: Any, grid: tuple[int, ...], prefetch: Sequence[Any]) -> None:
+def _fill_on_new_block(src: Any, dst: Any, spec: Any, grid: tuple[Any, ...], prefetch: Sequence[Any]) -> None:
     import jax
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
 
+    # A traced grid dimension is the outer trace's value: inside the kernel, ask Pallas.
+    dims: tuple[Any, ...] = tuple(g if type(g) is int else pl.num_programs(d) for d, g in enumerate(grid))
     for s_ref, d_ref, sp in zip(jax.tree.leaves(src), jax.tree.leaves(dst), _spec_leaves(spec, src)):
         ms = str(getattr(sp, "memory_space", None)).lower()
         if "any" in ms or "hbm" in ms:
@@ -66,16 +68,14 @@ def _fill_on_new_block(src: Any, dst: Any, spec: Any, grid: tuple[int, ...], pre
         if not grid:
             d_ref[...] = s_ref[...]
             continue
-        ids = [pl.program_id(d) for d in range(len(grid))]
-        # A traced grid dimension is the outer trace's value: inside the kernel, ask Pallas.
-        grid = tuple(g if type(g) is int else pl.num_programs(d) for d, g in enumerate(grid))
-        strides: list[Any] = [1] * len(grid)
-        for d in range(len(grid) - 2, -1, -1):
-            strides[d] = strides[d + 1] * grid[d + 1]
+        ids = [pl.program_id(d) for d in range(len(dims))]
+        strides: list[Any] = [1] * len(dims)
+        for d in range(len(dims) - 2, -1, -1):
+            strides[d] = strides[d + 1] * dims[d + 1]
         flat = sum(i * s for i, s in zip(ids, strides))
         changed = flat == 0
         if im is not None and getattr(sp, "block_shape", None) is not None:
-            prev = [((flat - 1 + strides[0] * grid[0]) // s) % g for s, g in zip(strides, grid)]
+            prev = [((flat - 1 + strides[0] * dims[0]) // s) % g for s, g in zip(strides, dims)]
             cur, was = im(*ids, *prefetch), im(*prev, *prefetch)
             for a, b in zip(jax.tree.leaves(cur), jax.tree.leaves(was)):
                 changed = jnp.logical_or(changed, jnp.asarray(a) != jnp.asarray(b))

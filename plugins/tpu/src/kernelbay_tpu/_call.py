@@ -196,7 +196,7 @@ def scalar_dtype(v: Any) -> Any:
 
 
 def build(
-    k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[str, Any], ...], donate_pos: frozenset[int]
+    k: Any, grid: tuple[Any, ...], sig: tuple[Any, ...], kw: tuple[tuple[str, Any], ...], donate_pos: frozenset[int]
 ) -> Entry:
     """Validate one call signature and build its pure function (the slow path)."""
     import jax

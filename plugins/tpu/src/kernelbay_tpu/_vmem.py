@@ -47,7 +47,7 @@ def _leaves(aval_tree: Any, spec: Any) -> list[tuple[Any, Any]]:
 
 
 def check_vmem(
-    k: Any, grid: tuple[int, ...], ins: Sequence[tuple[int, Any, Any]], outs: Sequence[tuple[int, Any, Any]]
+    k: Any, grid: tuple[Any, ...], ins: Sequence[tuple[int, Any, Any]], outs: Sequence[tuple[int, Any, Any]]
 ) -> None:
     """Estimate the VMEM the kernel's blocks need (each as many times as it is buffered, two
     by default) plus VMEM scratch, and reject what cannot fit; reject a ``vmem_limit_bytes``
