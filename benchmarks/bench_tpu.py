@@ -14,7 +14,13 @@ writes it, is called with the same JAX arrays. Four groups:
 * idle wait: ``dev.synchronize()`` with nothing in flight, against ``block_until_ready`` of a
   finished array;
 * inside jax.jit: a jitted step calling ``k.jax`` against the same step calling
-  ``pallas_call``, each call waited for.
+  ``pallas_call``, each call waited for;
+* eager ``k.jax``: ``k.jax`` called outside any jit, against the jitted ``pallas_call`` called
+  directly (host dispatch, as above);
+* first launch: a kernel launched for the first time (traced, lowered, compiled, run, waited
+  for) against a first call of ``jax.jit(pl.pallas_call(...))`` of the same kernel; and a launch
+  whose static argument takes a new value, against ``jax.jit(pl.pallas_call(partial(...)))`` with
+  that value. Each sample is a kernel function neither side has seen (one XLA compilation each).
 
 Each goal's ratio is (direct + paired difference) / direct, the paired difference being the
 median over batches of kernelbay's batch minus the direct batch run next to it: on a loaded
@@ -39,6 +45,11 @@ DIRECT = "jitted pallas_call, called directly"
 IDLE_DIRECT = "block_until_ready of a finished array"
 JIT_DIRECT = "the same step calling pl.pallas_call"
 PAIRED = "kernelbay − direct"
+EAGER = "tpu k.jax called eagerly (outside jit): host dispatch"
+FIRST = "tpu first launch of a new kernel, + wait"
+FIRST_DIRECT = "first call of jax.jit(pl.pallas_call(...)), + wait"
+STATIC = "tpu launch with a new static value, + wait"
+STATIC_DIRECT = "first call of jax.jit(pl.pallas_call(partial(kernel, static=value))), + wait"
 
 
 def added(group: str) -> str:
@@ -48,6 +59,19 @@ def added(group: str) -> str:
 
 def add_kernel(x_ref, y_ref, o_ref):
     o_ref[...] = x_ref[...] + y_ref[...]
+
+
+def scaled_kernel(x_ref, y_ref, o_ref, *, scale):
+    o_ref[...] = x_ref[...] * scale + y_ref[...]
+
+
+def _fresh_kernel(c: float):
+    """A kernel function no one has traced: ``o = x * c + y``."""
+
+    def fresh(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] * c + y_ref[...]
+
+    return fresh
 
 
 def _device():
@@ -171,6 +195,69 @@ def run(quick: bool) -> list[dict]:
     jit_note = f"{mode}; the two steps lower to {'the same' if same else 'DIFFERENT'} StableHLO"
     out += [record(JIT, name, stats(v), note=jit_note) for name, v in s.items()]
     out.append(record(added(JIT), PAIRED, paired_diff(s["kernelbay"], s[JIT_DIRECT]), note=jit_note))
+
+    kjax = k.jax
+    np.testing.assert_array_equal(np.asarray(kjax(xa, ya, shape, grid=1)), np.asarray(fn(xa, ya)))
+
+    def eager() -> None:
+        last[0] = kjax(xa, ya, shape, grid=1)
+
+    s = interleaved_samples({"kernelbay": eager, DIRECT: direct}, number=num, repeat=rep, warmup=warm, after_batch=wait)
+    out += [record(EAGER, name, stats(v), **extra) for name, v in s.items()]
+    out.append(record(added(EAGER), PAIRED, paired_diff(s["kernelbay"], s[DIRECT]), **extra))
+    out += _first_calls(dev, kb, jax, np, x, y, o, 2 if quick else 9, extra)
+    return out
+
+
+def _first_calls(dev, kb, jax, np, x, y, o, repeat: int, extra: dict) -> list[dict]:
+    """First launches (new kernel; new static value) against first jitted pallas_call calls."""
+    import functools
+
+    from jax.experimental import pallas as pl
+    from kernelbay_tpu._driver import state
+
+    out_shape = jax.ShapeDtypeStruct(x.shape, np.float32)
+    xa, ya = x.handle, y.handle
+    counter = iter(range(1, 1 << 30))
+    static_k = kb.compile(
+        kb.Source(scaled_kernel, lang="pallas", name="scaled", meta={"outputs": ("o_ref",)}), device=dev
+    )
+
+    def kb_first() -> None:
+        src = kb.Source(_fresh_kernel(1000.0 + next(counter)), lang="pallas", meta={"outputs": ("o_ref",)})
+        kb.compile(src, device=dev).launch(1, None, (x, y, o))
+        dev.synchronize()
+
+    def direct_first() -> None:
+        call = pl.pallas_call(
+            _fresh_kernel(-1000.0 - next(counter)), out_shape=out_shape, grid=(1,), interpret=state.interpret_arg
+        )
+        jax.jit(call)(xa, ya).block_until_ready()
+
+    def kb_static() -> None:
+        static_k.launch(1, None, {"x_ref": x, "y_ref": y, "o_ref": o, "scale": 1000.0 + next(counter)})
+        dev.synchronize()
+
+    def direct_static() -> None:
+        kernel = functools.partial(scaled_kernel, scale=-1000.0 - next(counter))
+        call = pl.pallas_call(kernel, out_shape=out_shape, grid=(1,), interpret=state.interpret_arg)
+        jax.jit(call)(xa, ya).block_until_ready()
+
+    import warnings
+
+    from kernelbay_tpu._call import RecompileWarning
+
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecompileWarning)  # a new static each call is the point here
+        for group, peer, cases in (
+            (FIRST, FIRST_DIRECT, {"kernelbay": kb_first, FIRST_DIRECT: direct_first}),
+            (STATIC, STATIC_DIRECT, {"kernelbay": kb_static, STATIC_DIRECT: direct_static}),
+        ):
+            s = interleaved_samples(cases, number=1, repeat=repeat, warmup=1)
+            s = {name: [v / 1000 for v in vals] for name, vals in s.items()}  # in ms
+            out += [record(group, name, stats(v), unit="ms", **extra) for name, v in s.items()]
+            out.append(record(added(group), PAIRED, paired_diff(s["kernelbay"], s[peer]), unit="ms", **extra))
     return out
 
 
@@ -178,6 +265,9 @@ GOALS = (
     (DISPATCH, DIRECT, "cached launch ≤ 1.05× calling the jitted pallas_call directly", 1.05),
     (WAIT, DIRECT, "launch + dev.synchronize() ≤ 1.2× direct call + block_until_ready", 1.2),
     (JIT, JIT_DIRECT, "a jitted step calling k.jax ≤ 1.02× the same step calling pallas_call", 1.02),
+    (EAGER, DIRECT, "eager k.jax (outside jit) ≤ 1.5× calling the jitted pallas_call directly", 1.5),
+    (FIRST, FIRST_DIRECT, "first launch of a new kernel ≤ 1.1× a first jit(pallas_call) call", 1.1),
+    (STATIC, STATIC_DIRECT, "a launch with a new static value ≤ 1.1× a first jit(pallas_call(partial)) call", 1.1),
 )
 
 

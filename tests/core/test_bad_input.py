@@ -53,6 +53,27 @@ def test_non_numeric_dtypes_are_refused(fake, dtype):
         kb.empty(3, dtype, fake)
 
 
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_table_dtypes_numpy_gets_from_ml_dtypes_are_numbers(fake, name):
+    # numpy gives these kind "V", as it gives records: kernelbay's dtype table decides (issue #29).
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    dt = np.dtype(getattr(ml_dtypes, name))
+    assert kb.empty((2, 3), name, fake).dtype == dt
+    host = np.arange(6, dtype=np.float32).astype(dt)
+    a = kb.asarray(host, device=fake)
+    assert a.dtype == dt
+    np.testing.assert_array_equal(a.numpy(), host)
+    back = np.empty(6, dt)
+    kb.copy(back, a)
+    np.testing.assert_array_equal(back, host)
+
+
+def test_number_dtypes_outside_the_table_are_named(fake):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    with pytest.raises(kb.ArgumentTypeError, match="int4 is not one kernelbay supports"):
+        kb.empty(3, ml_dtypes.int4, fake)
+
+
 @pytest.mark.parametrize("data", [np.array([1, "a"], dtype=object), np.array(["ab"]), [b"x"], [None, 1]])
 def test_non_numeric_data_is_refused(fake, data):
     with pytest.raises(kb.InvalidArgumentError):

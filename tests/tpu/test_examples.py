@@ -147,6 +147,53 @@ def test_tpu_matmul_with_accumulator(dev: kb.Device) -> None:
     )
 
 
+# The guide's bfloat16 form: the kernel as the guide writes it (nsteps keyword-only), bf16
+# operands made with kb.asarray / kb.empty and run through launch.
+def guide_matmul_kernel(x_ref, y_ref, z_ref, acc_ref, *, nsteps):
+    @pl.when(pl.program_id(2) == 0)
+    def _():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+    @pl.when(pl.program_id(2) == nsteps - 1)
+    def _():
+        z_ref[...] = acc_ref[...].astype(z_ref.dtype)
+
+
+def test_tpu_matmul_bfloat16_through_launch(dev: kb.Device) -> None:
+    m = n = kd = 256
+    bm = bn = bk = 128
+    x = np.asarray(_rand(m, kd)).astype(jnp.bfloat16)  # numpy arrays of ml_dtypes' bfloat16
+    y = np.asarray(_rand(kd, n, seed=1)).astype(jnp.bfloat16)
+    ins = [pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)), pl.BlockSpec((bk, bn), lambda i, j, k: (k, j))]
+    outs = pl.BlockSpec((bm, bn), lambda i, j, k: (i, j))
+    scratch = [pltpu.VMEM((bm, bn), jnp.float32)]
+    params = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
+    grid = (m // bm, n // bn, kd // bk)
+    direct = pl.pallas_call(
+        functools.partial(guide_matmul_kernel, nsteps=kd // bk),
+        out_shape=jax.ShapeDtypeStruct((m, n), jnp.bfloat16),
+        grid=grid,
+        in_specs=ins,
+        out_specs=outs,
+        scratch_shapes=scratch,
+        compiler_params=params,
+        interpret=_interp(),
+    )(x, y)
+    meta = {"outputs": ("z_ref",), "block_specs": [*ins, outs], "scratch_shapes": scratch, "compiler_params": params}
+    k = kb.compile(kb.Source(guide_matmul_kernel, lang="pallas", meta=meta), device=dev)
+    xa, ya = kb.asarray(x, device=dev), kb.asarray(y, device=dev)
+    z = kb.empty((m, n), "bfloat16", device=dev)
+    assert xa.dtype == z.dtype == np.dtype(jnp.bfloat16)
+    k.launch(grid=grid, args={"x_ref": xa, "y_ref": ya, "z_ref": z, "nsteps": kd // bk})
+    got = z.numpy()
+    assert got.dtype == np.dtype(jnp.bfloat16)
+    np.testing.assert_array_equal(got, np.asarray(direct))
+    ref = x.astype(np.float32) @ y.astype(np.float32)
+    np.testing.assert_allclose(got.astype(np.float32), ref, rtol=2e-2, atol=2e-1)
+
+
 # --- pipelining: emit_pipeline over refs left in HBM ---------------------------------------
 
 

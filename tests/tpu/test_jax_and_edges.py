@@ -92,6 +92,30 @@ def test_multiple_outputs_kwargs_and_pytrees() -> None:
     np.testing.assert_array_equal(o.numpy(), 2 * np.arange(8, dtype=np.float32))
 
 
+def test_eager_calls_reuse_their_entry_by_shape_dtype_and_statics() -> None:
+    """Eager k.jax calls skip the signature work once seen (issue #29), and still tell apart
+    what must differ: shapes, dtypes, static values, run-time scalars' values."""
+
+    def kernel(x_ref, a_ref, o_ref, *, scale):
+        o_ref[...] = x_ref[...] * scale + a_ref[0]
+
+    k = pallas(kernel, outputs=("o_ref",), scalars=("a_ref",))
+    for n, dt, a, scale in [(8, F32, 1.0, 2.0), (8, F32, 5.0, 2.0), (8, F32, 5.0, 3.0), (16, F32, 1.0, 2.0)] * 2:
+        x = jnp.arange(n, dtype=dt)
+        got = k.jax(x, a, jax.ShapeDtypeStruct((n,), dt), scale=scale)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(x) * scale + a)
+    assert len(k.handle.jax_cache) == 3  # (8, scale 2), (8, scale 3), (16, scale 2): the scalar a runs in SMEM
+    # an integer input is another signature; by name it takes the slow path, same result
+    xi = jnp.arange(8, dtype=jnp.int32)
+    np.testing.assert_array_equal(
+        np.asarray(k.jax(xi, 1, jax.ShapeDtypeStruct((8,), jnp.int32), scale=2)), np.asarray(xi) * 2 + 1
+    )
+    np.testing.assert_array_equal(
+        np.asarray(k.jax(x_ref=xi, a_ref=1, o_ref=jax.ShapeDtypeStruct((8,), jnp.int32), scale=2)),
+        np.asarray(xi) * 2 + 1,
+    )
+
+
 # --- in place and aliasing, as Pallas on a TPU --------------------------------------------
 
 
@@ -312,3 +336,33 @@ def test_ds_padding_is_opt_in(tpu_interp: kb.Device) -> None:
     padded = pallas(rows_kernel, outputs=("o_ref",), block_specs=[whole, outs], pad={"x_ref": {0: 8}, "o_ref": {0: 8}})
     got = padded.jax(xs, SDS(20, 128), grid=(3,))
     np.testing.assert_array_equal(got, xs * 2)
+
+
+# --- errors name the kernel's arguments (issue #29) ------------------------------------------
+
+
+def test_k_jax_errors_name_the_kernels_arguments() -> None:
+    bad = pallas(add_kernel, outputs=("o_ref",), block_specs={"y_ref": pl.BlockSpec((8, 8), lambda: (0, 0))})
+    x = jnp.ones(8, F32)
+    for call in (lambda: bad.jax(x, x, SDS(8)), lambda: jax.jit(lambda a: bad.jax(a, a, SDS(8)))(x)):
+        with pytest.raises(kb.CompileError, match=r"args\[1\] \(kernel argument y_ref\)") as info:
+            call()
+        assert "'y_ref' (position 1): (8,) float32" in str(info.value)
+        assert isinstance(info.value.__cause__, ValueError)  # pallas_call's own error, chained
+
+
+def axpy_kernel(x_ref, y_ref):
+    y_ref[...] += x_ref[...]
+
+
+def test_one_array_in_place_and_read_is_refused_clearly(dev: kb.Device) -> None:
+    k = pallas(axpy_kernel, inplace=("y_ref",))
+    x, y = kb.asarray(np.ones(8, np.float32), device=dev), kb.asarray(np.ones(8, np.float32), device=dev)
+    k.launch(grid=(), args=(x, y))  # builds the fast path for this pattern
+    k.launch(grid=(), args=(x, y))
+    for _ in range(2):  # the fast path hands it to the generic path, which says what is wrong
+        with pytest.raises(kb.InvalidArgumentError, match="'y_ref' .* donated .* also passed as 'x_ref'"):
+            k.launch(grid=(), args=(y, y))
+    np.testing.assert_array_equal(y.numpy(), np.full(8, 3.0, np.float32))  # untouched by the refusals
+    with pytest.raises(kb.InvalidArgumentError, match="donated"):
+        k.launch(grid=(), args={"x_ref": y, "y_ref": y})

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from . import streams as _streams
 from ._plugins import Backend, Binding, binding, runtime
 from ._select import _by_priority, device, devices, select  # noqa: F401  (device selection lives there)
+from .argrules import BY_NAME
 from .device import Device, registry
 from .errors import (
     ArgumentTypeError,
@@ -77,19 +78,39 @@ def _np_dtype(spec: Any) -> Any:
     try:
         return np.dtype(spec)
     except (TypeError, ValueError, SyntaxError) as exc:
+        if isinstance(spec, str) and spec in BY_NAME:
+            # numpy knows "bfloat16" and the float8s by name only once ml_dtypes (an optional
+            # dependency, which jax brings) is imported: import it on this rare path only.
+            try:
+                import ml_dtypes  # noqa: F401
+
+                return np.dtype(spec)
+            except (ImportError, TypeError):
+                raise ArgumentTypeError(
+                    f"dtype {spec!r} needs the ml_dtypes package (pip install ml-dtypes), which numpy uses for it"
+                ) from None
         raise ArgumentTypeError(
             f"dtype {spec!r} is not a numpy dtype ({exc}); use a numeric one such as 'float32', 'int64' or np.uint8"
         ) from None
 
 
 def _numeric(dt: Any, what: str) -> Any:
-    """``dt`` if its kind is bool, integer, float or complex; else a clear refusal."""
-    if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
+    """``dt`` if it is a number: kind bool, integer, float or complex, or one of the dtypes of
+    :data:`kernelbay.argrules.DTYPES` that ml_dtypes adds to numpy (bfloat16, the float8s: numpy
+    kind ``V``, like records); else a clear refusal."""
+    if dt.fields is None and dt.subdtype is None and (dt.kind in "biufc" or dt.name in BY_NAME):
+        return dt
+    if dt.kind == "V" and dt.fields is None and dt.subdtype is None and not dt.name.startswith("void"):
+        # a number type another package added to numpy (ml_dtypes' int4, float4...), not in the table
         raise ArgumentTypeError(
-            f"{what} {dt} is not numeric: kernelbay arrays hold numbers only (bool, integers, floats, "
-            "complex), not objects, strings, records or dates; convert the data first (e.g. astype('float32'))"
+            f"{what} {dt} is not one kernelbay supports: its dtypes are {', '.join(BY_NAME)}; convert the data "
+            "first (e.g. astype('int8'))"
         )
-    return dt
+    raise ArgumentTypeError(
+        f"{what} {dt} is not numeric: kernelbay arrays hold numbers only (bool, integers, floats including "
+        "bfloat16 and float8, complex), not objects, strings, records or dates; convert the data first "
+        "(e.g. astype('float32'))"
+    )
 
 
 #: More bytes than any device's address space: a size past it is a mistake, said as such.

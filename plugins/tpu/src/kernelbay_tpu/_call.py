@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import inspect
 import logging
+import operator
+import re
+import sys
+import traceback
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from kernelbay.argrules import DTYPES
-from kernelbay.errors import ArgumentTypeError, InvalidArgumentError
+from kernelbay.errors import ArgumentTypeError, CompileError, InvalidArgumentError
 
 from . import _driver
+from ._body import kernel_body
 from ._vmem import check_vmem
 
 # jax and numpy are imported inside the functions that use them (see _driver): importing the
@@ -37,10 +42,20 @@ class RecompileWarning(UserWarning):
 class Entry:
     """One call signature: the jitted pure function and where its operands come from."""
 
-    __slots__ = ("avals", "fn", "ins", "outs", "pallas", "raw")
+    __slots__ = ("avals", "donate", "fn", "ins", "outs", "pallas", "raw")
 
-    def __init__(self, fn: Any, raw: Any, ins: tuple[int, ...], outs: tuple[int, ...], pallas: Any, avals: Any) -> None:
+    def __init__(
+        self,
+        fn: Any,
+        raw: Any,
+        ins: tuple[int, ...],
+        outs: tuple[int, ...],
+        pallas: Any,
+        avals: Any,
+        donate: tuple[int, ...] = (),
+    ) -> None:
         self.fn = fn  # jax.jit(raw), donating what the caller asked for
+        self.donate = donate  # the operands (indices into ins) fn donates
         self.raw = raw  # the pure function: operands -> the output, or a tuple of several
         self.ins = ins  # argument positions whose values are fn's operands, in order
         self.outs = outs  # argument positions fn's results belong to, in order
@@ -48,28 +63,66 @@ class Entry:
         self.avals = avals  # fn's operand shapes (for lowering without running)
 
 
-def normalise_grid(k: Any, grid: Any) -> tuple[int, ...]:
+_OPERAND = re.compile(r"\b(args|outputs)\[(\d+)\]")
+
+
+def compile_failure(k: Any, e: Entry, exc: BaseException, grid: Any, described: str) -> CompileError:
+    """``exc``, raised tracing, lowering or compiling entry ``e``, as a ``CompileError`` whose
+    message names the kernel's arguments where Pallas numbers its operands (``args[1]``)."""
+
+    def named(m: re.Match[str]) -> str:
+        where, j = (e.ins if m.group(1) == "args" else e.outs), int(m.group(2))
+        if j >= len(where) or where[j] >= len(k.params):
+            return m.group(0)
+        return f"{m.group(0)} (kernel argument {k.params[where[j]]})"
+
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return CompileError(
+        f"Pallas kernel {k.name!r} failed to trace or compile for grid {grid!r} and arguments [{described}]: "
+        f"{type(exc).__name__}: {_OPERAND.sub(named, first)}",
+        log="".join(traceback.format_exception(exc)),
+    )
+
+
+def normalise_grid(k: Any, grid: Any) -> tuple[Any, ...]:
     """A Pallas grid: an int or a tuple of ints >= 1, ``()`` for one step. A grid that a
-    ``LaunchConfig`` padded to three dimensions is cut back to the index maps' rank."""
+    ``LaunchConfig`` padded to three dimensions is cut back to the index maps' rank. Inside a
+    trace (``k.jax`` under ``jax.jit``) a dimension may be a traced integer, as ``pallas_call``
+    allows (megablox computes one from its group sizes): it is passed through as it is."""
     if grid is None:
         return k.default_grid
     dims = grid if isinstance(grid, (tuple, list)) else (grid,)
-    out: list[int] = []
+    out: list[Any] = []
     for d in dims:
         if isinstance(d, bool) or not isinstance(d, int):
+            if traced(d):
+                out.append(d)
+                continue
             try:
-                import operator
-
                 d = operator.index(d)
             except TypeError:
-                raise ArgumentTypeError(f"a Pallas grid is an int or a tuple of ints, not {grid!r}") from None
+                raise ArgumentTypeError(
+                    f"a Pallas grid is an int or a tuple of ints (traced ints inside jax.jit), not {grid!r}"
+                ) from None
         if d < 1:
             raise InvalidArgumentError(f"grid dimensions must all be >= 1, got {tuple(dims)}")
         out.append(d)
     rank = index_rank(k)
-    while rank is not None and len(out) > rank and out[-1] == 1:
+    while rank is not None and len(out) > rank and type(out[-1]) is int and out[-1] == 1:
         out.pop()
     return tuple(out)
+
+
+def traced(d: Any) -> bool:
+    """Whether ``d`` is a value being traced by JAX (a dynamic grid dimension)."""
+    core = sys.modules.get("jax.core")
+    return core is not None and isinstance(d, core.Tracer)
+
+
+def dynamic(grid: tuple[Any, ...]) -> bool:
+    """Whether a normalised grid has a traced dimension: its call belongs to one trace and is
+    never cached (a cached call would hold the tracer past its trace)."""
+    return any(type(d) is not int for d in grid)
 
 
 def index_rank(k: Any) -> int | None:
@@ -146,7 +199,7 @@ def scalar_dtype(v: Any) -> Any:
 
 
 def build(
-    k: Any, grid: tuple[int, ...], sig: tuple[Any, ...], kw: tuple[tuple[str, Any], ...], donate_pos: frozenset[int]
+    k: Any, grid: tuple[Any, ...], sig: tuple[Any, ...], kw: tuple[tuple[str, Any], ...], donate_pos: frozenset[int]
 ) -> Entry:
     """Validate one call signature and build its pure function (the slow path)."""
     import jax
@@ -166,7 +219,8 @@ def build(
     for p, s in enumerate(sig):
         kind = s[0]
         if kind == "s":
-            if p in k.outputs or p in k.inplace or p < n_pre or p in k.aliases:
+            # An output may be None, as in pallas_call's out_shape: the kernel gets None for it.
+            if (p in k.outputs and s[1] is not None) or p in k.inplace or p < n_pre or p in k.aliases:
                 raise ArgumentTypeError(
                     f"argument {k._label(p)} of {k.name!r} is an array argument (output, in-place, aliased or scalar "
                     f"prefetch), so it must be an array, not {type(s[1]).__name__}"
@@ -229,24 +283,47 @@ def build(
     def spec_for(p: int, pool: list[Any], j: int) -> Any:
         if sig[p][0] == "x":
             return smem
-        spec = k.specs.get(p, pool[j] if j < len(pool) else pl.BlockSpec())
+        spec = k.specs.get(p, pool[j] if 0 <= j < len(pool) else None)
+        if spec is None:  # kernelbay's None: the whole array
+            spec = pl.BlockSpec()
         if sig[p][1] is not None and isinstance(spec, pl.BlockSpec):
             return tree(p, spec)
         return spec
 
-    array_ins = [p for p in ins if sig[p][0] == "a"]
-    in_specs = [spec_for(p, gs_in, array_ins.index(p) if p in array_ins else -1) for p in ins]
-    out_specs = [spec_for(p, gs_out, j) for j, p in enumerate(outs)]
+    # grid_spec.in_specs pair with the array inputs in order; or, as Pallas reads them, with
+    # every input operand, a None operand (a static None here) taking a None spec.
+    in_order = [p for p in ins if sig[p][0] == "a"]
+    operands = [p for p in range(n_pre, len(sig)) if p not in k.outputs]
+    if len(gs_in) == len(operands) != len(in_order):
+        in_order = operands
+        for j, p in enumerate(operands):
+            if p in statics and gs_in[j] is not None:
+                raise InvalidArgumentError(
+                    f"grid_spec.in_specs gives a BlockSpec for {k._label(p)} of {k.name!r}, which is passed "
+                    f"{statics[p]!r}, not an array; give None for it (or pass an array)"
+                )
+    in_specs = [spec_for(p, gs_in, in_order.index(p) if p in in_order else -1) for p in ins]
+    out_order = [p for p in range(len(sig)) if p in k.outputs or p in k.inplace]  # None outputs too
+    out_order = out_order if len(gs_out) == len(out_order) != len(outs) else outs
+    out_specs = [spec_for(p, gs_out, out_order.index(p)) for p in outs]
     out_shape = tuple(padded(p) for p in outs)
     in_index = {p: n_pre + j for j, p in enumerate(ins)}
     aliases = {in_index[p]: outs.index(p) for p in ins if p in k.inplace}
     aliases.update({in_index[i]: outs.index(o) for i, o in k.aliases.items() if i in in_index and o in outs})
-    check_vmem(
-        k,
-        grid,
-        [(p, padded(p), in_specs[j]) for j, p in enumerate(ins)],
-        [(p, out_shape[j], out_specs[j]) for j, p in enumerate(outs)],
-    )
+    if k.mesh is None:
+        check_vmem(
+            k,
+            grid,
+            [(p, padded(p), in_specs[j]) for j, p in enumerate(ins)],
+            [(p, out_shape[j], out_specs[j]) for j, p in enumerate(outs)],
+        )
+    else:  # refs stay in HBM: only the scratch is VMEM
+        if grid:
+            raise InvalidArgumentError(
+                f"kernel {k.name!r} runs over meta['mesh'] (once per core, as pl.kernel does), not over a grid: "
+                f"launch it with grid=() (got {grid}); pipeline inside it with pltpu.emit_pipeline"
+            )
+        check_vmem(k, grid, [], [])
 
     kwargs: dict[str, Any] = {}
     if n_pre:
@@ -265,15 +342,27 @@ def build(
         kwargs["compiler_params"] = k.compiler_params
     if k.cost_estimate is not None:
         kwargs["cost_estimate"] = k.cost_estimate
-    body = _body(k, grid, len(sig), pre, ins, outs, statics, kwstat, in_specs, out_specs)
-    call = pl.pallas_call(
-        body,
-        out_shape=out_shape,
-        input_output_aliases=aliases,
-        interpret=_driver.state.interpret_arg,
-        name=k.name,
-        **kwargs,
-    )
+    body = kernel_body(k, grid, len(sig), pre, ins, outs, statics, kwstat, in_specs, out_specs)
+    interpret = _driver.state.interpret_arg if k.interpret is None else k.interpret
+
+    def make_call() -> Any:
+        # Built when traced, not once: pallas_call reads jax's force_tpu_interpret_mode context
+        # as it is built, and jit keys its traces by that context, so each trace gets its own.
+        if k.mesh is not None:
+            return pl.kernel(
+                body,
+                out_type=out_shape,
+                mesh=k.mesh,
+                scratch_types=k.scratch,
+                compiler_params=k.compiler_params,
+                cost_estimate=k.cost_estimate,
+                interpret=interpret,
+                name=k.name,
+            )
+        return pl.pallas_call(
+            body, out_shape=out_shape, input_output_aliases=aliases, interpret=interpret, name=k.name, **kwargs
+        )
+
     passed = tuple(pre + ins)
     scalars = {j: sig[p][1] for j, p in enumerate(passed) if sig[p][0] == "x"}
     pads = {j: (k.pad[p], padded(p)) for j, p in enumerate(passed) if p in k.pad}
@@ -287,106 +376,29 @@ def build(
             ops[j] = jnp.asarray(ops[j], dt).reshape((1,))
         for j, (_, want) in pads.items():
             ops[j] = jnp.pad(ops[j], [(0, w - n) for n, w in zip(ops[j].shape, want.shape)])
-        res = call(*ops)
+        res = make_call()(*ops)
         if cuts:
             res = tuple(r[tuple(slice(0, n) for n in cuts[j])] if j in cuts else r for j, r in enumerate(res))
         # One output comes back bare, as from pallas_call: no tuple to build and unpack.
         return res[0] if single else tuple(res)
 
     donate = tuple(j for j, p in enumerate(passed) if p in donate_pos)
+    # Placed on the kernel's device, as a launch's arrays are: lowering and compiling these
+    # ahead of the first call (launch does, to fail before donating) is then the very program
+    # the call looks up in jit's caches, not a second compilation of the same kernel.
+    where = jax.sharding.SingleDeviceSharding(_driver.jax_device(k.device))
     avals = []
     for p in passed:
         s = sig[p]
         if s[0] == "x":
-            avals.append(jax.ShapeDtypeStruct((), s[1], weak_type=s[2]))
+            avals.append(jax.ShapeDtypeStruct((), s[1], weak_type=s[2], sharding=where))
         else:
-            avals.append(s[2] if s[1] is None else jax.tree_util.tree_unflatten(s[1], list(s[2])))
-    return Entry(jax.jit(pure, donate_argnums=donate), pure, passed, tuple(outs), call, tuple(avals))
+            leaves = (s[2],) if s[1] is None else s[2]
+            placed = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=where) for a in leaves]
+            avals.append(placed[0] if s[1] is None else jax.tree_util.tree_unflatten(s[1], placed))
+    pure.__name__ = pure.__qualname__ = k.name  # jax's logs and profiles name the kernel
+    return Entry(jax.jit(pure, donate_argnums=donate), pure, passed, tuple(outs), make_call(), tuple(avals), donate)
 
 
 #: Element types a TPU Pallas kernel can take: the core table's, without 64-bit or complex.
 TPU_DTYPES = frozenset(d.name for d in DTYPES if d.size <= 4 and d.kind != "c")
-
-
-def _body(
-    k: Any,
-    grid: tuple[int, ...],
-    nargs: int,
-    pre: list[int],
-    ins: list[int],
-    outs: list[int],
-    statics: dict[Any, Any],
-    kwstat: dict[str, Any],
-    in_specs: list[Any],
-    out_specs: list[Any],
-) -> Any:
-    """The kernel pallas_call runs: its refs put back in the user kernel's own argument order.
-
-    An in-place argument is one buffer in HBM (aliased input and output); the kernel sees its
-    output block, which a TPU does not load from HBM. So that the single ref reads what it
-    holds, its input block is copied in when the block changes from one grid step to the
-    next, which is when a TPU fetches an input block; revisiting a block on consecutive steps
-    keeps what the kernel accumulated there, as Pallas outputs do.
-    """
-    fn = k.fn
-    n_pre, n_in = len(pre), len(ins)
-    plan: list[tuple[str, Any]] = [("s", statics.get(p)) for p in range(nargs)]
-    for j, p in enumerate(pre):
-        plan[p] = ("r", j)
-    for j, p in enumerate(ins):
-        plan[p] = ("r", n_pre + j)
-    fills = []
-    for j, p in enumerate(outs):
-        plan[p] = ("r", n_pre + n_in + j)
-        if p in k.inplace:
-            fills.append((n_pre + ins.index(p), n_pre + n_in + j, out_specs[j]))
-    n_refs = n_pre + n_in + len(outs)
-    layout = tuple(plan)
-
-    def body(*refs: Any) -> None:
-        for src, dst, spec in fills:
-            _fill_on_new_block(refs[src], refs[dst], spec, grid, refs[:n_pre])
-        fn(*[refs[v] if kind == "r" else v for kind, v in layout], *refs[n_refs:], **kwstat)
-
-    return body
-
-
-def _fill_on_new_block(src: Any, dst: Any, spec: Any, grid: tuple[int, ...], prefetch: Sequence[Any]) -> None:
-    import jax
-    import jax.numpy as jnp
-    from jax.experimental import pallas as pl
-
-    for s_ref, d_ref, sp in zip(jax.tree.leaves(src), jax.tree.leaves(dst), _spec_leaves(spec, src)):
-        ms = str(getattr(sp, "memory_space", None)).lower()
-        if "any" in ms or "hbm" in ms:
-            continue  # one buffer in HBM: the kernel's ref already reads the input
-        im = getattr(sp, "index_map", None)
-        if not grid:
-            d_ref[...] = s_ref[...]
-            continue
-        ids = [pl.program_id(d) for d in range(len(grid))]
-        strides = [1] * len(grid)
-        for d in range(len(grid) - 2, -1, -1):
-            strides[d] = strides[d + 1] * grid[d + 1]
-        flat = sum(i * s for i, s in zip(ids, strides))
-        changed = flat == 0
-        if im is not None and getattr(sp, "block_shape", None) is not None:
-            prev = [((flat - 1 + strides[0] * grid[0]) // s) % g for s, g in zip(strides, grid)]
-            cur, was = im(*ids, *prefetch), im(*prev, *prefetch)
-            for a, b in zip(jax.tree.leaves(cur), jax.tree.leaves(was)):
-                changed = jnp.logical_or(changed, jnp.asarray(a) != jnp.asarray(b))
-
-        @pl.when(changed)
-        def _(s_ref: Any = s_ref, d_ref: Any = d_ref) -> None:
-            d_ref[...] = s_ref[...]
-
-
-def _spec_leaves(spec: Any, ref_tree: Any) -> list[Any]:
-    import jax
-    from jax.experimental import pallas as pl
-
-    n = len(jax.tree.leaves(ref_tree))
-    if isinstance(spec, pl.BlockSpec):
-        return [spec] * n
-    leaves = jax.tree.leaves(spec, is_leaf=lambda x: isinstance(x, pl.BlockSpec))
-    return leaves if len(leaves) == n else [pl.BlockSpec()] * n

@@ -50,7 +50,7 @@ def _leaves(aval_tree: Any, spec: Any) -> list[tuple[Any, Any]]:
 
 
 def check_vmem(
-    k: Any, grid: tuple[int, ...], ins: Sequence[tuple[int, Any, Any]], outs: Sequence[tuple[int, Any, Any]]
+    k: Any, grid: tuple[Any, ...], ins: Sequence[tuple[int, Any, Any]], outs: Sequence[tuple[int, Any, Any]]
 ) -> None:
     """Estimate the VMEM the kernel's blocks need (each as many times as it is buffered, two
     by default) plus VMEM scratch, and reject what cannot fit; reject a ``vmem_limit_bytes``
@@ -67,7 +67,8 @@ def check_vmem(
                 dims = aval.shape if block is None else tuple(_block_dim(d) for d in block)
                 n = buffers(sp) * int(np.prod(dims, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
                 parts.append((f"{k.params[p] if p < len(k.params) else p} ({kind})", n))
-    for j, s in enumerate(k.scratch):
+    scratch = k.scratch.items() if isinstance(k.scratch, dict) else enumerate(k.scratch)
+    for j, s in scratch:
         shape, dtype = getattr(s, "shape", None), getattr(s, "dtype", None)
         if shape is None or dtype is None or not _in_vmem(getattr(s, "memory_space", None)):
             continue

@@ -15,7 +15,7 @@ from typing import Any
 from kernelbay.errors import CompileError
 from kernelbay.types import Device, Source
 
-from ._jaxfn import call_jax
+from ._jaxfn import call_jax, fast_key
 from .launcher import launch_entry
 
 META_KEYS = frozenset(
@@ -30,8 +30,13 @@ META_KEYS = frozenset(
         "input_output_aliases",
         "scalars",
         "pad",
+        "mesh",
+        "interpret",
     }
 )
+
+#: Keys that describe pallas_call's grid and blocks, which a kernel over a mesh has none of.
+GRID_KEYS = ("grid_spec", "block_specs", "scalars", "pad", "inplace", "input_output_aliases")
 
 
 class PallasKernel:
@@ -60,7 +65,24 @@ class PallasKernel:
         self.grid_spec = gs
         self.num_prefetch = int(getattr(gs, "num_scalar_prefetch", 0) or 0)
         self.default_grid = tuple(getattr(gs, "grid", ()) or ())
-        self.scratch = tuple(meta.get("scratch_shapes") or ()) + tuple(getattr(gs, "scratch_shapes", ()) or ())
+        self.mesh = meta.get("mesh")
+        if self.mesh is not None:
+            clash = [key for key in GRID_KEYS if meta.get(key)]
+            if clash or not hasattr(self.mesh, "shape"):
+                raise self._error(
+                    f"meta['mesh'] runs {self.name!r} as pl.kernel does, once per core of the mesh, on refs left in "
+                    f"HBM: it takes no {', '.join(clash or GRID_KEYS)} (pipeline inside the kernel with "
+                    "pltpu.emit_pipeline; write results to outputs), and the mesh is a Pallas mesh such as "
+                    "pltpu.create_tensorcore_mesh('core')"
+                )
+        scratch = meta.get("scratch_shapes") or ()
+        if isinstance(scratch, Mapping):  # passed by name, as pl.kernel's scratch_types=dict(...)
+            if getattr(gs, "scratch_shapes", None):
+                raise self._error("meta['scratch_shapes'] by name cannot be combined with grid_spec.scratch_shapes")
+            self.scratch: Any = dict(scratch)
+        else:
+            self.scratch = tuple(scratch) + tuple(getattr(gs, "scratch_shapes", ()) or ())
+        self.interpret = self._interpret(meta.get("interpret"))
         self.compiler_params = meta.get("compiler_params")
         self.cost_estimate = meta.get("cost_estimate")
         self.params, self.nargs, self.kwonly = self._signature(fn)
@@ -85,6 +107,7 @@ class PallasKernel:
         self.pad = self._pad(meta.get("pad"))
         self.cache: dict[Any, Any] = {}  # launch signature -> _call.Entry
         self.jax_cache: dict[Any, Any] = {}  # k.jax signature -> _call.Entry
+        self.jax_fast: dict[Any, Any] = {}  # _jaxfn.fast_key of an eager call -> (jitted fn, operand picker)
         self.fast: Any = None  # the generated launch fast path (launcher._specialise)
         self.static_seen: dict[int | str, set[Any]] = {}  # static values compiled, per argument
         self.warned: set[int | str] = set()
@@ -107,7 +130,10 @@ class PallasKernel:
         names: list[str] = []
         kwonly: list[str] = []
         var = False
+        named = self.scratch if isinstance(self.scratch, dict) else {}
         for p in sig.parameters.values():
+            if p.name in named:
+                continue  # a scratch ref passed by name
             if p.kind is p.VAR_POSITIONAL:
                 var = True
             elif p.kind is p.KEYWORD_ONLY:
@@ -116,7 +142,7 @@ class PallasKernel:
                 names.append(p.name)
         if var:
             return names, None, tuple(kwonly)
-        n = len(names) - len(self.scratch)
+        n = len(names) - (0 if named else len(self.scratch))
         if n < 0:
             raise self._error(
                 f"kernel {self.name!r} takes {len(names)} arguments but meta has {len(self.scratch)} scratch_shapes; "
@@ -203,6 +229,24 @@ class PallasKernel:
             out[p] = entry
         return out
 
+    def _interpret(self, value: Any) -> Any:
+        """``meta['interpret']``: this kernel's own interpret mode (None: the device's)."""
+        if value is None or value is True:
+            return value
+        from jax.experimental.pallas import tpu as pltpu  # jax: imported only when a kernel asks for this
+
+        if isinstance(value, Mapping):
+            try:
+                return pltpu.InterpretParams(**value)
+            except TypeError as exc:
+                raise self._error(f"meta['interpret'] has a field pltpu.InterpretParams does not: {exc}") from None
+        if isinstance(value, pltpu.InterpretParams):
+            return value
+        raise self._error(
+            f"meta['interpret'] is True (Pallas interpret mode), a pltpu.InterpretParams(...) or a mapping of its "
+            f"fields (JAX's TPU interpreter, e.g. {{'detect_races': True}}), not {value!r}"
+        )
+
     def _label(self, i: int | str) -> str:
         if isinstance(i, str):
             return repr(i)
@@ -224,6 +268,15 @@ class PallasKernel:
 
         :param grid: the Pallas grid (default: ``meta['grid_spec']``'s, else ``()``).
         """
+        key = fast_key(self, args, kwargs, grid)
+        if key is not None:
+            try:
+                hit = self.jax_fast.get(key)
+            except TypeError:  # an unhashable grid: the slow path says what is wrong
+                hit = None
+            if hit is not None:  # an eager call with the same shapes, dtypes and statics as before
+                fn, pick = hit
+                return fn(*pick(args))
         return call_jax(self, args, kwargs, grid)
 
     def lower(self, grid: Any, args: Sequence[Any]) -> Any:

@@ -48,26 +48,40 @@ class TpuGraph:
             k = s.kernel.handle
             e, _ = launcher.launch_entry(k, s.grid, s.args)  # validates and builds, as a launch would
             vals, _kw = launcher._bind(k, s.args)
-            ins = []
+            tree = launcher.trees(k, vals)
+            # per operand: a buffer's slot, a pytree of slots, or a run-time constant
+            ins: list[tuple[str, Any]] = []
             for p in e.ins:
                 a = vals[p]
                 if isinstance(a, Buffer):
-                    ins.append((True, slot(a)))
+                    ins.append(("b", slot(a)))
+                elif p in tree:
+                    ins.append(("t", (tree[p][0], [slot(x) for x in tree[p][1]])))
                 else:
-                    ins.append((False, len(consts)))
+                    ins.append(("c", len(consts)))
                     consts.append(a)
-            plan.append((e.raw, tuple(ins), tuple(slot(vals[p]) for p in e.outs)))
-        written = tuple(sorted({o for _, _, outs in plan for o in outs}))
+            outs = [[slot(x) for x in tree[p][1]] if p in tree else [slot(vals[p])] for p in e.outs]
+            plan.append((e.raw, tuple(ins), outs))
+        written = tuple(sorted({o for _, _, outs in plan for slots in outs for o in slots}))
         nb = len(bufs)
 
         def program(*operands: Any) -> tuple[Any, ...]:
             env, cs = list(operands[:nb]), operands[nb:]
+
+            def operand(kind: str, at: Any) -> Any:
+                if kind == "b":
+                    return env[at]
+                if kind == "t":
+                    return jax.tree_util.tree_unflatten(at[0], [env[i] for i in at[1]])
+                return cs[at]
+
             for call, ins, outs in plan:
-                res = call(*[env[i] if is_buf else cs[i] for is_buf, i in ins])
+                res = call(*[operand(kind, at) for kind, at in ins])
                 if len(outs) == 1:  # one output comes back bare, as from pallas_call
                     res = (res,)
-                for o, r in zip(outs, res):
-                    env[o] = r
+                for slots, r in zip(outs, res):
+                    for o, leaf in zip(slots, jax.tree.leaves(r)):
+                        env[o] = leaf
             return tuple(env[o] for o in written)
 
         self.fn = jax.jit(program)

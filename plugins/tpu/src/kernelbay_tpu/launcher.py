@@ -10,14 +10,12 @@ diagnosed, never repeated, except where it failed before running (an unwritten i
 from __future__ import annotations
 
 import os
-import traceback
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from kernelbay.errors import (
     ArgumentTypeError,
-    CompileError,
     InvalidArgumentError,
     KernelbayError,
     LaunchError,
@@ -67,7 +65,34 @@ def launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any], shared_me
     return _generic(kernel.handle, grid, args)
 
 
-def _key(k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any]) -> tuple[Any, ...]:
+#: Types of static values that never hold arrays: no pytree walk for them.
+_PLAIN = frozenset({int, float, bool, str, bytes, complex, type(None)})
+
+
+def trees(k: Any, vals: Sequence[Any]) -> dict[int, tuple[Any, list[Buffer]]]:
+    """The arguments that are pytrees of kernelbay arrays (megablox's tuple of group metadata,
+    flash attention's ``SegmentIds``): position -> (treedef, leaves). The kernel receives the
+    same pytree of refs."""
+    found: dict[int, tuple[Any, list[Buffer]]] = {}
+    for p, a in enumerate(vals):
+        if type(a) in _PLAIN or isinstance(a, Buffer) or p in k.scalars:
+            continue
+        import jax
+
+        leaves, treedef = jax.tree_util.tree_flatten(a)
+        if not any(isinstance(x, Buffer) for x in leaves):
+            continue
+        if not all(type(x) is Array for x in leaves):
+            raise ArgumentTypeError(
+                f"argument {k._label(p)} of {k.name!r} is a pytree holding kernelbay arrays and other values "
+                f"({', '.join(sorted({type(x).__name__ for x in leaves}))}); a pytree argument holds kernelbay "
+                "arrays only (pass the other values as arguments of their own)"
+            )
+        found[p] = (treedef, leaves)
+    return found
+
+
+def _key(k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any], tree: Mapping[int, Any]) -> tuple[Any, ...]:
     key: list[Any] = [grid]
     for p, a in enumerate(vals):
         if type(a) is Array:
@@ -76,6 +101,9 @@ def _key(k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any]) -> tuple
             key += ((a.nbytes,), None)
         elif p in k.scalars:
             key.append((type(a), getattr(a, "dtype", None)))
+        elif p in tree:
+            treedef, leaves = tree[p]
+            key.append((treedef, tuple((x.shape, x.dtype) for x in leaves)))
         else:
             key.append((type(a), a))
     for i, o in k.aliases.items():
@@ -86,28 +114,36 @@ def _key(k: Any, grid: Any, vals: Sequence[Any], kw: Mapping[str, Any]) -> tuple
     return tuple(key)
 
 
-def _signature(k: Any, vals: Sequence[Any]) -> tuple[tuple[Any, ...], frozenset[int]]:
+def _checked(k: Any, p: int, a: Buffer) -> Any:
+    """The JAX operand shape of buffer argument ``p``, after checking it can be one."""
     import jax
 
+    if a.handle is None:
+        raise UseAfterFreeError(f"argument {k._label(p)} of {k.name!r} was used after close()")
+    if a.device != k.device:
+        raise InvalidArgumentError(
+            f"argument {k._label(p)} of {k.name!r} lives on {a.device}, the kernel on "
+            f"{k.device}; copy it with kb.asarray(x, device={str(k.device)!r})"
+        )
+    if isinstance(a, Array) and a.dtype.name not in _call.TPU_DTYPES:
+        raise InvalidArgumentError(
+            f"argument {k._label(p)} of {k.name!r} has dtype {a.dtype}, which TPU Pallas kernels "
+            f"cannot take; use a 32-bit type (float32 or int32), e.g. kb.asarray(x, dtype='float32')"
+        )
+    shape, dtype = layout(a)
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def _signature(k: Any, vals: Sequence[Any], tree: Mapping[int, Any]) -> tuple[tuple[Any, ...], frozenset[int]]:
     sig: list[Any] = []
     for p, a in enumerate(vals):
         if isinstance(a, Buffer):
-            if a.handle is None:
-                raise UseAfterFreeError(f"argument {k._label(p)} of {k.name!r} was used after close()")
-            if a.device != k.device:
-                raise InvalidArgumentError(
-                    f"argument {k._label(p)} of {k.name!r} lives on {a.device}, the kernel on "
-                    f"{k.device}; copy it with kb.asarray(x, device={str(k.device)!r})"
-                )
-            if isinstance(a, Array) and a.dtype.name not in _call.TPU_DTYPES:
-                raise InvalidArgumentError(
-                    f"argument {k._label(p)} of {k.name!r} has dtype {a.dtype}, which TPU Pallas kernels "
-                    f"cannot take; use a 32-bit type (float32 or int32), e.g. kb.asarray(x, dtype='float32')"
-                )
-            shape, dtype = layout(a)
-            sig.append(("a", None, jax.ShapeDtypeStruct(shape, dtype)))
+            sig.append(("a", None, _checked(k, p, a)))
         elif p in k.scalars:
             sig.append(("x", _call.scalar_dtype(a), isinstance(a, (int, float))))
+        elif p in tree:
+            treedef, leaves = tree[p]
+            sig.append(("a", treedef, tuple(_checked(k, p, x) for x in leaves)))
         else:
             sig.append(("s", a))
     donate = {p for p in k.inplace if p < len(vals)}
@@ -115,13 +151,51 @@ def _signature(k: Any, vals: Sequence[Any]) -> tuple[tuple[Any, ...], frozenset[
     return tuple(sig), frozenset(donate)
 
 
+def _operand(k: Any, p: int, a: Any, tree: Mapping[int, Any]) -> Any:
+    """What the jitted call takes for argument ``p``: an array's storage (zeros if never
+    written), a pytree of them, or the value itself."""
+    if isinstance(a, Buffer):
+        h = a.handle
+        if h is None:
+            raise UseAfterFreeError(f"argument {k._label(p)} of {k.name!r} was used after close()")
+        return materialize(a) if type(h) is Unset else h
+    if p in tree:
+        import jax
+
+        treedef, leaves = tree[p]
+        return jax.tree_util.tree_unflatten(treedef, [_operand(k, p, x, tree) for x in leaves])
+    return a
+
+
+def _store(vals: Sequence[Any], outs: Sequence[int], res: Any, tree: Mapping[int, Any]) -> Any:
+    """Make the call's results the storage of the arrays they belong to; return them flat."""
+    if not tree:
+        for p, r in zip(outs, res):
+            vals[p].handle = r
+        return res
+    import jax
+
+    flat: list[Any] = []
+    for p, r in zip(outs, res):
+        if p in tree:
+            got = jax.tree.leaves(r)
+            for x, h in zip(tree[p][1], got):
+                x.handle = h
+            flat += got
+        else:
+            vals[p].handle = r
+            flat.append(r)
+    return tuple(flat)
+
+
 def launch_entry(k: Any, grid: Any, args: Any) -> tuple[Any, Any]:
     """The entry a launch with these arguments runs (built if new), and its operand shapes."""
     vals, kw = _bind(k, args)
-    key = _key(k, grid, vals, kw)
+    tree = trees(k, vals)
+    key = _key(k, grid, vals, kw, tree)
     e = k.cache.get(key)
     if e is None:
-        sig, donate = _signature(k, vals)
+        sig, donate = _signature(k, vals, tree)
         e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
     return e, e.avals
 
@@ -136,8 +210,9 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
     if isinstance(_driver.state.jax_devices, _driver._ForkedDevices):
         raise LaunchError(_driver.FORKED)
     vals, kw = _bind(k, args)
+    tree = trees(k, vals)
     try:
-        key = _key(k, grid, vals, kw)
+        key = _key(k, grid, vals, kw, tree)
         e = k.cache.get(key)
     except TypeError:  # an unhashable grid or static value
         bad = [a for a in vals if not isinstance(a, Buffer)]
@@ -147,29 +222,19 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
             "that change as Source.meta['scalars']"
         ) from None
     if e is None:
-        e = _miss(k, grid, vals, kw)
+        e = _miss(k, grid, vals, kw, tree)
         k.cache[key] = e
-    handles = []
-    for p in e.ins:
-        a = vals[p]
-        if isinstance(a, Buffer):
-            h = a.handle
-            if h is None:
-                raise UseAfterFreeError(f"argument {k._label(p)} of {k.name!r} was used after close()")
-            if type(h) is Unset:
-                h = materialize(a)
-            handles.append(h)
-        else:
-            handles.append(a)
-    res = e.fn(*handles)
+    ops = [_operand(k, p, vals[p], tree) for p in e.ins]
+    if e.donate:
+        _check_donated(k, e, ops)
+    res = e.fn(*ops)
     if len(e.outs) == 1:
         res = (res,)
-    for p, r in zip(e.outs, res):
-        vals[p].handle = r
-    _last.results = res
+    _last.results = _store(vals, e.outs, res, tree)
     if (
         k.fast is None
         and not kw
+        and not tree
         and isinstance(args, (tuple, list))
         and all(type(a) is Array or not isinstance(a, Buffer) for a in args)
     ):
@@ -177,13 +242,13 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
         _specialised.add(k)
 
 
-def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any]) -> Any:
+def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any], tree: Mapping[int, Any]) -> Any:
     """A new launch signature: validate, build, lower and compile, all before anything runs
     (a failure here leaves donated inputs untouched and is reported as a CompileError)."""
-    sig, donate = _signature(k, vals)
+    sig, donate = _signature(k, vals, tree)
     e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
     try:
-        e.fn.lower(*e.avals).compile()
+        e.fn.lower(*e.avals).compile()  # fills jit's caches: the call below compiles nothing
     except KernelbayError:
         raise
     except Exception as exc:
@@ -193,12 +258,28 @@ def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any]) -> Any:
             else f"{k._label(i)}: {a!r}"
             for i, a in enumerate(vals)
         )
-        raise CompileError(
-            f"Pallas kernel {k.name!r} failed to trace or compile for grid {grid!r} and arguments [{shapes}]: "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            log="".join(traceback.format_exception(exc)),
-        ) from exc
+        raise _call.compile_failure(k, e, exc, grid, shapes) from exc
     return e
+
+
+def _check_donated(k: Any, e: Any, ops: Sequence[Any]) -> None:
+    """A donated operand (an in-place argument's storage) must be no other operand's: XLA
+    refuses to donate a buffer the same call reads."""
+    import jax
+
+    leaves = [jax.tree.leaves(o) for o in ops]
+    for j in e.donate:
+        mine = {id(h) for h in leaves[j]}
+        for i, other in enumerate(leaves):
+            same = len(mine) < len(other) if i == j else any(id(h) in mine for h in other)
+            if same:
+                p, q = e.ins[j], e.ins[i]
+                also = "holds one array twice" if i == j else f"the same array is also passed as {k._label(q)}"
+                raise InvalidArgumentError(
+                    f"argument {k._label(p)} of {k.name!r} is updated in place (its storage is donated to the "
+                    f"kernel), and {also}; a call cannot read a buffer it donates. "
+                    "Pass a copy (kb.asarray(x)) for the one that is only read"
+                )
 
 
 def _recover(k: Any, e: Any, args: Sequence[Any], exc: Exception) -> Any:
@@ -242,6 +323,16 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
     ins = [i for i in range(n) if i not in k.outputs and (i in arrays or i in k.scalars)]
     outs = sorted(i for i in arrays if i in k.outputs or i in k.inplace)
     check = " and ".join(f"type(a{i}) is Array" for i in arrays) or "True"
+    # A donated array passed again elsewhere: the generic path raises the clear error.
+    clash = []
+    for d in sorted(i for i in arrays if i in k.inplace or i in k.aliases):
+        others = " or ".join(f"a{d}.handle is a{j}.handle" for j in ins if j != d and j in arrays)
+        if others:
+            alias = f"a{d} is a{k.aliases[d]} and " if d in k.aliases and k.aliases[d] < n else ""
+            if d in k.aliases and not alias:
+                continue
+            clash.append(f"({alias}({others}))")
+    clashes = " or ".join(clash) or "False"
     # Identity with the last launch's arguments (MEMO) stands for the whole key: an
     # Array's shape and dtype never change, and a static is the same object. The fast path
     # therefore keeps the last arguments alive until the kernel's next launch.
@@ -270,7 +361,7 @@ def fast(grid, args):
             e = cache.get(({", ".join(key)},))
         except TypeError:
             return False
-        if e is None:
+        if e is None or {clashes}:
             return False
         MEMO = (grid, e, {", ".join(f"a{i}" for i in range(n))}{"," if n == 1 else ""})
     try:
