@@ -22,18 +22,7 @@ from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 F32 = jnp.float32
 
 
-@pytest.fixture(autouse=True, scope="module", params=["1", "tpu"], ids=["interpret", "tpu-interpreter"])
-def _interpret(request: Any) -> Any:
-    from kernelbay_tpu.testing import interpret_mode
-
-    with interpret_mode(request.param):
-        yield request.param
-
-
-def _interp() -> Any:
-    from kernelbay_tpu._driver import state
-
-    return state.interpret_arg
+from .both_modes import _interp, _interpret  # noqa: E402, F401  (runs this module in both modes)
 
 
 def check(

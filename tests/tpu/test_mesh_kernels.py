@@ -19,19 +19,7 @@ jnp = jax.numpy
 from jax.experimental import pallas as pl  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 
-
-@pytest.fixture(autouse=True, scope="module", params=["1", "tpu"], ids=["interpret", "tpu-interpreter"])
-def _interpret(request: Any) -> Any:
-    from kernelbay_tpu.testing import interpret_mode
-
-    with interpret_mode(request.param):
-        yield request.param
-
-
-def _interp() -> Any:
-    from kernelbay_tpu._driver import state
-
-    return state.interpret_arg
+from .both_modes import _interp, _interpret  # noqa: E402, F401  (runs this module in both modes)
 
 
 def _mesh() -> Any:
@@ -81,7 +69,7 @@ def iota_kernel(o_ref, o_vmem):
     pltpu.sync_copy(o_vmem, o_ref.at[pl.ds(i * 128, 128)])
 
 
-def test_distributing_work_across_cores(dev: kb.Device, _interpret: str) -> None:
+def test_distributing_work_across_cores(dev: kb.Device, _interpret: str) -> None:  # noqa: F811 (the fixture)
     _axis_index_needs_the_tpu_interpreter(_interpret)
     tpu_info = pltpu.get_tpu_info()
     out = jax.ShapeDtypeStruct((128 * tpu_info.num_cores,), jnp.float32)
@@ -115,7 +103,7 @@ def add_kernel(x_hbm, y_hbm, o_hbm):
     )(x_hbm, y_hbm, o_hbm)
 
 
-def test_pipelined_add(dev: kb.Device, _interpret: str) -> None:
+def test_pipelined_add(dev: kb.Device, _interpret: str) -> None:  # noqa: F811 (the fixture)
     _axis_index_needs_the_tpu_interpreter(_interpret)
     x = 2 * jnp.ones((256, 256))
     y = 3 * jnp.ones((256, 256))

@@ -4,8 +4,6 @@ same pytree of refs, and the results become the storage of the arrays they belon
 
 from __future__ import annotations
 
-from typing import Any
-
 import kernelbay as kb
 import numpy as np
 import pytest
@@ -16,19 +14,7 @@ from jax.experimental import pallas as pl  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 from jax.experimental.pallas.ops.tpu.flash_attention import SegmentIds  # noqa: E402
 
-
-@pytest.fixture(autouse=True, scope="module", params=["1", "tpu"], ids=["interpret", "tpu-interpreter"])
-def _interpret(request: Any) -> Any:
-    from kernelbay_tpu.testing import interpret_mode
-
-    with interpret_mode(request.param):
-        yield request.param
-
-
-def _interp() -> Any:
-    from kernelbay_tpu._driver import state
-
-    return state.interpret_arg
+from .both_modes import _interp, _interpret  # noqa: E402, F401  (runs this module in both modes)
 
 
 def metadata_gmm(meta_ref, lhs_ref, rhs_ref, out_ref):
