@@ -15,9 +15,6 @@ import json
 import os
 import platform
 import shlex
-import shutil
-import subprocess
-import tempfile
 import threading
 from typing import Any
 
@@ -67,6 +64,8 @@ def find_compiler() -> tuple[str, ...]:
 
     :raises BackendUnavailableError: when there is none.
     """
+    import shutil  # only where a compiler runs: importing the plugin stays light
+
     raw = os.environ.get(ENV_CXX, "").strip()
     if raw:
         argv = shlex.split(raw)
@@ -164,6 +163,8 @@ def _probe() -> Toolchain:
 
 
 def _version(argv: tuple[str, ...]) -> str:
+    import subprocess  # only where a compiler runs: importing the plugin stays light
+
     try:
         out = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -196,6 +197,9 @@ def _works(argv: tuple[str, ...], flags: list[str]) -> bool:
 
 def _works_in(argv: tuple[str, ...], flags: list[str], where: str) -> bool:
     global _last_probe_log
+    import subprocess  # only where a compiler runs: importing the plugin stays light
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-probe-", dir=where) as d:
         src, out = os.path.join(d, "probe.cpp"), os.path.join(d, "probe.so")
         with open(src, "w") as f:

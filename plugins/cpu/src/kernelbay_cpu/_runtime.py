@@ -11,10 +11,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import subprocess
-import tempfile
 import threading
-from importlib import resources
 
 from kernelbay.cache import lookup, make_key, store
 
@@ -36,6 +33,8 @@ _failed = False
 
 
 def _texts() -> dict[str, str]:
+    from importlib import resources  # importlib.resources loads tempfile: only when the headers are read
+
     base = resources.files("kernelbay_cpu") / "include"
     return {n: (base / n).read_text(encoding="utf-8") for n in (SOURCE, HEADER)}
 
@@ -55,6 +54,9 @@ def _build(tc: _driver.Toolchain) -> bytes:
     cache, hit = lookup(key)
     if hit is not None:
         return hit.payload
+    import subprocess  # only where a compiler runs: importing the plugin stays light
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-rt-") as d:
         for n, t in texts.items():
             with open(os.path.join(d, n), "w", encoding="utf-8") as f:

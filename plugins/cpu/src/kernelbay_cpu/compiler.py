@@ -19,13 +19,10 @@ import hashlib
 import logging
 import os
 import re
-import subprocess
-import tempfile
 import threading
 import time
 import weakref
 from collections.abc import Sequence
-from importlib import resources
 from typing import TYPE_CHECKING
 
 from kernelbay.cache import CacheEntry, locked, lookup, make_key, recheck, store
@@ -265,6 +262,8 @@ def _c_string(s: str) -> str:
 
 
 def _prelude_text() -> dict[str, str]:
+    from importlib import resources  # importlib.resources loads tempfile: only when the headers are read
+
     base = resources.files("kernelbay_cpu") / "include"
     return {h: (base / h).read_text(encoding="utf-8") for h in _HEADERS}
 
@@ -565,6 +564,9 @@ def _run_compiler(
 ) -> tuple[bytes, dict[str, str]]:
     """The shared object's bytes, and ``{path: sha256}`` of the files it was built from outside
     the build directory (from the compiler's ``-MMD`` dependency output)."""
+    import subprocess  # only where a compiler runs: importing the plugin stays light
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-build-") as d:
         files = {**pre, **dict(source.headers), fname: text, "kb_main.cpp": main}
         base = os.path.realpath(d)
@@ -592,6 +594,8 @@ def _run_compiler(
 
 
 def _compile_error(log: str, source: Source, fname: str, cmd: list[str]) -> CompileError:
+    import tempfile  # only where a compiler runs: importing the plugin stays light
+
     lines: set[int] = set()
     in_launcher = False
     for m in _DIAG_RE.finditer(log):

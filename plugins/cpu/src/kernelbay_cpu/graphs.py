@@ -12,8 +12,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import subprocess
-import tempfile
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -85,6 +83,9 @@ def _build_runner() -> Any:
     cache, hit = lookup(key)
     image = hit.payload if hit is not None else None
     if image is None:
+        import subprocess  # only where a compiler runs: importing the plugin stays light
+        import tempfile
+
         with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-graph-") as d:
             src, out = os.path.join(d, "runner.cpp"), os.path.join(d, "runner.so")
             with open(src, "w") as f:
