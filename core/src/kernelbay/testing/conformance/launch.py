@@ -122,6 +122,25 @@ class LaunchTests(Suite):
         for d in (e for e in events if e.get("cat") == "device"):
             assert d["args"].get("flow") in flows, d
 
+    def test_a_second_trace_after_the_timer_closed(self, device: kb.Device, saxpy: kb.Kernel, tmp_path: Any) -> None:
+        """Rule (``kernelbay_device_timer``): the tracer calls the timer's optional ``close()`` when
+        a trace ends; the next trace must time this backend's work as the first one did."""
+        import json
+
+        xs, ys = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
+        counts = []
+        for i in range(2):
+            path = tmp_path / f"trace{i}.json"
+            with kb.trace(path):
+                self._run_saxpy(saxpy, device, 2.0, xs, ys)
+            with open(path, encoding="utf-8") as f:
+                events = json.load(f)["traceEvents"]
+            counts.append(sum(1 for e in events if e["ph"] == "X" and e.get("cat") == "device"))
+        assert counts[1] == counts[0], (
+            f"device spans: {counts[0]} in the first trace, {counts[1]} in the next; a device timer's close() "
+            "must leave the backend able to time the next trace (kernelbay_device_timer)"
+        )
+
     def test_synchronize(self, device: kb.Device) -> None:
         device.synchronize()
         kb.device(str(device)).synchronize()
