@@ -11,7 +11,7 @@ import kernelbay as kb
 import numpy as np
 import pytest
 from kernelbay_cpu import _loops
-from kernelbay_cpu.compiler import strip_comments_and_strings
+from kernelbay.csource import strip_comments_and_strings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:

@@ -77,9 +77,9 @@ def test_changed_options_or_source_miss_the_cache(tmp_path):
 
 def test_options_override_defaults(cpu, fresh_cache, monkeypatch, tmp_path):
     monkeypatch.setenv("CXX", _wrapper(tmp_path))  # the probe is per process: CXX is read from it
-    from kernelbay_cpu import _driver, compiler
+    from kernelbay_cpu import _driver, flags
 
-    fl = compiler.flags(["-O1", "-march=x86-64", "-fno-openmp", "-DVALUE=3"], _driver.toolchain())
+    fl = flags.flags(["-O1", "-march=x86-64", "-fno-openmp", "-DVALUE=3"], _driver.toolchain())
     assert "-O1" in fl and "-O3" not in fl
     assert "-march=x86-64" in fl and "-march=native" not in fl
     assert "-fopenmp" not in fl and "-DVALUE=3" in fl

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import kernelbay as kb
 import numpy as np
-from kernelbay_cpu import compiler
+from kernelbay_cpu import analysis
 
 EARLY_RETURN = r"""
 __global__ void k(int* y, int n);  // a declaration first: it has no body to wrap
@@ -56,8 +56,8 @@ __global__ void k(int* y) { y[my_index()] = my_index() * 3; }
 
 def test_device_function_reading_threadidx_keeps_the_per_thread_runner(cpu):
     src = kb.Source(DEVICE_READS_THREADIDX, lang="cuda", name="k")
-    assert compiler.wrap_thread_loops(src, src.text) is None
-    assert compiler.wrap_thread_loops(kb.Source(EARLY_RETURN, lang="cuda", name="k"), EARLY_RETURN) is not None
+    assert analysis.wrap_thread_loops(src, src.text) is None
+    assert analysis.wrap_thread_loops(kb.Source(EARLY_RETURN, lang="cuda", name="k"), EARLY_RETURN) is not None
     k = kb.compile(src, cpu)
     y = kb.asarray(np.zeros(512, np.int32), device=cpu)
     k.launch(2, 256, (y,))
@@ -66,7 +66,7 @@ def test_device_function_reading_threadidx_keeps_the_per_thread_runner(cpu):
 
 def test_wrapping_keeps_line_numbers():
     src = kb.Source(EARLY_RETURN, lang="cuda", name="k")
-    wrapped = compiler.wrap_thread_loops(src, src.text)
+    wrapped = analysis.wrap_thread_loops(src, src.text)
     assert wrapped is not None and wrapped.count("\n") == EARLY_RETURN.count("\n")
     assert wrapped.count("KB_THREADS_BEGIN") == 1
 
@@ -96,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) k(const float* __restrict__
 
 def test_launch_bounds_kernel_found_without_a_name_and_wrapped(cpu):
     src = kb.Source(LAUNCH_BOUNDS, lang="cuda")
-    wrapped = compiler.wrap_thread_loops(src, src.text)
+    wrapped = analysis.wrap_thread_loops(src, src.text)
     assert wrapped is not None and wrapped.count("KB_THREADS_BEGIN") == 1
     k = kb.compile(src, cpu)
     x = kb.asarray(np.arange(300, dtype=np.float32), device=cpu)

@@ -96,11 +96,11 @@ def _counting(backend: str) -> list[int]:
     """Count the compiler runs of this process (the rest are disk-cache hits)."""
     made: list[int] = []
     if backend == "cpu":
-        from kernelbay_cpu import compiler as mod
+        from kernelbay_cpu import build as mod
 
-        name = "_run_compiler"
+        name = "run_compiler"
     else:
-        from kernelbay_cuda import compiler as mod
+        from kernelbay_cuda import nvrtc as mod
 
         name = "_nvrtc"
     real = getattr(mod, name)
@@ -267,16 +267,16 @@ def threads(nthreads: int, seconds: float) -> dict:
 def _cold(d: str) -> tuple[int, float]:
     os.environ["KERNELBAY_CACHE_DIR"] = d
     import kernelbay as kb
-    from kernelbay_cpu import compiler
+    from kernelbay_cpu import build
 
     made = []
-    real = compiler._run_compiler
+    real = build.run_compiler
 
     def counting(*a, **k):
         made.append(1)
         return real(*a, **k)
 
-    compiler._run_compiler = counting
+    build.run_compiler = counting
     t0 = time.perf_counter()
     kb.compile(kb.Source("__global__ void cold(int* x) { x[0] = 7; }", "cuda"), "cpu")
     return len(made), time.perf_counter() - t0

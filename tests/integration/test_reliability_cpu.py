@@ -82,16 +82,16 @@ def test_header_names_cannot_write_outside_the_build(name, tmp_path):
 def _cold_worker(d):
     os.environ["KERNELBAY_CACHE_DIR"] = d
     import kernelbay as kb
-    from kernelbay_cpu import compiler
+    from kernelbay_cpu import build
 
     made = []
-    real = compiler._run_compiler
+    real = build.run_compiler
 
     def counting(*a, **k):
         made.append(1)
         return real(*a, **k)
 
-    compiler._run_compiler = counting
+    build.run_compiler = counting
     x = kb.zeros(1, "int32", "cpu")
     kb.compile(kb.Source("__global__ void cold(int* x) { x[0] = 7; }", "cuda"), "cpu").launch(1, 1, (x,))
     return len(made), int(x.numpy()[0])

@@ -1,0 +1,155 @@
+"""Source analysis for the cpu backend: what a CUDA source uses, and the text rewrites that
+let g++ compile it (thread loops, dynamic shared memory). Pure text work: no compiler runs here."""
+
+from __future__ import annotations
+
+import re
+
+from kernelbay.csource import default_kernel, find_kernels, strip_comments_and_strings
+from kernelbay.errors import CompileError, InvalidArgumentError
+from kernelbay.types import Source
+
+FILES = {"cuda": "kernel.cu", "c++": "kernel.cpp"}
+
+# --- features: what picks the fiber runner, and what the CPU backend cannot honour --------------
+
+_UNSUPPORTED = [
+    (r"\b(?:this_grid|grid_group|this_multi_grid|multi_grid_group)\b", "grid-wide cooperative groups (this_grid)"),
+    (
+        r"\b(?:coalesced_threads|coalesced_group|labeled_partition|binary_partition)\b",
+        "coalesced/labeled cooperative groups",
+    ),
+    (r"\b(?:tex[123]D\w*|texture\s*<|surf[123]D\w*|cudaTextureObject_t|cudaSurfaceObject_t)", "textures and surfaces"),
+    (r"\basm\b|\b__asm__\b", "inline PTX assembly (asm)"),
+    (r"<<<", "launching kernels from device code (<<< >>>)"),
+]
+_UNSUPPORTED_RE = [(re.compile(p), what) for p, what in _UNSUPPORTED]
+
+#: Anything that needs the threads of a block to run together: such kernels run as fibers.
+_BLOCK_FEATURES_RE = re.compile(
+    r"\b(?:__syncthreads\w*|__shared__|__syncwarp|__shfl\w*|__ballot\w*|__any_sync|__all_sync|__uni_sync"
+    r"|__activemask|__match_\w+|__reduce_\w+_sync|cooperative_groups)\b"
+)
+_EXTERN_SHARED_RE = re.compile(
+    r"\bextern\s+(?:__shared__\s+((?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+)?"
+    r"|(?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+__shared__\s+)"
+    r"(?P<type>[A-Za-z_][\w:<>,\s]*?[\w>])\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
+)
+
+
+def _texts(source: Source) -> list[tuple[str, str]]:
+    return [(FILES["cuda"], source.text), *sorted(source.headers.items())]
+
+
+def check_features(source: Source) -> None:
+    """Refuse CUDA features the CPU backend cannot run correctly, naming each and its line."""
+    found: list[tuple[str, str, int]] = []
+    lines: set[int] = set()
+    for fname, text in _texts(source):
+        clean = strip_comments_and_strings(text)
+        for rx, what in _UNSUPPORTED_RE:
+            m = rx.search(clean)
+            if m:
+                ln = clean.count("\n", 0, m.start()) + 1
+                found.append((what, fname, ln))
+                if fname == FILES["cuda"]:
+                    lines.add(ln)
+    if found:
+        where = "; ".join(f"{what} at {fname}:{ln}" for what, fname, ln in found)
+        raise CompileError(
+            f"the cpu backend cannot run this kernel: it uses {where}. Write a variant without it for cpu "
+            "(or a 'c++' Source), or pick a CUDA device",
+            source=source.text,
+            lines=lines,
+        )
+
+
+def needs_fibers(source: Source) -> bool:
+    """Whether a cuda source uses barriers, shared memory, warp operations or cooperative groups."""
+    return any(_BLOCK_FEATURES_RE.search(strip_comments_and_strings(t)) for _, t in _texts(source))
+
+
+_BUILTIN_RE = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim)\b")
+
+
+def _kernel_bodies(text: str) -> list[tuple[int, int]] | None:
+    """``(open, close)`` brace offsets of each ``__global__`` function body, or None when one
+    cannot be delimited (a declaration without a body is skipped)."""
+    bodies = []
+    for k in find_kernels(text):
+        if k.body is not None:
+            bodies.append(k.body)
+        elif not k.declaration:
+            return None
+    return bodies
+
+
+def wrap_thread_loops(source: Source, text: str) -> str | None:
+    """``text`` with each kernel body wrapped in KB_THREADS_BEGIN/END (see kb_cpu_cuda.h), or None
+    when that is not safe: a function other than a kernel, or a header, reads threadIdx and its
+    kin (it would see the thread_locals, which the thread loop does not set)."""
+    if any(_BUILTIN_RE.search(strip_comments_and_strings(t)) for _, t in sorted(source.headers.items())):
+        return None
+    clean = strip_comments_and_strings(text)
+    bodies = _kernel_bodies(text)
+    if not bodies:
+        return None
+    outside = clean
+    for a, b in bodies:
+        outside = outside[:a] + " " * (b - a) + outside[b:]
+    if _BUILTIN_RE.search(outside):
+        return None
+    out, pos = [], 0
+    for a, b in bodies:
+        out.append(text[pos : a + 1] + " KB_THREADS_BEGIN " + text[a + 1 : b] + " KB_THREADS_END ")
+        pos = b
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def rewrite_extern_shared(text: str) -> str:
+    """``extern __shared__ T name[];`` made a pointer to the launch's dynamic shared memory.
+
+    Inside a function it becomes a local ``T* name``; at file scope, where it stands alone on its
+    line, a ``#define``. Line numbers are kept, so diagnostics still point at the user's lines.
+    """
+    clean = strip_comments_and_strings(text)
+    out: list[str] = []
+    pos = 0
+    for m in _EXTERN_SHARED_RE.finditer(clean):
+        t, name = " ".join(m.group("type").split()), m.group("name")
+        ptr = f"reinterpret_cast<{t}*>(::kb_cpu::dyn_shared())"
+        depth = clean.count("{", 0, m.start()) - clean.count("}", 0, m.start())
+        line_start = clean.rfind("\n", 0, m.start()) + 1
+        line_end = clean.find("\n", m.end())
+        line_end = len(clean) if line_end < 0 else line_end
+        alone = not clean[line_start : m.start()].strip() and not clean[m.end() : line_end].strip()
+        if depth == 0 and alone:
+            repl = f"#define {name} ({ptr})"
+        else:
+            repl = f"{t}* const {name} = {ptr};"
+        out.append(text[pos : m.start()] + repl)
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+_ENTRY_RE = re.compile(r"^[A-Za-z_][\w:<>,\s*&()\[\]\.\-+]*$")
+
+
+def entries(source: Source) -> list[str]:
+    """The names to export: ``source.name`` first, then ``source.name_expressions``."""
+    names: list[str] = []
+    if source.name:
+        names.append(source.name.strip())
+    for e in source.name_expressions:
+        if e.strip() and e.strip() not in names:
+            names.append(e.strip())
+    if not names and source.lang == "cuda":
+        names = [default_kernel(source.text)]
+    if not names:
+        raise InvalidArgumentError("a 'c++' Source needs name= (the function to launch)")
+    for n in names:
+        if not _ENTRY_RE.match(n):
+            raise InvalidArgumentError(f"{n!r} is not a C++ function name or template instantiation")
+    return names
