@@ -317,6 +317,64 @@ def _alloc(quick: bool, dev, out: list[dict]) -> None:
         out.append(T.record("alloc-free-1MiB", name, st))
 
 
+def _alloc_streams(quick: bool, dev, out: list[dict]) -> None:
+    """kb.empty + close and kb.buffer + close beside CuPy and PyTorch, in three conditions: no
+    user stream, a user stream alive (the allocator then used to record an event per free), and
+    inside ``with stream:`` (each library's own stream context)."""
+    import kernelbay as kb
+    import numpy as np
+
+    size = 1 << 20
+    try:
+        import cupy as cp
+    except Exception as exc:
+        cp = None
+        out.append(_skip("empty-close-1MiB", "cupy", repr(exc)))
+    try:
+        import torch
+    except Exception as exc:
+        torch = None
+        out.append(_skip("empty-close-1MiB", "torch", repr(exc)))
+    tdev = f"cuda:{dev.index}"
+
+    def cases() -> dict:
+        c = {
+            "kernelbay": lambda: kb.empty(size, np.uint8, dev).close(),
+            "kernelbay-buffer": lambda: kb.buffer(size, dev).close(),
+        }
+        if cp is not None:
+            pool = cp.get_default_memory_pool()
+            c["cupy"] = lambda: cp.empty(size, cp.uint8)
+            c["cupy-pool-malloc"] = lambda: pool.malloc(size)
+        if torch is not None:
+            c["torch"] = lambda: torch.empty(size, dtype=torch.uint8, device=tdev)
+        return c
+
+    number, repeat = (200, 5) if quick else (2000, 30)
+    for name, st in T.interleaved(cases(), number=number, repeat=repeat).items():
+        out.append(T.record("empty-close-1MiB", name, st))
+    alive = dev.stream()
+    for name, st in T.interleaved(cases(), number=number, repeat=repeat).items():
+        out.append(T.record("empty-close-1MiB-stream-alive", name, st))
+    # Inside each library's own stream context: kernelbay's `with s:`, CuPy's `with cp Stream`,
+    # PyTorch's `with torch.cuda.stream(...)`.
+    s = dev.stream()
+    ctxs = [s]
+    if cp is not None:
+        ctxs.append(cp.cuda.Stream(non_blocking=False))
+    if torch is not None:
+        ctxs.append(torch.cuda.stream(torch.cuda.Stream(device=tdev)))
+    import contextlib
+
+    with contextlib.ExitStack() as es:
+        for c in ctxs:
+            es.enter_context(c)
+        for name, st in T.interleaved(cases(), number=number, repeat=repeat).items():
+            out.append(T.record("empty-close-1MiB-in-stream", name, st))
+    s.close()
+    alive.close()
+
+
 def _copies(quick: bool, dev, out: list[dict]) -> None:
     import kernelbay as kb
     import kernelbay_cuda as kc
@@ -419,7 +477,7 @@ def run(quick: bool) -> list[dict]:
             "properties": {k: v for k, v in dev.properties.items() if isinstance(v, (int, str))},
         }
     ]
-    for part in (_launch, _graph, _alloc, _copies, _compile):
+    for part in (_launch, _graph, _alloc, _alloc_streams, _copies, _compile):
         try:
             part(quick, dev, out)
         except Exception as exc:
@@ -495,6 +553,22 @@ def goals(records: list[dict]) -> list[dict]:
             0.6,
             False,
         ),
+        *[
+            (g, "kernelbay", "cupy", f"kb.empty + close vs cp.empty ({what})", 0.6, False)
+            for g, what in (
+                ("empty-close-1MiB", "no user stream"),
+                ("empty-close-1MiB-stream-alive", "a user stream alive"),
+                ("empty-close-1MiB-in-stream", "inside each library's stream context"),
+            )
+        ],
+        *[
+            (g, "kernelbay-buffer", "cupy-pool-malloc", f"kb.buffer + close vs CuPy pool.malloc ({what})", 1.0, False)
+            for g, what in (
+                ("empty-close-1MiB", "no user stream"),
+                ("empty-close-1MiB-stream-alive", "a user stream alive"),
+                ("empty-close-1MiB-in-stream", "inside each library's stream context"),
+            )
+        ],
         *[
             (f"copy-{g}", "kernelbay", "driver", f"{g} bandwidth vs raw driver copy", 0.95, True)
             for g in ("h2d-pinned", "d2h-pinned", "d2d")

@@ -282,3 +282,109 @@ def test_stream_ordered_reuse_waits_for_the_event(fake, monkeypatch) -> None:
     al.defer(b)
     al.clear_cache()  # waits for the set-aside blocks, then releases the cache
     assert al.deferred_bytes == 0 and b not in mem.live and a in mem.live
+
+
+class RecordingEvents(FakeEvents):
+    """FakeEvents that also remember which stream each event was recorded on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recorded: list[int] = []
+
+    def cuEventRecord(self, ev, stream) -> int:
+        self.recorded.append(getattr(stream, "value", stream) or 0)
+        return super().cuEventRecord(ev, stream)
+
+
+@pytest.fixture
+def streams(fake, monkeypatch):
+    from kernelbay_cuda import _driver
+
+    al, mem = fake
+    ev = RecordingEvents()
+    monkeypatch.setattr(_driver, "libcuda", lambda: ev)
+    monkeypatch.setattr(_driver, "ensure_current", lambda index: None)
+    monkeypatch.setattr(_driver, "dead_reason", lambda index: None)
+    S1, S2, NB = 0x1111, 0x2222, 0x3333  # two blocking user streams and a non-blocking one
+    al.pool.set_blocking(S1, True)
+    al.pool.set_blocking(S2, True)
+    return al, mem, ev, (S1, S2, NB)
+
+
+def test_a_block_freed_on_its_own_stream_is_reused_there_with_no_event(streams) -> None:
+    al, mem, ev, (S1, S2, NB) = streams
+    a = al.malloc_on(MiB, S1)
+    al.pool.note_use(a, S1)  # work on its own stream: nothing to note
+    al.free(a)
+    assert ev.recorded == [] and al.stats().cached == MiB and al.stats().active == 0
+    assert al.malloc_on(MiB, S1) == a and mem.allocs == 1
+    assert ev.recorded == []
+
+
+def test_blocks_of_the_default_stream_serve_blocking_streams_but_not_others(streams) -> None:
+    al, mem, ev, (S1, S2, NB) = streams
+    a = al.malloc(MiB)
+    al.free(a)
+    # S1 is ordered with the legacy default stream: the block is its at once.
+    assert al.malloc_on(MiB, S1) == a
+    al.free(a)  # now a block of S1's: S2 (not ordered with S1) does not get it
+    b = al.malloc_on(MiB, S2)
+    assert b != a and mem.allocs == 2
+    al.free(b)
+    # A non-blocking stream is ordered with nothing: never another stream's block.
+    c = al.malloc_on(MiB, NB)
+    assert c not in (a, b) and mem.allocs == 3
+    assert ev.recorded == []
+    assert al.stats().cached == 2 * MiB and al.stats().active == MiB
+
+
+def test_a_block_used_on_another_stream_waits_for_that_stream(streams) -> None:
+    # allocate on s1, use on s2, free, allocate on s1 while s2 still runs: not the same block.
+    al, mem, ev, (S1, S2, NB) = streams
+    a = al.malloc_on(MiB, S1)
+    al.pool.note_use(a, S2)
+    al.free(a)
+    assert ev.recorded == [S2]  # one event, on the stream that used it
+    assert al.stats().active == 0 and al.stats().cached == MiB  # set aside: cached, exactly
+    b = al.malloc_on(MiB, S1)
+    assert b != a and mem.allocs == 2
+    ev.finish()  # s2's work is done
+    al.free(b)
+    assert al.malloc_on(MiB, S1) in (a, b)
+    assert al.stats().active == MiB and al.stats().cached == MiB
+
+
+def test_every_use_off_the_home_stream_is_noted(streams) -> None:
+    # CUDA orders the legacy default stream with blocking streams, but not transitively: a block
+    # the default stream frees may go to a blocking stream that is not ordered with a third one.
+    al, mem, ev, (S1, S2, NB) = streams
+    d = al.malloc(MiB)  # home: the legacy default stream
+    al.pool.note_use(d, 0)
+    al.free(d)
+    assert ev.recorded == []
+    d = al.malloc(MiB)
+    al.pool.note_use(d, S1)
+    al.pool.note_use(d, S1)  # once per stream
+    al.pool.note_use(d, NB)
+    s = al.malloc_on(MiB, S1)
+    al.pool.note_use(s, 0)
+    al.free(d)
+    al.free(s)
+    assert sorted(ev.recorded) == sorted([S1, NB, 0])
+
+
+def test_closing_a_stream_gives_its_blocks_to_the_default_stream(streams) -> None:
+    al, mem, ev, (S1, S2, NB) = streams
+    a = al.malloc_on(MiB, S1)
+    b = al.malloc_on(2 * MiB, S1)
+    al.free(a)
+    d = al.malloc(4 * MiB)
+    al.pool.note_use(d, NB)
+    assert al.pool.has_home(S1) and al.pool.has_home(NB) and not al.pool.has_home(S2)
+    assert al.pool.rehome(S1) and al.pool.rehome(NB)  # after each stream's work finished
+    assert al.pool.homed == 0
+    assert al.malloc(MiB) == a  # S1's cached block is the default stream's now
+    al.free(b)
+    al.free(d)  # NB's use was forgotten with NB: no event
+    assert ev.recorded == []
+    assert al.malloc(2 * MiB) == b

@@ -132,3 +132,64 @@ def test_kb_stream_launch_takes_a_cupy_stream(dev, kernels) -> None:
     add.launch(n // 256, 256, (x, y, np.int32(n)), stream=cs)
     cs.synchronize()
     np.testing.assert_array_equal(y.numpy(), np.ones(n, np.float32))
+
+
+def test_a_block_freed_on_its_own_stream_is_reused_there_without_an_event(dev, kernels) -> None:
+    spin, _ = kernels
+    n = 1 << 20
+    s = dev.stream()
+    with s:
+        a = kb.empty(n, device=dev)
+        ptr = int(a.handle)
+        spin.launch(n // 256, 256, (_ms(dev, 50), a, np.float32(1), np.int32(n)))
+        a.close()
+        b = kb.empty(n, device=dev)  # reused at once: later work on s runs after the spin
+        assert int(b.handle) == ptr
+        spin.launch(n // 256, 256, (np.int64(0), b, np.float32(2), np.int32(n)))
+    np.testing.assert_array_equal(b.numpy(), np.full(n, 2, np.float32))
+    s.close()
+
+
+def test_allocate_on_s1_use_on_s2_free_reallocate_on_s1_while_s2_runs(dev, kernels) -> None:
+    # The use on s2 is noted; the block waits for s2's work before s1 gets it again.
+    spin, _ = kernels
+    n = 1 << 20
+    s1, s2 = dev.stream(), dev.stream()
+    with s1:
+        a = kb.zeros(n, device=dev)
+    ptr = int(a.handle)
+    s1.synchronize()
+    spin.launch(n // 256, 256, (_ms(dev, 100), a, np.float32(7), np.int32(n)), stream=s2)
+    before = dev.memory_stats()
+    a.close()
+    assert dev.memory_stats().cached >= before.cached + 4 * n  # set aside behind s2's event
+    with s1:
+        b = kb.empty(n, device=dev)
+        assert int(b.handle) != ptr
+        spin.launch(n // 256, 256, (np.int64(0), b, np.float32(3), np.int32(n)))
+    s1.synchronize()
+    np.testing.assert_array_equal(b.numpy(), np.full(n, 3, np.float32))  # not overwritten by s2's spin
+    s2.synchronize()
+    b.close()
+    with s1:
+        c, d = kb.empty(n, device=dev), kb.empty(n, device=dev)
+    assert ptr in (int(c.handle), int(d.handle))  # reused once s2's work is done
+    s1.close()
+    s2.close()
+
+
+def test_memory_stats_stay_exact_across_streams(dev) -> None:
+    kc.allocator.allocator(dev).clear_cache()
+    base = dev.memory_stats()
+    s = dev.stream()
+    with s:
+        xs = [kb.empty(1 << 18, device=dev) for _ in range(4)]
+    ys = [kb.empty(1 << 18, device=dev) for _ in range(4)]
+    st = dev.memory_stats()
+    assert st.active - base.active == 8 * (1 << 20)
+    for x in xs + ys:
+        x.close()
+    st = dev.memory_stats()
+    assert st.active == base.active and st.cached - base.cached == 8 * (1 << 20)
+    s.close()  # its cached blocks go to the default stream: still cached, not lost
+    assert dev.memory_stats().cached - base.cached == 8 * (1 << 20)

@@ -93,7 +93,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 #include <string.h>
 #include "pythread.h"
 
-static PyObject *s_handle, *s_device, *s_index, *s_cuda_stream_proto, *s_cuda_stream;
+static PyObject *s_handle, *s_device, *s_index, *s_cuda_stream_proto, *s_cuda_stream, *s_zero;
 
 /* The stream epoch: bumped whenever a backend stream handle gives its CUstream up
  * (streams._StreamHandle.close calls stream_closed()), so that a stream handle remembered at an
@@ -120,6 +120,8 @@ typedef struct {
     PyObject *fs_obj;         /* the last stream object given (a strong reference), or NULL */
     void *fs_handle;          /* its CUstream, read once from it */
     unsigned long long fs_epoch; /* stream_epoch when it was read */
+    PyObject *fs_key;         /* its CUstream as an int (the allocator pool's key for it) */
+    PyObject *pool;           /* the device allocator's Pool (note_use), or NULL */
     long long index;
     PyObject *dev;
     PyObject *types; /* tuple of exact types, one per argument */
@@ -244,8 +246,11 @@ static int stream_handle(FastLaunch *self, PyObject *stream, void **out) {
     }
     if (rc) return -1;
     unsigned long long epoch = stream_epoch; /* the GIL is held: no stream closed since the read */
+    PyObject *key = PyLong_FromVoidPtr(*out);
+    if (key == NULL) return -1;
     Py_INCREF(stream);
     Py_XSETREF(self->fs_obj, stream);
+    Py_XSETREF(self->fs_key, key);
     self->fs_handle = *out;
     self->fs_epoch = epoch;
     return 0;
@@ -335,6 +340,13 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
         return fl_slow(self, a);
     }
     if (len != self->nargs) return fl_slow(self, a);
+    /* Stream-ordered memory: note a block used on a stream not ordered with its home (_pool.c). */
+    Pool *pool = NULL;
+    PyObject *skey = s_zero;
+    if (self->pool && pool_may_track((Pool *)self->pool, sh)) {
+        pool = (Pool *)self->pool;
+        if (stream != Py_None) skey = self->fs_key;
+    }
     for (Py_ssize_t i = 0; i < len; i++) {
         PyObject *o = items[i];
         if ((PyObject *)Py_TYPE(o) != PyTuple_GET_ITEM(self->types, i)) return fl_slow(self, a);
@@ -350,6 +362,10 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
                 return fl_slow(self, a);
             }
             unsigned long long p = PyLong_AsUnsignedLongLong(h);
+            if (pool && !(p == (unsigned long long)-1 && PyErr_Occurred()) && note_use(pool, h, skey) < 0) {
+                Py_DECREF(h);
+                return fl_slow(self, a);
+            }
             Py_DECREF(h);
             if (p == (unsigned long long)-1 && PyErr_Occurred()) return fl_slow(self, a);
             memcpy(dst, &p, 8);
@@ -405,14 +421,23 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
     unsigned long tid;
     const char *kinds;
     Py_ssize_t nkinds;
-    PyObject *offsets, *fixed = Py_None;
+    PyObject *offsets, *fixed = Py_None, *pool = Py_None;
     self->shm_base = 0;
-    if (!PyArg_ParseTuple(args, "KKKk(LLL)(LLL)LL(OO)LOOs#OOOOOO|OL", &fn, &params, &buf, &tid, &self->max_g[0],
+    if (!PyArg_ParseTuple(args, "KKKk(LLL)(LLL)LL(OO)LOOs#OOOOOO|OLO", &fn, &params, &buf, &tid, &self->max_g[0],
                           &self->max_g[1], &self->max_g[2], &self->max_b[0], &self->max_b[1], &self->max_b[2],
                           &self->max_threads, &self->dynamic_shared_limit, &self->stream_type, &self->kb_stream_type, &self->index, &self->dev,
                           &self->types, &kinds, &nkinds, &offsets, &self->slow, &self->kernel, &self->failed,
-                          &self->cell, &self->name, &fixed, &self->shm_base))
+                          &self->cell, &self->name, &fixed, &self->shm_base, &pool))
         return -1;
+    Py_CLEAR(self->pool);
+    if (pool != Py_None) {
+        if (Py_TYPE(pool) != &PoolType) {
+            PyErr_SetString(PyExc_TypeError, "FastLaunch: pool must be a Pool or None");
+            return -1;
+        }
+        Py_INCREF(pool);
+        self->pool = pool;
+    }
     self->fixed_b[0] = self->fixed_b[1] = self->fixed_b[2] = 0;
     if (fixed != Py_None && !PyArg_ParseTuple(fixed, "LLL", &self->fixed_b[0], &self->fixed_b[1], &self->fixed_b[2]))
         return -1;
@@ -443,6 +468,7 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
     Py_INCREF(self->stream_type);
     Py_INCREF(self->kb_stream_type);
     Py_CLEAR(self->fs_obj);
+    Py_CLEAR(self->fs_key);
     self->fs_handle = NULL;
     self->fs_epoch = 0;
     Py_INCREF(self->dev);
@@ -460,6 +486,8 @@ static int FastLaunch_traverse(FastLaunch *self, visitproc visit, void *arg) {
     Py_VISIT(self->stream_type);
     Py_VISIT(self->kb_stream_type);
     Py_VISIT(self->fs_obj);
+    Py_VISIT(self->fs_key);
+    Py_VISIT(self->pool);
     Py_VISIT(self->dev);
     Py_VISIT(self->types);
     Py_VISIT(self->slow);
@@ -474,6 +502,8 @@ static int FastLaunch_clear(FastLaunch *self) {
     Py_CLEAR(self->stream_type);
     Py_CLEAR(self->kb_stream_type);
     Py_CLEAR(self->fs_obj);
+    Py_CLEAR(self->fs_key);
+    Py_CLEAR(self->pool);
     Py_CLEAR(self->dev);
     Py_CLEAR(self->types);
     Py_CLEAR(self->slow);
@@ -527,12 +557,13 @@ static int timer_add_type(PyObject *m); /* _timer.c, joined after this file */
 
 PyMODINIT_FUNC PyInit__kbcuda_native(void) {
     if (PyType_Ready(&FastLaunchType) < 0) return NULL;
+    s_zero = PyLong_FromLong(0);
     s_handle = PyUnicode_InternFromString("handle");
     s_device = PyUnicode_InternFromString("device");
     s_index = PyUnicode_InternFromString("index");
     s_cuda_stream_proto = PyUnicode_InternFromString("__cuda_stream__");
     s_cuda_stream = PyUnicode_InternFromString("cuda_stream");
-    if (!s_handle || !s_device || !s_index || !s_cuda_stream_proto || !s_cuda_stream) return NULL;
+    if (!s_zero || !s_handle || !s_device || !s_index || !s_cuda_stream_proto || !s_cuda_stream) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (pool_add_type(m) < 0 || timer_add_type(m) < 0) {

@@ -10,9 +10,22 @@
 
 /* ---- the pool of one device's allocator --------------------------------------------------
  *
- * free_lists: {size class: [pointer, ...]} of cached blocks; live: {pointer: size class} of
- * blocks handed out. Requests of at most 8 bytes and cache misses return 0: the Python
- * allocator serves those (under its lock) and registers new blocks with adopt(). */
+ * free_lists: {size class: [pointer, ...]} of cached blocks whose home is the legacy default
+ * stream; live: {pointer: size class} of blocks handed out. Requests of at most 8 bytes and cache
+ * misses return 0: the Python allocator serves those (under its lock) and registers new blocks
+ * with adopt().
+ *
+ * Stream-ordered memory (as PyTorch's and CuPy's per-stream pools): every block has a home
+ * stream, the one it was allocated on (0: the legacy default stream). A block freed goes back to
+ * its home's free list at once, with no event: reuse on the same stream is in stream order.
+ * homes: {pointer: home} of live blocks whose home is a user stream (sparse);
+ * stream_lists: {home: {size class: [pointer, ...]}} of their cached blocks;
+ * uses: {pointer: [stream, ...]} of the streams other than its home that work on the block was
+ * queued on (note_use): such a block is not cached at free (free returns -2) until an event
+ * recorded on each of those streams has completed (the Python allocator's defer/reclaim);
+ * blocking: {stream} of the user streams that synchronise with the legacy default stream (made
+ * without CU_STREAM_NON_BLOCKING): work on a blocking stream waits for earlier work on the legacy
+ * default stream, so a block cached by the default stream may be handed to one at once. */
 
 #define SMALL 8
 #define PAGE (16 * 1024)
@@ -21,6 +34,10 @@ typedef struct {
     PyObject_HEAD
     PyObject *free_lists;
     PyObject *live;
+    PyObject *homes;
+    PyObject *stream_lists;
+    PyObject *uses;
+    PyObject *blocking;
     long long active, peak, cached, limit; /* limit < 0: none */
 } Pool;
 
@@ -38,7 +55,12 @@ static int Pool_init(Pool *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTuple(args, "|L", &limit)) return -1;
     Py_XSETREF(self->free_lists, PyDict_New());
     Py_XSETREF(self->live, PyDict_New());
-    if (!self->free_lists || !self->live) return -1;
+    Py_XSETREF(self->homes, PyDict_New());
+    Py_XSETREF(self->stream_lists, PyDict_New());
+    Py_XSETREF(self->uses, PyDict_New());
+    Py_XSETREF(self->blocking, PySet_New(NULL));
+    if (!self->free_lists || !self->live || !self->homes || !self->stream_lists || !self->uses || !self->blocking)
+        return -1;
     self->active = self->peak = self->cached = 0;
     self->limit = limit;
     return 0;
@@ -47,6 +69,10 @@ static int Pool_init(Pool *self, PyObject *args, PyObject *kw) {
 static void Pool_dealloc(Pool *self) {
     Py_XDECREF(self->free_lists);
     Py_XDECREF(self->live);
+    Py_XDECREF(self->homes);
+    Py_XDECREF(self->stream_lists);
+    Py_XDECREF(self->uses);
+    Py_XDECREF(self->blocking);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -55,21 +81,17 @@ static void add_active(Pool *self, long long n) {
     if (self->active > self->peak) self->peak = self->active;
 }
 
-/* malloc(nbytes) -> a cached block's pointer, or 0 (a request <= 8 bytes, or no cached block
- * of its size class: the caller allocates). */
-static PyObject *Pool_malloc(Pool *self, PyObject *arg) {
-    long long n = PyLong_AsLongLong(arg);
-    if (n == -1 && PyErr_Occurred()) return NULL;
-    if (n <= SMALL) return PyLong_FromLong(0);
-    long long size = size_class(n);
+/* A cached block of size class `size` from `lists` ({size: [pointer]}), made live; a new
+ * reference, Py_None (none cached), or NULL with an exception. */
+static PyObject *take_from(Pool *self, PyObject *lists, long long size) {
     PyObject *key = PyLong_FromLongLong(size);
     if (!key) return NULL;
-    PyObject *lst = PyDict_GetItemWithError(self->free_lists, key); /* borrowed */
+    PyObject *lst = PyDict_GetItemWithError(lists, key); /* borrowed */
     Py_ssize_t len = lst ? PyList_GET_SIZE(lst) : 0;
     if (len == 0) {
         Py_DECREF(key);
         if (PyErr_Occurred()) return NULL;
-        return PyLong_FromLong(0);
+        Py_RETURN_NONE;
     }
     PyObject *p = PyList_GET_ITEM(lst, len - 1);
     Py_INCREF(p);
@@ -84,22 +106,269 @@ static PyObject *Pool_malloc(Pool *self, PyObject *arg) {
     return p;
 }
 
-/* adopt(pointer, size): register a block the caller allocated (for a malloc that returned 0). */
-static PyObject *Pool_adopt(Pool *self, PyObject *const *args, Py_ssize_t nargs) {
+/* malloc(nbytes) -> a cached block's pointer (home: the legacy default stream), or 0 (a request
+ * <= 8 bytes, or no cached block of its size class: the caller allocates). */
+static PyObject *Pool_malloc(Pool *self, PyObject *arg) {
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n <= SMALL) return PyLong_FromLong(0);
+    PyObject *p = take_from(self, self->free_lists, size_class(n));
+    if (p == Py_None) {
+        Py_DECREF(p);
+        return PyLong_FromLong(0);
+    }
+    return p;
+}
+
+/* malloc_on(nbytes, home) -> a cached block for work on user stream `home` (its own cached
+ * blocks first; for a blocking stream, then those of the legacy default stream, which is ordered
+ * with it), or 0 (the caller allocates and adopts it with that home). */
+static PyObject *Pool_malloc_on(Pool *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "adopt(pointer, size)");
+        PyErr_SetString(PyExc_TypeError, "malloc_on(nbytes, home)");
+        return NULL;
+    }
+    long long n = PyLong_AsLongLong(args[0]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n <= SMALL) return PyLong_FromLong(0);
+    long long size = size_class(n);
+    PyObject *home = args[1];
+    PyObject *lists = PyDict_GetItemWithError(self->stream_lists, home); /* borrowed */
+    PyObject *p = NULL;
+    if (lists) {
+        p = take_from(self, lists, size);
+    } else if (PyErr_Occurred()) {
+        return NULL;
+    } else {
+        p = Py_None;
+        Py_INCREF(p);
+    }
+    if (p == NULL) return NULL;
+    if (p == Py_None) {
+        Py_DECREF(p);
+        int b = PySet_Contains(self->blocking, home);
+        if (b < 0) return NULL;
+        if (!b) return PyLong_FromLong(0);
+        p = take_from(self, self->free_lists, size);
+        if (p == NULL) return NULL;
+        if (p == Py_None) {
+            Py_DECREF(p);
+            return PyLong_FromLong(0);
+        }
+    }
+    if (PyDict_SetItem(self->homes, p, home) < 0) {
+        Py_DECREF(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Note that work on `stream` (0: the legacy default stream) uses live block `p`; 0 or -1 with
+ * an exception. Nothing is noted for work on p's home stream. (CUDA orders the legacy default
+ * stream with blocking streams, but not transitively: a block the default stream freed may go to
+ * a blocking stream not ordered with a third stream that used it. So every other stream counts.) */
+static int note_use(Pool *self, PyObject *p, PyObject *stream) {
+    PyObject *home = PyDict_GetItemWithError(self->homes, p); /* borrowed; NULL: legacy default */
+    if (home == NULL) {
+        if (PyErr_Occurred()) return -1;
+        if (PyLong_Check(stream) && PyLong_AsLongLong(stream) == 0) return 0;
+    } else {
+        int same = PyObject_RichCompareBool(home, stream, Py_EQ);
+        if (same != 0) return same < 0 ? -1 : 0;
+    }
+    int live = PyDict_Contains(self->live, p);
+    if (live <= 0) return live;
+    PyObject *lst = PyDict_GetItemWithError(self->uses, p);
+    if (lst == NULL) {
+        if (PyErr_Occurred()) return -1;
+        lst = PyList_New(0);
+        if (lst == NULL) return -1;
+        int rc = PyDict_SetItem(self->uses, p, lst);
+        Py_DECREF(lst);
+        if (rc < 0) return -1;
+    }
+    int has = PySequence_Contains(lst, stream);
+    if (has != 0) return has < 0 ? -1 : 0;
+    return PyList_Append(lst, stream);
+}
+
+/* Whether work on `stream` (a CUstream; NULL: the legacy default) with blocks of this pool may
+ * need note_use: false when every live block's home is the legacy default stream and so is the
+ * stream. The fast launch path asks this once per launch. */
+static int pool_may_track(Pool *self, void *stream) {
+    return stream != NULL || PyDict_GET_SIZE(self->homes) != 0;
+}
+
+/* may_track(stream) -> whether launches on `stream` (an int; 0: legacy default) must note uses. */
+static PyObject *Pool_may_track(Pool *self, PyObject *stream) {
+    long long s = PyLong_AsLongLong(stream);
+    if (s == -1 && PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(pool_may_track(self, (void *)(uintptr_t)s));
+}
+
+static PyObject *Pool_note_use(Pool *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "note_use(pointer, stream)");
+        return NULL;
+    }
+    if (note_use(self, args[0], args[1]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* take_uses(pointer) -> [stream, ...] noted for it (then forgotten). */
+static PyObject *Pool_take_uses(Pool *self, PyObject *p) {
+    PyObject *lst = PyDict_GetItemWithError(self->uses, p);
+    if (lst == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        return PyList_New(0);
+    }
+    Py_INCREF(lst);
+    if (PyDict_DelItem(self->uses, p) < 0) {
+        Py_DECREF(lst);
+        return NULL;
+    }
+    return lst;
+}
+
+/* set_blocking(stream, flag): whether user stream `stream` synchronises with the legacy default. */
+static PyObject *Pool_set_blocking(Pool *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_blocking(stream, flag)");
+        return NULL;
+    }
+    int f = PyObject_IsTrue(args[1]);
+    if (f < 0) return NULL;
+    if ((f ? PySet_Add(self->blocking, args[0]) : PySet_Discard(self->blocking, args[0])) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* rehome(stream) -> whether any block had `stream` as its home: its live blocks and cached
+ * blocks move to the legacy default stream (call after the stream's work has finished, before
+ * its handle is destroyed and may be reused). */
+static PyObject *Pool_rehome(Pool *self, PyObject *home) {
+    int any = 0;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    PyObject *gone = PyList_New(0);
+    if (!gone) return NULL;
+    while (PyDict_Next(self->homes, &pos, &k, &v)) {
+        int eq = PyObject_RichCompareBool(v, home, Py_EQ);
+        if (eq < 0 || (eq && PyList_Append(gone, k) < 0)) {
+            Py_DECREF(gone);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++)
+        if (PyDict_DelItem(self->homes, PyList_GET_ITEM(gone, i)) < 0) {
+            Py_DECREF(gone);
+            return NULL;
+        }
+    any = PyList_GET_SIZE(gone) > 0;
+    Py_DECREF(gone);
+    PyObject *lists = PyDict_GetItemWithError(self->stream_lists, home);
+    if (lists == NULL) {
+        if (PyErr_Occurred()) return NULL;
+    } else {
+        Py_INCREF(lists);
+        pos = 0;
+        while (PyDict_Next(lists, &pos, &k, &v)) {
+            if (PyList_GET_SIZE(v) == 0) continue;
+            any = 1;
+            PyObject *dst = PyDict_GetItemWithError(self->free_lists, k);
+            if (dst == NULL) {
+                if (PyErr_Occurred() || PyDict_SetItem(self->free_lists, k, v) < 0) {
+                    Py_DECREF(lists);
+                    return NULL;
+                }
+            } else if (PyList_SetSlice(dst, PyList_GET_SIZE(dst), PyList_GET_SIZE(dst), v) < 0) {
+                Py_DECREF(lists);
+                return NULL;
+            }
+        }
+        int rc = PyDict_DelItem(self->stream_lists, home);
+        Py_DECREF(lists);
+        if (rc < 0) return NULL;
+    }
+    /* its uses: the stream's work is done, so they no longer hold their blocks */
+    PyObject *empty = PyList_New(0);
+    if (!empty) return NULL;
+    pos = 0;
+    while (PyDict_Next(self->uses, &pos, &k, &v)) {
+        Py_ssize_t n = PyList_GET_SIZE(v);
+        for (Py_ssize_t i = n - 1; i >= 0; i--) {
+            int eq = PyObject_RichCompareBool(PyList_GET_ITEM(v, i), home, Py_EQ);
+            if (eq < 0 || (eq && PyList_SetSlice(v, i, i + 1, NULL) < 0)) {
+                Py_DECREF(empty);
+                return NULL;
+            }
+            if (eq) any = 1;
+        }
+        if (PyList_GET_SIZE(v) == 0 && PyList_Append(empty, k) < 0) {
+            Py_DECREF(empty);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(empty); i++)
+        if (PyDict_DelItem(self->uses, PyList_GET_ITEM(empty, i)) < 0) {
+            Py_DECREF(empty);
+            return NULL;
+        }
+    Py_DECREF(empty);
+    if (PySet_Discard(self->blocking, home) < 0) return NULL;
+    return PyBool_FromLong(any);
+}
+
+/* has_home(stream) -> whether a live or cached block has `stream` as its home, or a live block
+ * was used on it (its work must finish before the stream is destroyed and forgotten). */
+static PyObject *Pool_has_home(Pool *self, PyObject *home) {
+    PyObject *lists = PyDict_GetItemWithError(self->stream_lists, home);
+    if (lists == NULL && PyErr_Occurred()) return NULL;
+    if (lists) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(lists, &pos, &k, &v))
+            if (PyList_GET_SIZE(v)) Py_RETURN_TRUE;
+    }
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(self->homes, &pos, &k, &v)) {
+        int eq = PyObject_RichCompareBool(v, home, Py_EQ);
+        if (eq < 0) return NULL;
+        if (eq) Py_RETURN_TRUE;
+    }
+    pos = 0;
+    while (PyDict_Next(self->uses, &pos, &k, &v)) {
+        int has = PySequence_Contains(v, home);
+        if (has < 0) return NULL;
+        if (has) Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE;
+}
+
+/* adopt(pointer, size[, home]): register a block the caller allocated (for a malloc that returned 0). */
+static PyObject *Pool_adopt(Pool *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "adopt(pointer, size[, home])");
         return NULL;
     }
     long long size = PyLong_AsLongLong(args[1]);
     if (size == -1 && PyErr_Occurred()) return NULL;
     if (PyDict_SetItem(self->live, args[0], args[1]) < 0) return NULL;
+    if (nargs == 3 && PyObject_IsTrue(args[2]) && PyDict_SetItem(self->homes, args[0], args[2]) < 0) return NULL;
     add_active(self, size);
     Py_RETURN_NONE;
 }
 
-/* free(pointer) -> 0: cached for reuse; > 0: the block's size, which the caller must give back
- * to the driver (keeping it would pass the limit); -1: not a block of this pool. */
+/* free(pointer) -> 0: cached for reuse on its home stream; > 0: the block's size, which the
+ * caller must give back to the driver (keeping it would pass the limit); -1: not a block of this
+ * pool; -2: still live, used on other streams (take_uses): the caller records an event on each
+ * and frees it again once they have completed. */
 static PyObject *Pool_free(Pool *self, PyObject *p) {
+    if (PyDict_GET_SIZE(self->uses)) {
+        int u = PyDict_Contains(self->uses, p);
+        if (u < 0) return NULL;
+        if (u) return PyLong_FromLong(-2);
+    }
     PyObject *key = PyDict_GetItemWithError(self->live, p); /* borrowed */
     if (key == NULL) {
         if (PyErr_Occurred()) return NULL;
@@ -112,11 +381,34 @@ static PyObject *Pool_free(Pool *self, PyObject *p) {
         return NULL;
     }
     self->active -= size;
+    PyObject *lists = self->free_lists;
+    if (PyDict_GET_SIZE(self->homes)) {
+        PyObject *home = PyDict_GetItemWithError(self->homes, p);
+        if (home == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        if (home) {
+            Py_INCREF(home);
+            int rc = PyDict_DelItem(self->homes, p);
+            lists = rc < 0 ? NULL : PyDict_GetItemWithError(self->stream_lists, home);
+            if (lists == NULL && !PyErr_Occurred()) {
+                lists = PyDict_New();
+                if (lists && PyDict_SetItem(self->stream_lists, home, lists) < 0) Py_CLEAR(lists);
+                Py_XDECREF(lists); /* the dict holds it */
+            }
+            Py_DECREF(home);
+            if (lists == NULL) {
+                Py_DECREF(key);
+                return NULL;
+            }
+        }
+    }
     if (self->limit >= 0 && self->active + self->cached + size > self->limit) {
         Py_DECREF(key);
         return PyLong_FromLongLong(size);
     }
-    PyObject *lst = PyDict_GetItemWithError(self->free_lists, key);
+    PyObject *lst = PyDict_GetItemWithError(lists, key);
     int rc;
     if (lst == NULL) {
         if (PyErr_Occurred()) {
@@ -130,7 +422,7 @@ static PyObject *Pool_free(Pool *self, PyObject *p) {
         }
         Py_INCREF(p);
         PyList_SET_ITEM(lst, 0, p);
-        rc = PyDict_SetItem(self->free_lists, key, lst);
+        rc = PyDict_SetItem(lists, key, lst);
         Py_DECREF(lst);
     } else {
         rc = PyList_Append(lst, p);
@@ -145,22 +437,30 @@ static PyObject *Pool_free(Pool *self, PyObject *p) {
 static PyObject *Pool_take_cached(Pool *self, PyObject *unused) {
     PyObject *out = PyList_New(0);
     if (!out) return NULL;
-    PyObject *k, *lst;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(self->free_lists, &pos, &k, &lst)) {
-        Py_ssize_t n = PyList_GET_SIZE(lst);
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (PyList_Append(out, PyList_GET_ITEM(lst, i)) < 0) {
-                Py_DECREF(out);
-                return NULL;
-            }
+    PyObject *k, *lst, *h, *lists;
+    Py_ssize_t pos = 0, hpos = 0;
+    for (lists = self->free_lists;; ) {
+        pos = 0;
+        while (PyDict_Next(lists, &pos, &k, &lst)) {
+            Py_ssize_t n = PyList_GET_SIZE(lst);
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (PyList_Append(out, PyList_GET_ITEM(lst, i)) < 0) {
+                    Py_DECREF(out);
+                    return NULL;
+                }
+        }
+        if (!PyDict_Next(self->stream_lists, &hpos, &h, &lists)) break;
     }
     PyObject *fresh = PyDict_New();
-    if (!fresh) {
+    PyObject *fresh2 = PyDict_New();
+    if (!fresh || !fresh2) {
+        Py_XDECREF(fresh);
+        Py_XDECREF(fresh2);
         Py_DECREF(out);
         return NULL;
     }
     Py_SETREF(self->free_lists, fresh);
+    Py_SETREF(self->stream_lists, fresh2);
     self->cached = 0;
     return out;
 }
@@ -212,12 +512,20 @@ static int Pool_set_limit(Pool *self, PyObject *v, void *c) {
     return 0;
 }
 
+static PyObject *Pool_get_homes(Pool *self, void *c) { return PyLong_FromSsize_t(PyDict_GET_SIZE(self->homes)); }
 static PyObject *Pool_get_active(Pool *self, void *c) { return PyLong_FromLongLong(self->active); }
 static PyObject *Pool_get_peak(Pool *self, void *c) { return PyLong_FromLongLong(self->peak); }
 static PyObject *Pool_get_cached(Pool *self, void *c) { return PyLong_FromLongLong(self->cached); }
 
 static PyMethodDef Pool_methods[] = {
     {"malloc", (PyCFunction)Pool_malloc, METH_O, NULL},
+    {"malloc_on", (PyCFunction)(void (*)(void))Pool_malloc_on, METH_FASTCALL, NULL},
+    {"note_use", (PyCFunction)(void (*)(void))Pool_note_use, METH_FASTCALL, NULL},
+    {"may_track", (PyCFunction)Pool_may_track, METH_O, NULL},
+    {"take_uses", (PyCFunction)Pool_take_uses, METH_O, NULL},
+    {"set_blocking", (PyCFunction)(void (*)(void))Pool_set_blocking, METH_FASTCALL, NULL},
+    {"rehome", (PyCFunction)Pool_rehome, METH_O, NULL},
+    {"has_home", (PyCFunction)Pool_has_home, METH_O, NULL},
     {"free", (PyCFunction)Pool_free, METH_O, NULL},
     {"adopt", (PyCFunction)(void (*)(void))Pool_adopt, METH_FASTCALL, NULL},
     {"take_cached", (PyCFunction)Pool_take_cached, METH_NOARGS, NULL},
@@ -231,6 +539,7 @@ static PyMethodDef Pool_methods[] = {
 static PyGetSetDef Pool_getset[] = {
     {"limit", (getter)Pool_get_limit, (setter)Pool_set_limit, NULL, NULL},
     {"active", (getter)Pool_get_active, NULL, NULL, NULL},
+    {"homed", (getter)Pool_get_homes, NULL, "live blocks whose home is a user stream", NULL},
     {"peak", (getter)Pool_get_peak, NULL, NULL, NULL},
     {"cached", (getter)Pool_get_cached, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -10,13 +10,17 @@
   is released and the allocation retried once; then :class:`OutOfMemoryError` names active,
   cached and peak bytes.
 
-Stream-ordered memory. While no user stream exists on a device, a freed block is reused at
-once: all work is on the legacy default stream, in order. While one does (``dev.stream()``),
-a freed block is set aside with an event recorded on the legacy default stream -- which completes only after the work queued before it on every blocking stream
--- and goes back to the cache when that event has completed (as PyTorch's ``record_stream`` and
-CuPy's per-stream pools keep a block from the next user until the last one is done).
-``memory_stats`` counts set-aside blocks as cached. Work on *non-blocking* streams of other
-libraries is not covered: keep an array alive until such a stream has been synchronised.
+Stream-ordered memory, after PyTorch's and CuPy's per-stream pools. Every block has a home
+stream: the stream current when it was allocated (``with stream:``), else the legacy default
+stream. A freed block goes back to its home's free list at once, with no event and no wait:
+the next allocation on that stream reuses it in stream order. Blocking user streams
+(``dev.stream()``) and the legacy default stream are ordered with each other by CUDA, so a block
+of the default stream is also handed to them. Work kernelbay queues on any other stream (a
+launch, a copy) notes that use (as ``record_stream`` does, automatically; :func:`note_use`):
+freeing such a block records an event on each stream that used it, and the block is set aside
+until those events complete (``memory_stats`` counts it as cached). Only such cross-stream
+blocks cost an event. A foreign stream (PyTorch's, CuPy's) must outlive the kernelbay arrays
+used on it, as PyTorch asks of ``record_stream``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import threading
 from collections import deque
 from typing import Any
 
+from kernelbay import streams as _core_streams
 from kernelbay.concurrency import OnceMap
 from kernelbay.errors import InvalidArgumentError, OutOfMemoryError
 from kernelbay.types import MemoryStats
@@ -63,7 +68,7 @@ class DeviceAllocator:
         self.slabs: list[int] = []
         self.total = total_memory
         self.pool = native.make_pool(int(total_memory * DEFAULT_FRACTION) if total_memory else None)
-        self.deferred: deque[tuple[Any, int, int]] = deque()  # (event, ptr, size), in record order
+        self.deferred: deque[tuple[list[Any], int, int]] = deque()  # (events, ptr, size), in record order
         self.deferred_bytes = 0
         self.events: list[Any] = []  # spare events for deferral
 
@@ -122,18 +127,23 @@ class DeviceAllocator:
         """A block of at least ``nbytes``: from the cache when one of its size class is there."""
         return self.pool.malloc(nbytes) or self.malloc_slow(nbytes)
 
-    def malloc_slow(self, nbytes: int) -> int:
+    def malloc_on(self, nbytes: int, home: int) -> int:
+        """A block whose home is user stream ``home`` (a CUstream handle)."""
+        return self.pool.malloc_on(nbytes, home) or self.malloc_slow(nbytes, home)
+
+    def malloc_slow(self, nbytes: int, home: int = 0) -> int:
         """A small slot, or a new block from the driver (the pool's cache had none)."""
+        take = self.pool.malloc_on if home else None
         if self.deferred:
             self.reclaim()
-            p = self.pool.malloc(nbytes)
+            p = take(nbytes, home) if take else self.pool.malloc(nbytes)
             if p:
                 return p
         if nbytes <= SMALL:
             return self._small()
         size = round_size(nbytes)
         with self.lock:
-            p = self.pool.malloc(nbytes)  # another thread may have freed one meanwhile
+            p = take(nbytes, home) if take else self.pool.malloc(nbytes)  # another thread may have freed one
             if p:
                 return p
             lim = self.pool.limit
@@ -145,7 +155,7 @@ class DeviceAllocator:
                 if active + cached + size > lim:
                     self._release_cache_locked()
             p = self._raw_alloc(size)
-            self.pool.adopt(p, size)
+            self.pool.adopt(p, size, home)
         return p
 
     def _small(self) -> int:
@@ -165,7 +175,11 @@ class DeviceAllocator:
             self.free_slow(ptr, r)
 
     def free_slow(self, ptr: int, r: int) -> None:
-        """After the pool's ``free`` returned ``r``: a small slot (-1), or a block to give back (> 0)."""
+        """After the pool's ``free`` returned ``r``: a small slot (-1), a block to give back (> 0),
+        or a block other streams used (-2: set aside behind their events)."""
+        if r == -2:
+            self.defer(ptr)
+            return
         if r > 0:
             with self.lock:
                 self._raw_free(ptr)
@@ -180,18 +194,23 @@ class DeviceAllocator:
     # --- stream-ordered reuse --------------------------------------------------------
 
     def defer(self, ptr: int) -> None:
-        """Free ``ptr`` once the work queued before now, on every blocking stream, is done."""
+        """Free ``ptr`` once the work queued before now on each stream that used it is done: an
+        event is recorded on each (:func:`note_use`), and the block is set aside until they complete."""
         lib = _driver.libcuda()
         _driver.ensure_current(self.index)
-        with self.lock:
-            ev = self.events.pop() if self.events else None
-        if ev is None:
-            ev = ctypes.c_void_p()
-            _driver.check(lib.cuEventCreate(ctypes.byref(ev), 2), "cuEventCreate", self.index)  # no timing
-        _driver.check(lib.cuEventRecord(ev, None), "cuEventRecord", self.index)
+        uses = self.pool.take_uses(ptr) or [0]
+        evs = []
+        for s in uses:
+            with self.lock:
+                ev = self.events.pop() if self.events else None
+            if ev is None:
+                ev = ctypes.c_void_p()
+                _driver.check(lib.cuEventCreate(ctypes.byref(ev), 2), "cuEventCreate", self.index)  # no timing
+            _driver.check(lib.cuEventRecord(ev, ctypes.c_void_p(s) if s else None), "cuEventRecord", self.index)
+            evs.append(ev)
         size = self.pool.size_of(ptr) or SMALL
         with self.lock:
-            self.deferred.append((ev, ptr, size))
+            self.deferred.append((evs, ptr, size))
             self.deferred_bytes += size
         self.reclaim()
 
@@ -202,13 +221,14 @@ class DeviceAllocator:
             with self.lock:
                 if not self.deferred:
                     return
-                ev, ptr, size = self.deferred[0]
-                rc = lib.cuEventSynchronize(ev) if wait else lib.cuEventQuery(ev)
-                if rc != 0:  # not ready (600), or a failed context: keep it aside
-                    return
+                evs, ptr, size = self.deferred[0]
+                for ev in evs:
+                    rc = lib.cuEventSynchronize(ev) if wait else lib.cuEventQuery(ev)
+                    if rc != 0:  # not ready (600), or a failed context: keep it aside
+                        return
                 self.deferred.popleft()
                 self.deferred_bytes -= size
-                self.events.append(ev)
+                self.events.extend(evs)
             r = self.pool.free(ptr)
             if r:
                 self.free_slow(ptr, r)
@@ -262,11 +282,34 @@ def set_memory_limit(device: Any, limit: int | None) -> int | None:
 
 
 def allocate(device: Any, nbytes: int) -> Any:
-    """The ``kernelbay_allocate`` hook."""
+    """The ``kernelbay_allocate`` hook: a block whose home is the stream current for ``device``
+    in this thread (``with stream:``), else the legacy default stream."""
     a = _allocators.get(device.index)
     if a is None:
         a = allocator(device)
+    if _core_streams.intercept:  # some thread is inside `with stream:` (or capturing a graph)
+        s = _core_streams.current_stream(device)
+        h = getattr(getattr(s, "handle", None), "handle", 0) if s is not None else 0
+        if h:
+            return a.malloc_on(nbytes, h)
     return a.pool.malloc(nbytes) or a.malloc_slow(nbytes)
+
+
+def note_uses(device: Any, objs: Any, s: ctypes.c_void_p | None) -> None:
+    """Work queued on CUstream ``s`` (None: the legacy default stream) uses the kernelbay blocks
+    among ``objs`` (buffers, arrays; anything else is skipped): where that work is not ordered
+    with a block's home stream, freeing the block waits for it (an event on ``s``)."""
+    a = _allocators.get(device.index)
+    if a is None:
+        return
+    pool = a.pool
+    sv = (s.value or 0) if s is not None else 0
+    if not pool.may_track(sv):
+        return
+    for o in objs:
+        h = getattr(o, "handle", None)
+        if type(h) is int and getattr(o, "device", None) == device:
+            pool.note_use(h, sv)
 
 
 def free(device: Any, handle: Any) -> None:
@@ -278,9 +321,6 @@ def free(device: Any, handle: Any) -> None:
     a = _allocators.get(device.index)
     if a is not None:
         try:
-            if _deferring and device.index in _deferring:
-                a.defer(handle)
-                return
             r = a.pool.free(handle)
             if r:
                 a.free_slow(handle, r)
@@ -288,29 +328,23 @@ def free(device: Any, handle: Any) -> None:
             pass
 
 
-# --- user streams: while one lives on a device, frees there are deferred ----------------------
-
-_deferring: set[int] = set()
-_streams: dict[int, int] = {}
-_streams_lock = threading.Lock()
+# --- user streams ---------------------------------------------------------------------------
 
 
-def stream_opened(index: int) -> None:
-    with _streams_lock:
-        _streams[index] = _streams.get(index, 0) + 1
-        _deferring.add(index)
+def stream_opened(device: Any, handle: int, blocking: bool) -> None:
+    """A user stream was made: tell the pool whether it is ordered with the legacy default stream."""
+    allocator(device).pool.set_blocking(handle, blocking)
 
 
-def stream_closing(index: int) -> bool:
-    """A user stream of ``index`` is closing; ``True`` when it is the last (the caller then
-    synchronises it and calls :func:`stream_closed`)."""
-    with _streams_lock:
-        n = _streams.get(index, 0) - 1
-        _streams[index] = max(n, 0)
-        return n <= 0
+def stream_closing(index: int, handle: int) -> bool:
+    """A user stream is closing: ``True`` when blocks have it as their home (the caller then
+    synchronises it and calls :func:`stream_closed` before destroying it)."""
+    a = _allocators.get(index)
+    return a is not None and bool(a.pool.has_home(handle))
 
 
-def stream_closed(index: int) -> None:
-    with _streams_lock:
-        if not _streams.get(index):
-            _deferring.discard(index)
+def stream_closed(index: int, handle: int) -> None:
+    """A closing stream's work is done: its blocks now belong to the legacy default stream."""
+    a = _allocators.get(index)
+    if a is not None:
+        a.pool.rehome(handle)

@@ -21,6 +21,7 @@ from kernelbay.concurrency import OnceMap
 from kernelbay.types import Buffer
 
 from . import _driver
+from .allocator import note_uses
 from .devices import peer_access, sync_failed
 from .streams import ctypes_stream
 
@@ -113,6 +114,8 @@ def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
             return
         _driver.ensure_current(idx)
         s = ctypes_stream(stream, dev, "a copy")
+        if s is not None:
+            note_uses(dev, (dst, src), s)
         if isinstance(src, Buffer):
             rc = lib.cuMemcpyDtoDAsync_v2(_u64(dst.handle), _u64(src.handle), _sz(nbytes), s)
             _driver.check(rc, f"device copy of {nbytes} bytes", idx)
@@ -128,6 +131,8 @@ def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
     idx = dev.index
     _driver.ensure_current(idx)
     s = ctypes_stream(stream, dev, "a copy")
+    if s is not None:
+        note_uses(dev, (src,), s)
     host = dst.ctypes.data
     if nbytes >= STAGE_MIN and not is_pinned(dst):
         _stager(idx).d2h(host, src.handle, nbytes, s)
@@ -144,6 +149,7 @@ def memset(dst: Any, value: int, nbytes: int, stream: Any) -> None:
     idx = dst.device.index
     _driver.ensure_current(idx)
     s = ctypes_stream(stream, dst.device, "a copy")
+    note_uses(dst.device, (dst,), s)
     rc = _lib().cuMemsetD8Async(_u64(dst.handle), value & 0xFF, _sz(nbytes), s)
     _driver.check(rc, f"memset of {nbytes} bytes", idx)
 

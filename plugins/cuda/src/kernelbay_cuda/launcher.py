@@ -26,7 +26,7 @@ import kernelbay as kb
 from kernelbay.streams import Stream as KbStream
 from kernelbay.types import dim3
 
-from . import _driver, native
+from . import _driver, allocator, native
 from .devices import last_cell, record
 from .packing import ParamBlock, c_kinds, never, pack_plan
 from .streams import _StreamHandle
@@ -98,6 +98,7 @@ def slow_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], share
     """Every launch the fast path does not take: any geometry, any stream, new argument types."""
     g, b, shm = k.geometry(grid, block, shared_mem)
     s = None if stream is None else k.stream_arg(stream)
+    allocator.note_uses(k.device, args, s)
     if _get_ident() != k.first_thread:
         launch_other_thread(k, g, b, args, shm, s)
         return None
@@ -203,9 +204,11 @@ def fast(grid, block, args, shared_mem, stream):
     if type(grid) is int and type(block) is int and get_ident() == TID:
         if stream is None:
             s = S0
+            if POOL.homed:  # blocks homed on user streams: the slow path notes cross-stream uses
+                return slow(K, grid, block, args, shared_mem, stream)
         else:
             st = stream.handle if type(stream) is KbStreamT else stream
-            if type(st) is StreamT and st.index == IDX and st.handle:
+            if type(st) is StreamT and st.index == IDX and st.handle and not POOL.may_track(st.handle):
                 s = st.{stream_attr}
             else:
                 return slow(K, grid, block, args, shared_mem, stream)
@@ -271,6 +274,7 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
                 k.name,
                 k.fixed_block,
                 k.extra_shared,
+                allocator.allocator(k.device).pool,
             )
     # Skip re-packing when every value is the one packed last time: array handles are compared
     # as ints (no reference to an array is kept, so none outlives its user), immutable scalars
@@ -301,6 +305,7 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
         "NAME": k.name,
         "OK": d.CUresult.CUDA_SUCCESS,
         "DEV": k.device,
+        "POOL": allocator.allocator(k.device).pool,
     }
     ns["StreamT"] = _StreamHandle
     ns["KbStreamT"] = KbStream

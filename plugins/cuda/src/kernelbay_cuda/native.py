@@ -125,13 +125,30 @@ def size_class(nbytes: int) -> int:
 
 
 class PyPool:
-    """The pure-Python pool, interchangeable with ``_pool.c``'s ``Pool`` (see there)."""
+    """The pure-Python pool, interchangeable with ``_pool.c``'s ``Pool`` (see there for the
+    stream-ordered rules: homes, uses, blocking streams)."""
 
-    __slots__ = ("free_lists", "live", "active", "peak", "cached", "_limit", "_lock")
+    __slots__ = (
+        "free_lists",
+        "live",
+        "homes",
+        "stream_lists",
+        "uses",
+        "blocking",
+        "active",
+        "peak",
+        "cached",
+        "_limit",
+        "_lock",
+    )
 
     def __init__(self, limit: int = -1) -> None:
         self.free_lists: dict[int, list[int]] = {}
         self.live: dict[int, int] = {}
+        self.homes: dict[int, int] = {}
+        self.stream_lists: dict[int, dict[int, list[int]]] = {}
+        self.uses: dict[int, list[int]] = {}
+        self.blocking: set[int] = set()
         self.active = self.peak = self.cached = 0
         self._limit: int | None = None if limit < 0 else limit
         self._lock = threading.Lock()
@@ -146,41 +163,115 @@ class PyPool:
             raise ValueError("limit must be >= 0 or None")
         self._limit = value
 
+    @property
+    def homed(self) -> int:
+        return len(self.homes)
+
+    def _take(self, lists: dict[int, list[int]], size: int) -> int:
+        lst = lists.get(size)
+        if not lst:
+            return 0
+        p = lst.pop()
+        self.live[p] = size
+        self.cached -= size
+        a = self.active = self.active + size
+        if a > self.peak:
+            self.peak = a
+        return p
+
     def malloc(self, nbytes: int) -> int:
+        if nbytes <= SMALL:
+            return 0
+        with self._lock:
+            return self._take(self.free_lists, size_class(nbytes))
+
+    def malloc_on(self, nbytes: int, home: int) -> int:
         if nbytes <= SMALL:
             return 0
         size = size_class(nbytes)
         with self._lock:
-            lst = self.free_lists.get(size)
-            if not lst:
-                return 0
-            p = lst.pop()
-            self.live[p] = size
-            self.cached -= size
-            a = self.active = self.active + size
-            if a > self.peak:
-                self.peak = a
-        return p
+            p = self._take(self.stream_lists.get(home, {}), size)
+            if not p and home in self.blocking:
+                p = self._take(self.free_lists, size)
+            if p:
+                self.homes[p] = home
+            return p
 
-    def adopt(self, ptr: int, size: int) -> None:
+    def adopt(self, ptr: int, size: int, home: int = 0) -> None:
         with self._lock:
             self.live[ptr] = size
+            if home:
+                self.homes[ptr] = home
             a = self.active = self.active + size
             if a > self.peak:
                 self.peak = a
+
+    def note_use(self, ptr: int, stream: int) -> None:
+        if self.homes.get(ptr, 0) == stream:
+            return
+        with self._lock:
+            if ptr in self.live:
+                lst = self.uses.setdefault(ptr, [])
+                if stream not in lst:
+                    lst.append(stream)
+
+    def may_track(self, stream: int) -> bool:
+        return stream != 0 or bool(self.homes)
+
+    def take_uses(self, ptr: int) -> list[int]:
+        with self._lock:
+            return self.uses.pop(ptr, [])
+
+    def set_blocking(self, stream: int, flag: bool) -> None:
+        with self._lock:
+            if flag:
+                self.blocking.add(stream)
+            else:
+                self.blocking.discard(stream)
+
+    def rehome(self, home: int) -> bool:
+        with self._lock:
+            gone = [p for p, h in self.homes.items() if h == home]
+            for p in gone:
+                del self.homes[p]
+            lists = self.stream_lists.pop(home, {})
+            moved = False
+            for size, lst in lists.items():
+                if lst:
+                    moved = True
+                    self.free_lists.setdefault(size, []).extend(lst)
+            for p, lst in list(self.uses.items()):
+                if home in lst:
+                    moved = True
+                    lst.remove(home)
+                    if not lst:
+                        del self.uses[p]
+            self.blocking.discard(home)
+            return bool(gone) or moved
+
+    def has_home(self, home: int) -> bool:
+        return (
+            any(self.stream_lists.get(home, {}).values())
+            or home in self.homes.values()
+            or any(home in lst for lst in self.uses.values())
+        )
 
     def free(self, ptr: int) -> int:
         with self._lock:
+            if ptr in self.uses:
+                return -2
             size = self.live.pop(ptr, None)
             if size is None:
                 return -1
             self.active -= size
+            home = self.homes.pop(ptr, 0)
+            lists = self.free_lists if not home else self.stream_lists.setdefault(home, {})
             lim = self._limit
             if lim is not None and self.active + self.cached + size > lim:
                 return size
-            lst = self.free_lists.get(size)
+            lst = lists.get(size)
             if lst is None:
-                self.free_lists[size] = [ptr]
+                lists[size] = [ptr]
             else:
                 lst.append(ptr)
             self.cached += size
@@ -189,8 +280,12 @@ class PyPool:
     def take_cached(self) -> list[int]:
         with self._lock:
             lists, self.free_lists = self.free_lists, {}
+            streams, self.stream_lists = self.stream_lists, {}
             self.cached = 0
-        return [p for lst in lists.values() for p in lst]
+        out = [p for lst in lists.values() for p in lst]
+        for sl in streams.values():
+            out.extend(p for lst in sl.values() for p in lst)
+        return out
 
     def add_active(self, n: int) -> None:
         with self._lock:

@@ -83,7 +83,7 @@ class _StreamHandle:
         self.ctypes_handle = ctypes.c_void_p(self.handle)
         self.bindings_handle = _driver.driver().CUstream(self.handle)
         self._owned = True
-        allocator.stream_opened(device.index)
+        allocator.stream_opened(device, self.handle, not non_blocking)
 
     @classmethod
     def wrap(cls, device: Device, handle: int, owner: Any = None) -> _StreamHandle:
@@ -122,10 +122,10 @@ class _StreamHandle:
             native.stream_closed()  # the fast paths read stream handles again
             if _driver.dead_reason(self.index) is None:
                 lib = _driver.libcuda()
-                if allocator.stream_closing(self.index):  # the last: nothing may stay queued on it
+                if allocator.stream_closing(self.index, h):  # blocks live here: finish its work first
                     _driver.ensure_current(self.index)
                     lib.cuStreamSynchronize(ctypes.c_void_p(h))
-                    allocator.stream_closed(self.index)
+                allocator.stream_closed(self.index, h)  # the handle may be reused by the next stream
                 lib.cuStreamDestroy_v2(ctypes.c_void_p(h))
 
     def __del__(self) -> None:
