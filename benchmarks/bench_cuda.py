@@ -275,6 +275,55 @@ def _graph(quick: bool, dev, out: list[dict]) -> None:
     out.append(T.record("graph-replay-per-kernel", "kernelbay", st, nodes=nodes))
 
 
+def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
+    """Host time of one graph replay (the launch call alone; the GPU work is waited for outside
+    the timing), per kernel node, for kb.Graph and CuPy's captured graph of the same kernels,
+    each node with its own buffer (as real graphs have), at 100 and 1000 nodes."""
+    import time
+
+    import kernelbay as kb
+
+    try:
+        import cupy as cp
+    except Exception as exc:
+        cp = None
+        out.append(_skip("graph-replay-host", "cupy", repr(exc)))
+    k = kb.compile(kb.Source(EMPTY, "cuda"), dev)
+    for nodes in (100, 1000):
+        ps = [kb.zeros(1, "int32", device=dev) for _ in range(nodes)]
+        with dev.graph() as g:
+            for p in ps:
+                k.launch(1, 32, (p,))
+        cases = {"kernelbay": (g.replay, dev.synchronize)}
+        if cp is not None:
+            ck = cp.RawKernel(EMPTY, "nop")
+            cps = [cp.zeros(1, cp.int32) for _ in range(nodes)]
+            cs = cp.cuda.Stream(non_blocking=True)
+            with cs:
+                ck((1,), (32,), (cps[0],))
+            cs.synchronize()
+            cs.begin_capture()
+            for p in cps:
+                ck((1,), (32,), (p,), stream=cs)
+            cg = cs.end_capture()
+            cases["cupy"] = (lambda cg=cg, cs=cs: cg.launch(cs), cs.synchronize)
+        samples: dict[str, list[float]] = {n: [] for n in cases}
+        for _ in range(3):  # warm-up
+            for replay, sync in cases.values():
+                replay()
+                sync()
+        for _ in range(20 if quick else 200):
+            for name, (replay, sync) in cases.items():
+                t0 = time.perf_counter()
+                replay()
+                t1 = time.perf_counter()
+                sync()
+                samples[name].append((t1 - t0) * 1e6 / nodes)
+        for name, ss in samples.items():
+            out.append(T.record(f"graph-replay-host-{nodes}", name, T.stats(ss), nodes=nodes))
+        g.close()
+
+
 def _alloc(quick: bool, dev, out: list[dict]) -> None:
     import kernelbay as kb
     from cuda.bindings import driver as d
@@ -477,7 +526,7 @@ def run(quick: bool) -> list[dict]:
             "properties": {k: v for k, v in dev.properties.items() if isinstance(v, (int, str))},
         }
     ]
-    for part in (_launch, _graph, _alloc, _alloc_streams, _copies, _compile):
+    for part in (_launch, _graph, _graph_peers, _alloc, _alloc_streams, _copies, _compile):
         try:
             part(quick, dev, out)
         except Exception as exc:
@@ -553,6 +602,17 @@ def goals(records: list[dict]) -> list[dict]:
             0.6,
             False,
         ),
+        *[
+            (
+                f"graph-replay-host-{n}",
+                "kernelbay",
+                "cupy",
+                f"kb.Graph replay host time vs CuPy graph launch, {n} nodes",
+                1.1,
+                False,
+            )
+            for n in (100, 1000)
+        ],
         *[
             (g, "kernelbay", "cupy", f"kb.empty + close vs cp.empty ({what})", 0.6, False)
             for g, what in (

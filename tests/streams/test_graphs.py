@@ -80,9 +80,15 @@ def test_a_closed_buffer_is_a_clear_error(dev, k) -> None:
     x, y = kb.zeros(4, "float32", device=dev), kb.zeros(4, "float32", device=dev)
     with dev.graph() as g:
         k.launch(1, args=(x, y, 1.0))
+    g.replay()  # checked once; later replays re-check only when something was closed since
+    g.replay()
+    kb.zeros(4, "float32", device=dev).close()  # another buffer closed: re-checked, still fine
+    g.replay()
     y.close()
     with pytest.raises(kb.UseAfterFreeError, match=r"step 0 \(launch of 'axpy'\).*closed"):
         g.replay()
+    with pytest.raises(kb.UseAfterFreeError, match=r"step 0 \(launch of 'axpy'\).*closed"):
+        g.replay()  # and again: a failed check is not remembered as a pass
     g.update(0, args=(x, x, 1.0))  # new arguments make it usable again
     g.replay()
 

@@ -30,6 +30,8 @@ import attrs
 from . import streams as _streams
 from .errors import InvalidArgumentError, UseAfterFreeError
 from .fallbacks import replay_steps
+from . import kernel as _kernel
+from . import memory as _memory
 from .kernel import Kernel
 from .memory import Buffer
 
@@ -106,6 +108,7 @@ class Graph:
         self._extra: set[tuple[int, int]] = set()  # (before, after) from add_dependency and events
         self._waits: dict[int, list[tuple[Any, int]]] = {}  # id(stream) -> [(event stream, marker)]
         self._buffers: tuple[tuple[Buffer | Kernel, Step], ...] = ()
+        self._checked: tuple[int, int] | None = None  # (memory.closes, kernel.closes) at the last check
         self.closed = False
 
     # --- recording ----------------------------------------------------------------------
@@ -229,6 +232,7 @@ class Graph:
                 if isinstance(x, (Buffer, Kernel)) and id(x) not in seen:
                     seen[id(x)] = (x, s)
         self._buffers = tuple(seen.values())
+        self._checked = None
 
     def _check_acyclic(self) -> None:
         n = len(self.steps)
@@ -295,6 +299,9 @@ class Graph:
             )
         if not self._built:
             raise InvalidArgumentError("replay of an empty kb.Graph: record with `with dev.graph() as g:` first")
+        epoch = (_memory.closes, _kernel.closes)
+        if epoch == self._checked:  # nothing was closed since the last check
+            return
         for x, s in self._buffers:
             if x.handle is None:
                 if type(x) is Kernel:
@@ -306,6 +313,7 @@ class Graph:
                     f"a buffer of {s.describe()} of this graph was closed; a graph keeps using the buffers "
                     "it recorded: keep them open while you replay it, or update the step's arguments"
                 )
+        self._checked = epoch
 
     def replay(self, stream: Any = None) -> None:
         """Queue the recorded work once on ``stream`` (``None``: the current, else default stream).

@@ -84,6 +84,10 @@ class LaunchConfig:
     shared_mem: int = attrs.field(default=0, validator=_check_shared)
 
 
+#: How many kernels were closed in this process (see :data:`kernelbay.memory.closes`).
+closes = 0
+
+
 @attrs.define(eq=False, slots=True, weakref_slot=True)
 class Kernel:
     """A compiled kernel bound to one device. Launch it with :meth:`launch`.
@@ -183,6 +187,8 @@ class Kernel:
         """Release the compiled module (once no other kernel of it is left); launching after
         this raises :class:`UseAfterFreeError`. Closing twice is harmless."""
         if self.handle is not None:
+            global closes
+            closes += 1
             try:
                 self._binding.close_kernel(self)
             finally:

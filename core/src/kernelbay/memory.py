@@ -21,6 +21,11 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Array", "Buffer"]
 
 
+#: How many buffers were closed in this process: a recorded graph re-checks its buffers at replay
+#: only when this moved since its last check (one compare per replay, not one per buffer).
+closes = 0
+
+
 @attrs.define(eq=False, slots=True, weakref_slot=True)
 class Buffer:
     """Untyped device memory owned by kernelbay.
@@ -54,6 +59,8 @@ class Buffer:
         """Give the memory back to the backend. Closing twice is harmless."""
         h = self.handle
         if h is not None:
+            global closes
+            closes += 1
             self.handle = None
             self._binding.free(self.device, h)
 
