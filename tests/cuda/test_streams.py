@@ -193,3 +193,43 @@ def test_memory_stats_stay_exact_across_streams(dev) -> None:
     assert st.active == base.active and st.cached - base.cached == 8 * (1 << 20)
     s.close()  # its cached blocks go to the default stream: still cached, not lost
     assert dev.memory_stats().cached - base.cached == 8 * (1 << 20)
+
+
+def test_a_graph_replayed_on_another_stream_holds_its_buffers_until_that_work_is_done(dev, kernels) -> None:
+    spin, _ = kernels
+    n = 1 << 20
+    a = kb.zeros(n, device=dev)  # home: the default stream
+    ptr = int(a.handle)
+    with dev.graph() as g:
+        spin.launch(n // 256, 256, (_ms(dev, 100), a, np.float32(5), np.int32(n)))
+    s = dev.stream()
+    g.replay(s)
+    g.close()
+    a.close()
+    b = kb.empty(n, device=dev)
+    assert int(b.handle) != ptr  # the replay on s still writes the old block
+    spin.launch(n // 256, 256, (np.int64(0), b, np.float32(1), np.int32(n)))
+    np.testing.assert_array_equal(b.numpy(), np.full(n, 1, np.float32))
+    s.synchronize()
+    s.close()
+
+
+def test_a_wide_graph_is_built_as_a_few_chains(dev, kernels) -> None:
+    # 64 independent launches: at most MAX_WIDTH of them start the graph (host cost per replay
+    # stays near a stream capture's), and every launch still runs.
+    _, add = kernels
+    n = 256
+    xs = [kb.asarray(np.full(n, i, np.float32), device=dev) for i in range(64)]
+    ys = [kb.zeros(n, device=dev) for _ in range(64)]
+    with dev.graph() as g:
+        for x, y in zip(xs, ys):
+            add.launch(1, n, (x, y, np.int32(n)))
+    g.replay()
+    g.replay()
+    for i, y in enumerate(ys):
+        np.testing.assert_array_equal(y.numpy(), np.full(n, 2 * i, np.float32))
+    import ctypes
+
+    count = ctypes.c_size_t(0)
+    rc = kc._driver.libcuda().cuGraphGetRootNodes(g._handle.graph, None, ctypes.byref(count))
+    assert rc == 0 and count.value == kc.graphs.MAX_WIDTH

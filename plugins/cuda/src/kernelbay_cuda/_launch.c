@@ -71,6 +71,24 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(rc);
 }
 
+/* graph_launch(cuGraphLaunch address, exec, stream) -> CUresult as int: a graph replay without
+ * ctypes' per-call conversions. exec and stream are addresses (stream 0 or None: the legacy
+ * default stream). */
+typedef int (*cu_graph_launch_t)(void *, void *);
+static PyObject *graph_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "graph_launch() takes 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    void *fn, *exec, *stream;
+    if (as_ptr(args[0], &fn) < 0 || as_ptr(args[1], &exec) < 0 || as_ptr(args[2], &stream) < 0) return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ((cu_graph_launch_t)fn)(exec, stream);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 /* ---- a kernel's launch fast path --------------------------------------------------------
  *
  * FastLaunch(...)(grid, block, args, shared_mem, stream) does in C what launcher.py's generated
@@ -545,6 +563,7 @@ static PyTypeObject FastLaunchType = {
 static PyMethodDef module_methods[] = {
     {"set_launch", (PyCFunction)set_launch, METH_O, NULL},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
+    {"graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, NULL},
     {"stream_closed", (PyCFunction)stream_closed, METH_NOARGS, "a backend stream handle gave its CUstream up"},
     {NULL, NULL, 0, NULL},
 };

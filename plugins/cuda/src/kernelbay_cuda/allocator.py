@@ -343,8 +343,14 @@ def stream_closing(index: int, handle: int) -> bool:
     return a is not None and bool(a.pool.has_home(handle))
 
 
+#: Bumped at every stream close: uses noted for a stream are forgotten then (see graphs).
+closed_streams = 0
+
+
 def stream_closed(index: int, handle: int) -> None:
     """A closing stream's work is done: its blocks now belong to the legacy default stream."""
+    global closed_streams
+    closed_streams += 1
     a = _allocators.get(index)
     if a is not None:
         a.pool.rehome(handle)

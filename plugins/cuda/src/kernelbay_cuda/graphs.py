@@ -19,7 +19,7 @@ from typing import Any
 from kernelbay.graphs import Step, pointer_access
 from kernelbay.types import Buffer, Device
 
-from . import _driver
+from . import _driver, allocator, native
 from .copies import is_pinned
 from .streams import ctypes_stream
 
@@ -82,6 +82,13 @@ class Memcpy3D(ctypes.Structure):  # CUDA_MEMCPY3D
 
 _HOST, _DEVICE = 1, 2  # CU_MEMORYTYPE_*
 
+#: The most recorded steps a built graph lets run at once. The core makes independent steps
+#: independent nodes; a CUDA graph with a thousand root nodes costs the host about a
+#: microsecond per node at every cuGraphLaunch (measured on an H100), where a graph of a few
+#: chains costs what a stream capture does. So step i also waits for step i - MAX_WIDTH: at most
+#: this many chains, each in recorded order (an added edge only orders work, never reorders it).
+MAX_WIDTH = 4
+
 
 def _side(x: Any) -> tuple[int, int] | None:
     """``(memory type, address)`` of a copy side, or ``None`` for pageable host memory."""
@@ -99,6 +106,17 @@ class CudaGraph:
         self.exec = ctypes.c_void_p()
         self.nodes: list[ctypes.c_void_p] = []
         self.keep: dict[int, Any] = {}  # step index -> (params struct, parameter block)
+        self.device = device
+        # The kernelbay buffers the nodes use, for stream-ordered memory: a replay on a stream
+        # notes their use there once per stream (allocator.note_uses), not once per replay.
+        seen: dict[int, Buffer] = {}
+        for s in steps:
+            for x in (*s.args, s.src, s.dst):
+                if isinstance(x, Buffer):
+                    seen[id(x)] = x
+        self.buffers = tuple(seen.values())
+        self.noted: set[int] = set()
+        self.noted_at = -1  # allocator.closed_streams when ``noted`` was last valid
         lib = _driver.libcuda()
         _driver.ensure_current(self.index)
         self.ctx = ctypes.c_void_p(int(_driver.context(self.index)))
@@ -114,8 +132,12 @@ class CudaGraph:
 
     def _add(self, lib: ctypes.CDLL, s: Step) -> None:
         node = ctypes.c_void_p()
-        deps = (ctypes.c_void_p * max(1, len(s.deps)))(*[self.nodes[d] for d in s.deps])
-        nd = ctypes.c_size_t(len(s.deps))
+        on = list(s.deps)
+        i = len(self.nodes)
+        if MAX_WIDTH > 0 and i >= MAX_WIDTH and (i - MAX_WIDTH) not in on:
+            on.append(i - MAX_WIDTH)
+        deps = (ctypes.c_void_p * max(1, len(on)))(*[self.nodes[d] for d in on])
+        nd = ctypes.c_size_t(len(on))
         if s.kind == "launch":
             params = self._kernel_params(s)
             rc = lib.cuGraphAddKernelNode(ctypes.byref(node), self.graph, deps, nd, ctypes.byref(params))
@@ -162,6 +184,10 @@ class CudaGraph:
         return p
 
     def update(self, s: Step) -> None:
+        new = [x for x in s.args if isinstance(x, Buffer) and all(x is not b for b in self.buffers)]
+        if new:
+            self.buffers += tuple(new)
+            self.noted.clear()
         lib = _driver.libcuda()
         _driver.ensure_current(self.index)
         params = self._kernel_params(s)
@@ -193,10 +219,39 @@ def graph_build(device: Device, steps: Sequence[Step]) -> CudaGraph | None:
         return None
 
 
+_graph_launch: list[Any] = []  # [native graph_launch or None, address of cuGraphLaunch], once
+
+
+def _native_graph_launch() -> tuple[Any, int]:
+    if not _graph_launch:
+        mod = native.module()
+        fn = getattr(mod, "graph_launch", None) if mod is not None else None
+        addr = ctypes.cast(_driver.libcuda().cuGraphLaunch, ctypes.c_void_p).value or 0
+        _graph_launch[:] = [fn, addr]
+    return _graph_launch[0], _graph_launch[1]
+
+
+def _note(graph: CudaGraph, s: Any, sv: int) -> None:
+    if graph.noted_at != allocator.closed_streams:
+        graph.noted.clear()
+        graph.noted_at = allocator.closed_streams
+    allocator.note_uses(graph.device, graph.buffers, s)
+    graph.noted.add(sv)  # the buffers and their homes stay (a closed stream or an update re-notes)
+
+
 def graph_replay(device: Device, graph: CudaGraph, stream: Any) -> None:
-    s = ctypes_stream(stream, device, "a graph replay")
+    s = None if stream is None else ctypes_stream(stream, device, "a graph replay")
     _driver.ensure_current(graph.index)
-    _driver.check(_driver.libcuda().cuGraphLaunch(graph.exec, s), "cuGraphLaunch", graph.index)
+    sv = 0 if s is None else (s.value or 0)
+    if sv not in graph.noted or graph.noted_at != allocator.closed_streams:
+        _note(graph, s, sv)
+    fn, addr = _graph_launch if _graph_launch else _native_graph_launch()
+    if fn is not None:  # the native helper: no ctypes conversions per replay
+        rc = fn(addr, graph.exec.value, None if s is None else s.value)
+    else:
+        rc = _driver.libcuda().cuGraphLaunch(graph.exec, s)
+    if rc:
+        _driver.check(rc, "cuGraphLaunch", graph.index)
 
 
 def graph_update(device: Device, graph: CudaGraph, step: Step) -> bool:
