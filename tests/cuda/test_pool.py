@@ -388,3 +388,17 @@ def test_closing_a_stream_gives_its_blocks_to_the_default_stream(streams) -> Non
     al.free(d)  # NB's use was forgotten with NB: no event
     assert ev.recorded == []
     assert al.malloc(2 * MiB) == b
+
+
+def test_memory_stats_count_frees_that_waited_on_other_streams(streams) -> None:
+    al, mem, ev, (S1, S2, NB) = streams
+    a = al.malloc_on(MiB, S1)
+    al.pool.note_use(a, S2)
+    al.pool.note_use(a, NB)
+    al.free(a)
+    al.malloc_on(MiB, S1)  # misses the cache: a is set aside
+    c = al.stats().counters
+    assert c["cross_stream_frees"] == 1 and c["cross_stream_events"] == 2
+    assert c["cross_stream_bytes"] == MiB and c["misses_while_set_aside"] == 1
+    al.clear_cache()
+    assert al.stats().counters["event_waits"] == 1

@@ -125,3 +125,27 @@ def test_precompile_skips_languages_the_device_does_not_take(tmp_path, cache_dir
     assert proc.returncode == 0, proc.stdout
     assert "1 compiled, 0 failed, 1 skipped" in proc.stdout
     assert "skipped" in proc.stdout and "cpu does not take ptx" in proc.stdout
+
+
+def test_profile_names_allocator_waits_caused_by_other_streams() -> None:
+    # What the cuda allocator reports in memory_stats().counters: the summary says why frees
+    # were slow and what to do (merged from two processes: the counters add up).
+    from kernelbay.tracing import profile
+
+    def doc(pid: int, frees: int) -> dict:
+        counters = {
+            "cross_stream_frees": frees,
+            "cross_stream_events": frees,
+            "cross_stream_bytes": frees << 20,
+            "misses_while_set_aside": 1,
+            "event_waits": 0,
+        }
+        backend = {"cuda:0": {"active": 0, "peak": 1 << 20, "cached": 0, "limit": None, "counters": counters}}
+        traced = {"cuda:0": {"allocations": 3, "bytes": 3 << 20, "peak_live": 1 << 20}}
+        return {"traceEvents": [], "kernelbay": {"pid": pid, "allocator": {"traced": traced, "backend": backend}}}
+
+    s = profile.summarise(profile.merge([doc(1, 2), doc(2, 3)])["kernelbay"])
+    text = profile.render(s)
+    assert "5 frees waited on events of other streams (5 events, 5.0 MiB set aside)" in text
+    assert "2 allocations missed the cache meanwhile" in text
+    assert "allocate it inside `with stream:`" in text

@@ -144,9 +144,15 @@ class Device:
 
 @attrs.frozen
 class MemoryStats:
-    """Allocator figures in bytes. ``limit`` is ``None`` where the backend sets none."""
+    """Allocator figures in bytes. ``limit`` is ``None`` where the backend sets none.
+
+    ``counters`` holds a backend's own cumulative counts (``kernelbay profile`` prints them),
+    e.g. cuda's ``cross_stream_frees``: frees that waited on an event because another stream used
+    the block.
+    """
 
     active: int
     peak: int
     cached: int
     limit: int | None = None
+    counters: dict[str, int] = attrs.field(factory=dict, eq=False)

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from . import kernel as _kernel
+from . import memory as _memory
 from . import streams as _streams
 from .errors import InvalidArgumentError, UseAfterFreeError
 from .fallbacks import replay_steps
-from . import kernel as _kernel
-from . import memory as _memory
 from .kernel import Kernel
 from .memory import Buffer
 

@@ -287,9 +287,13 @@ def kernelbay_memory_stats(device: Device) -> MemoryStats:
 
     :param device: one of this backend's devices.
     :return: a :class:`~kernelbay.types.MemoryStats` (bytes active, peak, cached, limit); blocks
-        freed but kept aside until a stream's work is done count as cached.
+        freed but kept aside until a stream's work is done count as cached. ``counters`` may
+        hold the backend's own cumulative counts (names of its choosing, ints), which
+        ``kernelbay profile`` prints beside the allocator's figures: say there what costs time
+        that a user can avoid (cuda counts frees that waited on cross-stream events).
 
     .. versionadded:: 0.1
+    .. versionchanged:: 0.2 ``MemoryStats.counters``.
     """
 
 

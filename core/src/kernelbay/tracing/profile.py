@@ -212,6 +212,19 @@ def render(s: dict[str, Any], top: int = 15) -> str:
         if b:
             line += f"; backend peak {_bytes(b['peak'])}, cached {_bytes(b['cached'])}"
         out.append(line)
+        counters = (b or {}).get("counters") or {}
+        if counters.get("cross_stream_frees"):
+            out.append(
+                f"  {counters['cross_stream_frees']} frees waited on events of other streams "
+                f"({counters.get('cross_stream_events', 0)} events, "
+                f"{_bytes(counters.get('cross_stream_bytes', 0))} set aside); "
+                f"{counters.get('misses_while_set_aside', 0)} allocations missed the cache meanwhile, "
+                f"{counters.get('event_waits', 0)} waits. A block used on a stream other than the one "
+                "it was allocated on is kept until that stream's work is done: allocate it inside "
+                "`with stream:` where it is used"
+            )
+        elif counters:
+            out.append("  " + ", ".join(f"{k} {v}" for k, v in sorted(counters.items())))
     if s["failures"]:
         out.append("failed calls: " + ", ".join(f"{k} {v}" for k, v in sorted(s["failures"].items())))
     return "\n".join(out)

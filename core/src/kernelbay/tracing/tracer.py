@@ -312,6 +312,8 @@ def _memory_stats() -> dict[str, Any]:
             except Exception:  # optional hook, or a device that cannot say
                 continue
             out[str(d)] = {"active": s.active, "peak": s.peak, "cached": s.cached, "limit": s.limit}
+            if s.counters:
+                out[str(d)]["counters"] = dict(s.counters)
     return out
 
 

@@ -71,6 +71,14 @@ class DeviceAllocator:
         self.deferred: deque[tuple[list[Any], int, int]] = deque()  # (events, ptr, size), in record order
         self.deferred_bytes = 0
         self.events: list[Any] = []  # spare events for deferral
+        # cumulative counts for memory_stats().counters (kernelbay profile prints them)
+        self.counters = {
+            "cross_stream_frees": 0,
+            "cross_stream_events": 0,
+            "cross_stream_bytes": 0,
+            "misses_while_set_aside": 0,
+            "event_waits": 0,
+        }
 
     @property
     def active(self) -> int:
@@ -135,6 +143,7 @@ class DeviceAllocator:
         """A small slot, or a new block from the driver (the pool's cache had none)."""
         take = self.pool.malloc_on if home else None
         if self.deferred:
+            self.counters["misses_while_set_aside"] += 1
             self.reclaim()
             p = take(nbytes, home) if take else self.pool.malloc(nbytes)
             if p:
@@ -212,6 +221,10 @@ class DeviceAllocator:
         with self.lock:
             self.deferred.append((evs, ptr, size))
             self.deferred_bytes += size
+            c = self.counters
+            c["cross_stream_frees"] += 1
+            c["cross_stream_events"] += len(evs)
+            c["cross_stream_bytes"] += size
         self.reclaim()
 
     def reclaim(self, wait: bool = False) -> None:
@@ -222,6 +235,8 @@ class DeviceAllocator:
                 if not self.deferred:
                     return
                 evs, ptr, size = self.deferred[0]
+                if wait:
+                    self.counters["event_waits"] += 1
                 for ev in evs:
                     rc = lib.cuEventSynchronize(ev) if wait else lib.cuEventQuery(ev)
                     if rc != 0:  # not ready (600), or a failed context: keep it aside
@@ -252,7 +267,9 @@ class DeviceAllocator:
     def stats(self) -> MemoryStats:
         active, peak, cached = self.pool.stats()
         d = self.deferred_bytes  # freed, waiting for a stream: cached, not active
-        return MemoryStats(active=active - d, peak=peak, cached=cached + d, limit=self.pool.limit)
+        return MemoryStats(
+            active=active - d, peak=peak, cached=cached + d, limit=self.pool.limit, counters=dict(self.counters)
+        )
 
     def reset_peak(self) -> None:
         self.pool.reset_peak()
