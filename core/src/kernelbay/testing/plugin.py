@@ -46,15 +46,20 @@ def required_backends() -> set[str]:
     return set(_required)
 
 
-def require_device(backend: str, index: int = 0):
+def require_device(backend: str, index: int = 0, *, strict: bool = False):
     """The device ``backend:index``; skips the test if it is not available here, or fails it
-    when ``backend`` is required (``--kernelbay-require``)."""
+    when ``backend`` is required (``--kernelbay-require``).
+
+    With ``strict`` (the conformance suite's choice) a backend that is broken or not installed
+    fails the test with its whole reason, flag or no flag: only "no device here" may skip."""
     import kernelbay as kb
 
     try:
         return kb.device(f"{backend}:{index}")
     except kb.BackendError as exc:
-        reason = str(exc).splitlines()[0]
+        reason = str(exc)
+        if strict and isinstance(exc, (kb.BackendBrokenError, kb.BackendNotInstalledError)):
+            pytest.fail(f"backend {backend!r} cannot be tested: {reason}", pytrace=False)
         if backend in required_backends():
             pytest.fail(f"{backend} is required (--kernelbay-require) but not usable here: {reason}", pytrace=False)
         pytest.skip(f"no {backend} device: {reason}")

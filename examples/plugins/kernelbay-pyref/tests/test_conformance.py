@@ -10,6 +10,15 @@ def saxpy(t, x, y, a, n):
         y[i] = a * x[i] + y[i]
 
 
+def scalars(t, i, u, f, p0: "bool", p1: "int8", p2: "int16", p3: "int32", p4: "int64", p5: "uint8",
+            p6: "uint16", p7: "uint32", p8: "uint64", p9: "float32", p10: "float64"):  # fmt: skip
+    # The scalar kernel of the conformance suite (docs/authoring-a-backend.md, "The scalar
+    # kernel"): signed integers into i, unsigned ones and bools into u, floats into f.
+    i[:4] = (p1, p2, p3, p4)
+    u[:5] = (p0, p5, p6, p7, p8)
+    f[:2] = (p9, p10)
+
+
 def broken(t, *args):  # *args: pyref refuses kernels it cannot count arguments of
     pass
 
@@ -20,6 +29,9 @@ class TestPyref(BackendConformance):
 
     def saxpy_source(self):
         return kb.Source(saxpy, lang="python", name="saxpy")
+
+    def scalar_source(self):
+        return kb.Source(scalars, lang="python", name="scalars")
 
     def bad_source(self):
         return kb.Source(broken, lang="python", name="broken")

@@ -28,17 +28,25 @@ fixtures) and :mod:`.kernels` (the CUDA C++ sources).
 
 from __future__ import annotations
 
-from .base import Suite
+import pytest
+
+from .base import ARRAY_DTYPES, Suite
+from .interop import InteropTests
 from .kernels import BAD_CUDA, SAXPY_CUDA, SCALAR_DTYPES, scalar_kernel_cuda
 from .launch import LaunchTests
 from .memory import MemoryTests, NumpyProtocolTests
 from .scalars import ScalarTests
 from .streams import StreamTests
 
-__all__ = ["BackendConformance", "BAD_CUDA", "SAXPY_CUDA", "SCALAR_DTYPES", "scalar_kernel_cuda"]
+__all__ = ["ARRAY_DTYPES", "BackendConformance", "BAD_CUDA", "SAXPY_CUDA", "SCALAR_DTYPES", "scalar_kernel_cuda"]
 
 
 # pytest runs a class's inherited tests base first: this order keeps the suite's running order
-# (memory, launch, scalars, streams, NumPy protocol).
-class BackendConformance(NumpyProtocolTests, StreamTests, ScalarTests, LaunchTests, MemoryTests, Suite):
+# (memory, launch, scalars, streams, NumPy protocol, interop).
+class BackendConformance(InteropTests, NumpyProtocolTests, StreamTests, ScalarTests, LaunchTests, MemoryTests, Suite):
     """The conformance suite. Set ``backend`` in a subclass."""
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        # The round trips run once per dtype the backend declares (default: the core's table).
+        if "dtype" in metafunc.fixturenames and metafunc.function.__name__ == "test_round_trip_dtypes":
+            metafunc.parametrize("dtype", list(self.dtypes))

@@ -2,18 +2,53 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 
 import kernelbay as kb
+from kernelbay.argrules import DTYPES, DType
 
 from ..plugin import require_device
-from .kernels import BAD_CUDA, SAXPY_CUDA, scalar_kernel_cuda
+from .kernels import BAD_CUDA, SAXPY_CUDA, SCALAR_DTYPES, scalar_kernel_cuda
 
-__all__ = ["Suite", "make_rng", "sample"]
+__all__ = ["ARRAY_DTYPES", "Suite", "make_rng", "refused", "rule", "sample"]
+
+
+def _numpy_knows(name: str) -> bool:
+    try:
+        np.dtype(name)
+    except TypeError:
+        return False
+    return True
+
+
+#: The dtypes of the core's one table (:data:`kernelbay.argrules.DTYPES`) that numpy has: what
+#: an array may hold, and so the round trips' default.
+ARRAY_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if _numpy_knows(d.name))
+
+
+def rule(name: str, text: str) -> str:
+    """A failure message that names the contract's rule: ``[rule: name] text``."""
+    return f"[rule: {name}] {text} (see kernelbay.hookspecs and docs/authoring-a-backend.md)"
+
+
+@contextmanager
+def refused(exc: type[BaseException], match: str, name: str = "scalar arguments, kernelbay.argrules") -> Iterator[None]:
+    """``pytest.raises(exc, match=match)`` whose failure names the rule ``name``."""
+    try:
+        with pytest.raises(exc, match=match):
+            yield
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:
+        pytest.fail(
+            rule(name, f"expected {exc.__name__} matching {match!r}; got {type(e).__name__}: {e}"), pytrace=False
+        )
 
 
 def make_rng() -> np.random.Generator:
@@ -23,6 +58,8 @@ def make_rng() -> np.random.Generator:
 def sample(dtype: np.dtype, size: int, rng: np.random.Generator) -> np.ndarray:
     if dtype.kind == "f":
         return rng.standard_normal(size).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.standard_normal(size) + 1j * rng.standard_normal(size)).astype(dtype)
     if dtype.kind == "b":
         return rng.integers(0, 2, size).astype(dtype)
     info = np.iinfo(dtype)
@@ -34,7 +71,12 @@ class Suite:
     the ``device`` and ``saxpy`` fixtures."""
 
     backend: ClassVar[str] = ""
-    dtypes: ClassVar[Sequence[str]] = ("float32", "float64", "int32", "int64", "uint8", "int16", "float16")
+    #: The dtypes the copy round trips cover: by default every dtype of the core's table that
+    #: numpy has (:data:`ARRAY_DTYPES`); a backend that holds fewer lists them.
+    dtypes: ClassVar[Sequence[str]] = ARRAY_DTYPES
+    #: Whether the kernel language has ``bool`` parameters. ``False`` (OpenCL, say): the scalar
+    #: kernel has no bool parameter and the bool checks report so instead of running.
+    scalar_bool: ClassVar[bool] = True
     sizes: ClassVar[Sequence[int]] = (0, 1, 7, 4096, 1 << 20)
     validates_arg_count: ClassVar[bool] = True
 
@@ -50,7 +92,40 @@ class Suite:
         return kb.Source(BAD_CUDA, lang="cuda", name="broken")
 
     def scalar_source(self) -> kb.Source | None:
-        return kb.Source(scalar_kernel_cuda(), lang="cuda", name="scalars")
+        """The kernel of the scalar-rule checks, in the backend's own language (required).
+
+        Its parameters, in order: ``i`` (int64 array), ``u`` (uint64 array), ``f`` (float64
+        array), then one scalar parameter ``p<j>`` per dtype of :meth:`scalar_params`. Launched
+        with ``grid=1, block=1`` (or :meth:`scalar_launch`); it stores the signed integer
+        parameters into ``i``, the unsigned ones and bools into ``u``, the floats into ``f``,
+        each array in parameter order. Default: the CUDA C++ kernel
+        (:func:`~kernelbay.testing.conformance.scalar_kernel_cuda`) for a backend that compiles
+        ``cuda``; any other backend must override this, or the scalar checks fail saying so.
+        """
+        rec = {b.name: b for b in kb.backends()}.get(self.backend)
+        if rec is not None and rec.spec is not None and "cuda" in rec.spec.languages:
+            return kb.Source(scalar_kernel_cuda(), lang="cuda", name="scalars")
+        return None
+
+    def scalar_launch(self) -> dict[str, Any]:
+        """The geometry of the scalar kernel's launch: one thread is enough."""
+        return {"grid": 1, "block": 1}
+
+    def scalar_params(self) -> tuple[DType, ...]:
+        """The scalar parameters of :meth:`scalar_source`, after its three arrays: each dtype
+        of the core's table with a C spelling, in the table's order (bool left out when
+        ``scalar_bool`` is False)."""
+        return tuple(d for d in SCALAR_DTYPES if self.scalar_bool or d.kind != "b")
+
+    def implements(self, hook: str) -> bool:
+        """Whether the backend's plugin object defines ``hook`` itself (else the core's
+        fallback serves it)."""
+        rec = {b.name: b for b in kb.backends()}[self.backend]
+        module, _, attr = rec.target.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in filter(None, attr.split(".")):
+            obj = getattr(obj, part)
+        return hasattr(obj, hook)
 
     # --- fixtures -------------------------------------------------------------------
 
@@ -58,7 +133,7 @@ class Suite:
     def device(self) -> kb.Device:
         if not self.backend:
             pytest.fail("BackendConformance subclasses must set `backend`", pytrace=False)
-        return require_device(self.backend)
+        return require_device(self.backend, strict=True)
 
     @pytest.fixture
     def saxpy(self, device: kb.Device) -> kb.Kernel:

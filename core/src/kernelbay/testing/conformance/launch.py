@@ -144,31 +144,3 @@ class LaunchTests(Suite):
     def test_synchronize(self, device: kb.Device) -> None:
         device.synchronize()
         kb.device(str(device)).synchronize()
-
-    # --- across backends (needs the cpu backend as the other side) -------------------
-
-    def _other(self) -> kb.Device:
-        if self.backend == "cpu":
-            pytest.skip("needs a second backend besides cpu")
-        try:
-            return kb.device("cpu")
-        except kb.BackendError:
-            pytest.skip("needs the cpu backend as a second backend")
-
-    def test_copy_across_backends(self, device: kb.Device) -> None:
-        other = self._other()
-        host = sample(np.dtype("float32"), 1000, make_rng())
-        src = kb.asarray(host, device=other)
-        dst = kb.empty(host.shape, host.dtype, device=device)
-        kb.copy(dst, src)
-        np.testing.assert_array_equal(dst.numpy(), host)
-        moved = kb.asarray(dst, device=other)
-        assert moved.device == other
-        np.testing.assert_array_equal(moved.numpy(), host)
-
-    def test_array_of_another_device_is_rejected(self, device: kb.Device, saxpy: kb.Kernel) -> None:
-        other = self._other()
-        x = kb.zeros(4, "float32", device=other)
-        y = kb.zeros(4, "float32", device=device)
-        with pytest.raises(kb.InvalidArgumentError, match=str(other)):
-            saxpy.launch(**self.saxpy_launch(4), args=(x, y, np.float32(1), np.int32(4)))

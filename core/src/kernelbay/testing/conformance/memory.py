@@ -8,7 +8,7 @@ import pytest
 import kernelbay as kb
 from kernelbay.hookspecs import API_VERSION
 
-from .base import Suite, make_rng, sample
+from .base import Suite, make_rng, rule, sample
 
 
 class MemoryTests(Suite):
@@ -22,7 +22,11 @@ class MemoryTests(Suite):
         assert rec.reason is None
         spec = rec.spec
         assert spec is not None and spec.name == self.backend
-        assert spec.api_version == API_VERSION
+        assert spec.api_version == API_VERSION, rule(
+            "api_version",
+            f"BackendSpec.api_version is {spec.api_version}; a backend writes the literal version of the "
+            f"contract it was built for, and this kernelbay provides {API_VERSION}",
+        )
         assert spec.languages, "a backend must accept at least one language"
         assert isinstance(spec.priority, int)
 
@@ -35,10 +39,8 @@ class MemoryTests(Suite):
 
     # --- memory ---------------------------------------------------------------------
 
-    @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "uint8", "int16", "float16"])
     def test_round_trip_dtypes(self, device: kb.Device, dtype: str) -> None:
-        if dtype not in self.dtypes:
-            pytest.skip(f"{self.backend} does not take {dtype}")
+        """One test per dtype of ``dtypes`` (default: every dtype of the core's table numpy has)."""
         host = sample(np.dtype(dtype), 1000, make_rng())
         arr = kb.asarray(host, device=device)
         assert arr.device == device and arr.shape == host.shape and arr.dtype == host.dtype
@@ -102,6 +104,18 @@ class MemoryTests(Suite):
         for _ in range(200):
             kb.empty(1 << 16, "uint8", device=device)  # freed when collected
 
+    def test_freed_memory_is_reused_or_kept_aside(self, device: kb.Device) -> None:
+        """Rule (``kernelbay_free``): a freed buffer's memory is released or kept aside for
+        reuse, so a loop that allocates and frees more than fits at once runs; a driver that
+        defers its releases must still let the next allocation succeed."""
+        n = 1 << 22
+        for i in range(64):  # 256 MiB in all, 4 MiB alive at a time
+            try:
+                a = kb.empty(n, "uint8", device=device)
+            except kb.OutOfMemoryError as exc:
+                pytest.fail(rule("freed memory", f"allocation {i} of 4 MiB failed after freeing the earlier ones: {exc}"))
+            a.close()
+
     def test_memory_stats_or_unsupported(self, device: kb.Device) -> None:
         try:
             stats = device.memory_stats()
@@ -109,6 +123,30 @@ class MemoryTests(Suite):
             return
         assert isinstance(stats, kb.MemoryStats)
         assert 0 <= stats.active <= stats.peak
+
+
+    def test_clear_cache_or_its_fallback(self, device: kb.Device) -> None:
+        """``kernelbay_clear_cache`` (optional; fallback ``UnsupportedError``): live buffers
+        keep their contents, and memory stats (where there are any) show nothing cached after."""
+        host = np.arange(1000, dtype=np.float32)
+        keep = kb.asarray(host, device=device)
+        kb.empty(1 << 20, "uint8", device=device).close()
+        if not self.implements("kernelbay_clear_cache"):
+            with pytest.raises(kb.UnsupportedError):
+                device.clear_cache()
+            return
+        device.clear_cache()
+        device.clear_cache()  # twice is harmless
+        np.testing.assert_array_equal(
+            keep.numpy(), host, err_msg=rule("clear_cache", "clear_cache changed a live buffer")
+        )
+        try:
+            stats = device.memory_stats()
+        except kb.UnsupportedError:
+            return
+        assert stats.cached == 0 or stats.cached is None, rule(
+            "clear_cache", f"memory_stats().cached is {stats.cached} bytes right after clear_cache()"
+        )
 
 
 class NumpyProtocolTests(Suite):

@@ -11,8 +11,15 @@ import pytest
 import kernelbay as kb
 from kernelbay.argrules import int_range
 
-from .base import Suite
-from .kernels import SCALAR_DTYPES
+from .base import Suite, refused, rule
+
+_HOW = (
+    "override scalar_source() in your BackendConformance subclass with a kernel in your language whose "
+    "parameters are (i: int64 array, u: uint64 array, f: float64 array, then one scalar parameter per dtype of "
+    "scalar_params(), in order) and which stores the signed integers into i, the unsigned ones and bools into u, "
+    "the floats into f (docs/authoring-a-backend.md, 'The scalar kernel'); set scalar_bool = False if your "
+    "language has no bool parameters"
+)
 
 
 class ScalarTests(Suite):
@@ -24,13 +31,13 @@ class ScalarTests(Suite):
     def scalars(self, device: kb.Device) -> kb.Kernel:
         src = self.scalar_source()
         if src is None:
-            pytest.skip(f"{self.backend} has no kernel for the scalar-rule tests")
+            pytest.fail(f"{self.backend} has no kernel for the scalar-rule checks: {_HOW}", pytrace=False)
         try:
             return kb.compile(src, device=device)
         except kb.InvalidArgumentError as exc:
             if "language" not in str(exc):
                 raise
-            pytest.skip(f"{self.backend} does not compile {src.lang}: {exc}")
+            pytest.fail(f"{self.backend} does not compile {src.lang}, the scalar kernel's language: {exc}. {_HOW}", pytrace=False)
 
     def _scalar_run(self, kernel: kb.Kernel, device: kb.Device, **over: Any) -> tuple[list, list, list]:
         """Launch ``scalars`` with 1 (True) for every parameter but those in ``over`` (p<j>=value);
@@ -38,16 +45,16 @@ class ScalarTests(Suite):
         i = kb.zeros(8, "int64", device=device)
         u = kb.zeros(8, "uint64", device=device)
         f = kb.zeros(8, "float64", device=device)
-        vals = [np.dtype(d.name).type(1) for d in SCALAR_DTYPES]
+        vals = [np.dtype(d.name).type(1) for d in self.scalar_params()]
         for k, v in over.items():
             vals[int(k[1:])] = v
-        kernel.launch(grid=1, block=1, args=(i, u, f, *vals))
+        kernel.launch(**self.scalar_launch(), args=(i, u, f, *vals))
         device.synchronize()
         return list(i.numpy()), list(u.numpy()), list(f.numpy())
 
     def _expect(self, values: Sequence[Any]) -> tuple[list, list, list]:
         out: dict[str, list] = {"i": [], "u": [], "f": []}
-        for d, v in zip(SCALAR_DTYPES, values):
+        for d, v in zip(self.scalar_params(), values):
             out["u" if d.kind in "ub" else d.kind].append(v)
         pad = lambda xs: [*xs, *[0] * (8 - len(xs))]
         return pad([int(v) for v in out["i"]]), pad([int(v) for v in out["u"]]), pad([float(v) for v in out["f"]])
@@ -56,7 +63,7 @@ class ScalarTests(Suite):
     @pytest.mark.parametrize("end", ["min", "max"])
     def test_scalar_limits_round_trip(self, device: kb.Device, scalars: kb.Kernel, end: str, python: bool) -> None:
         vals = []
-        for d in SCALAR_DTYPES:
+        for d in self.scalar_params():
             if d.kind == "f":
                 v = float(np.finfo(d.name).max) * (1 if end == "max" else -1)
             elif d.kind == "b":
@@ -65,20 +72,20 @@ class ScalarTests(Suite):
                 v = int_range(d.kind, d.size)[end == "max"]
             vals.append(v if python else np.dtype(d.name).type(v))
         got = self._scalar_run(scalars, device, **{f"p{j}": v for j, v in enumerate(vals)})
-        assert got == self._expect(vals)
+        assert got == self._expect(vals), rule("scalar arguments, kernelbay.argrules", f"the kernel stored {got}")
 
     def test_scalar_out_of_range_is_rejected_on_every_launch(self, device: kb.Device, scalars: kb.Kernel) -> None:
-        for j, d in enumerate(SCALAR_DTYPES):
+        for j, d in enumerate(self.scalar_params()):
             if d.kind not in "iu":
                 continue
             lo, hi = int_range(d.kind, d.size)
             self._scalar_run(scalars, device, **{f"p{j}": hi})  # the fast path is made for these types
             for bad in (hi + 1, lo - 1):
-                with pytest.raises(kb.InvalidArgumentError, match=f"argument {3 + j}"):
-                    scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, bad))
+                with refused(kb.InvalidArgumentError, match=f"argument {3 + j}"):
+                    scalars.launch(**self.scalar_launch(), args=self._scalar_args(device, j, bad))
 
     def _scalar_args(self, device: kb.Device, j: int, value: Any) -> tuple:
-        vals: list[Any] = [np.dtype(d.name).type(1) for d in SCALAR_DTYPES]
+        vals: list[Any] = [np.dtype(d.name).type(1) for d in self.scalar_params()]
         vals[j] = value
         bufs = (
             kb.zeros(8, "int64", device=device),
@@ -88,7 +95,11 @@ class ScalarTests(Suite):
         return (*bufs, *vals)
 
     def _position(self, name: str) -> int:
-        return next(j for j, d in enumerate(SCALAR_DTYPES) if d.name == name)
+        for j, d in enumerate(self.scalar_params()):
+            if d.name == name:
+                return j
+        assert name == "bool" and not self.scalar_bool
+        pytest.skip(f"{self.backend} declares scalar_bool = False: its language has no bool parameters")
 
     @pytest.mark.parametrize(
         ("param", "value"),
@@ -103,15 +114,15 @@ class ScalarTests(Suite):
         self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any
     ) -> None:
         j = self._position(param)
-        with pytest.raises(kb.InvalidArgumentError, match="out of range"):
-            scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, value))
+        with refused(kb.InvalidArgumentError, match="out of range"):
+            scalars.launch(**self.scalar_launch(), args=self._scalar_args(device, j, value))
 
     def test_numpy_scalar_in_range_crosses_signedness(self, device: kb.Device, scalars: kb.Kernel) -> None:
         j, k = self._position("int32"), self._position("uint32")
         got = self._scalar_run(scalars, device, **{f"p{j}": np.uint32(7), f"p{k}": np.int32(9)})
-        vals: list[Any] = [1] * len(SCALAR_DTYPES)
+        vals: list[Any] = [1] * len(self.scalar_params())
         vals[j], vals[k] = 7, 9
-        assert got == self._expect(vals)
+        assert got == self._expect(vals), rule("scalar arguments, kernelbay.argrules", f"the kernel stored {got}")
 
     @pytest.mark.parametrize("param", ["float32", "float64"])
     @pytest.mark.parametrize("value", [1 << 2000, -(10**400)], ids=["1<<2000", "-10**400"])
@@ -120,18 +131,19 @@ class ScalarTests(Suite):
     ) -> None:
         """An int no float holds is an out-of-range argument, never a bare OverflowError."""
         j = self._position(param)
-        with pytest.raises(kb.InvalidArgumentError, match=f"argument {3 + j} .*digits.*out of range"):
-            scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, value))
+        with refused(kb.InvalidArgumentError, match=f"argument {3 + j} .*digits.*out of range"):
+            scalars.launch(**self.scalar_launch(), args=self._scalar_args(device, j, value))
 
     @pytest.mark.parametrize("param", ["float32", "int32", "uint8", "bool", "float64"])
     def test_zero_d_array_is_never_a_scalar(self, device: kb.Device, scalars: kb.Kernel, param: str) -> None:
         """One rule for every kind: a 0-d array is refused with the way to pass its value."""
         j = self._position(param)
         arr = np.array(1, dtype=param)
-        with pytest.raises(kb.ArgumentTypeError, match=rf"argument {3 + j} .*0-d array.*arr\.item\(\).*arr\[\(\)\]"):
-            scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, arr))
-        vals: list[Any] = [1] * len(SCALAR_DTYPES)
-        assert self._scalar_run(scalars, device, **{f"p{j}": arr[()]}) == self._expect(vals)
+        with refused(kb.ArgumentTypeError, match=rf"argument {3 + j} .*0-d array.*arr\.item\(\).*arr\[\(\)\]"):
+            scalars.launch(**self.scalar_launch(), args=self._scalar_args(device, j, arr))
+        vals: list[Any] = [1] * len(self.scalar_params())
+        got = self._scalar_run(scalars, device, **{f"p{j}": arr[()]})
+        assert got == self._expect(vals), rule("scalar arguments, kernelbay.argrules", f"the kernel stored {got}")
 
     @pytest.mark.parametrize(
         ("param", "value"),
@@ -146,8 +158,8 @@ class ScalarTests(Suite):
     def test_scalar_of_the_wrong_size_is_rejected(
         self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any
     ) -> None:
-        with pytest.raises(kb.ArgumentTypeError, match=f"argument {3 + self._position(param)}"):
-            scalars.launch(grid=1, block=1, args=self._scalar_args(device, self._position(param), value))
+        with refused(kb.ArgumentTypeError, match=f"argument {3 + self._position(param)}"):
+            scalars.launch(**self.scalar_launch(), args=self._scalar_args(device, self._position(param), value))
 
     @pytest.mark.parametrize(
         ("param", "value"),
@@ -164,24 +176,24 @@ class ScalarTests(Suite):
     def test_scalar_of_the_wrong_kind_is_rejected(
         self, device: kb.Device, scalars: kb.Kernel, param: str, value: Any
     ) -> None:
-        with pytest.raises(kb.ArgumentTypeError, match=f"argument {3 + self._position(param)}"):
-            scalars.launch(grid=1, block=1, args=self._scalar_args(device, self._position(param), value))
+        with refused(kb.ArgumentTypeError, match=f"argument {3 + self._position(param)}"):
+            scalars.launch(**self.scalar_launch(), args=self._scalar_args(device, self._position(param), value))
 
     def test_none_is_not_a_scalar(self, device: kb.Device, scalars: kb.Kernel) -> None:
-        for j in range(len(SCALAR_DTYPES)):
-            with pytest.raises(kb.ArgumentTypeError, match="None"):
-                scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, None))
+        for j in range(len(self.scalar_params())):
+            with refused(kb.ArgumentTypeError, match="None"):
+                scalars.launch(**self.scalar_launch(), args=self._scalar_args(device, j, None))
 
     def test_bools(self, device: kb.Device, scalars: kb.Kernel) -> None:
         b, i = self._position("bool"), self._position("int32")
         for flag in (True, False, np.bool_(True), np.bool_(False)):
             got = self._scalar_run(scalars, device, **{f"p{b}": flag, f"p{i}": True})
-            vals: list[Any] = [1] * len(SCALAR_DTYPES)
+            vals: list[Any] = [1] * len(self.scalar_params())
             vals[b] = bool(flag)
-            assert got == self._expect(vals)
+            assert got == self._expect(vals), rule("scalar arguments, kernelbay.argrules", f"the kernel stored {got}")
 
     def test_float_out_of_range_is_rejected(self, device: kb.Device, scalars: kb.Kernel) -> None:
         j = self._position("float32")
         self._scalar_run(scalars, device, **{f"p{j}": float("inf")})
-        with pytest.raises(kb.InvalidArgumentError, match="out of range"):
-            scalars.launch(grid=1, block=1, args=self._scalar_args(device, j, 1e39))
+        with refused(kb.InvalidArgumentError, match="out of range"):
+            scalars.launch(**self.scalar_launch(), args=self._scalar_args(device, j, 1e39))

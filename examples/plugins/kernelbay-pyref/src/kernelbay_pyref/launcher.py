@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import kernelbay as kb
+from kernelbay.argrules import BY_NAME, DType, check_scalar
 from kernelbay.types import dim3
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -33,6 +34,16 @@ class ThreadIndex(NamedTuple):
 class Compiled(NamedTuple):
     fn: Any
     nparams: int
+    #: per kernel argument: the table's dtype of an annotated scalar parameter, else None
+    scalars: tuple[DType | None, ...] = ()
+
+
+def _scalar_type(annotation: Any) -> DType | None:
+    """The dtype a parameter's annotation names (``p: "int32"`` or ``p: np.int32``), if any."""
+    if annotation is inspect.Parameter.empty:
+        return None
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    return BY_NAME.get(name)
 
 
 def compile(device: kb.Device, source: kb.Source) -> Compiled:
@@ -52,15 +63,22 @@ def compile(device: kb.Device, source: kb.Source) -> Compiled:
             f"pyref kernel {source.name or fn.__name__!r} must take (thread_index, *kernel_args) as plain parameters",
             log=f"signature: {inspect.signature(fn)}",
         )
-    return Compiled(fn, len(params) - 1)
+    # A parameter annotated with a dtype name is a scalar of that type: the core's one table of
+    # rules (kernelbay.argrules) checks what a launch passes for it, as for a C parameter.
+    return Compiled(fn, len(params) - 1, tuple(_scalar_type(p.annotation) for p in params[1:]))
 
 
 def _convert(kernel: kb.Kernel, args: Sequence[Any]) -> list[Any]:
     import numpy as np
 
     out: list[Any] = []
+    scalars = kernel.handle.scalars
     for pos, a in enumerate(args):
-        if isinstance(a, kb.Buffer):
+        d = scalars[pos] if pos < len(scalars) else None
+        if d is not None:
+            check_scalar(a, d.kind, d.size, f"argument {pos} of kernel {kernel.name!r}")
+            out.append(np.dtype(d.name).type(a))
+        elif isinstance(a, kb.Buffer):
             if a.device != kernel.device:
                 raise kb.InvalidArgumentError(
                     f"argument {pos} of {kernel.name!r} lives on {a.device}, but the kernel runs on "
