@@ -39,6 +39,12 @@ class TestTpu(BackendConformance):
     def saxpy_launch(self, n: int) -> dict[str, Any]:
         return {"grid": (1,)}
 
+    @pytest.fixture
+    def scalars(self, device: kb.Device) -> kb.Kernel:
+        # Shown as xfail, never as a pass: Pallas kernels take scalars as untyped static values
+        # or meta['scalars'] SMEM refs, so the tpu backend applies none of kernelbay.argrules yet.
+        pytest.xfail("issue #28 follow-up: the tpu backend does not apply kernelbay.argrules to Pallas scalars")
+
     def bad_source(self) -> kb.Source:
         # Names an argument the kernel does not have: rejected when compiling.
         return kb.Source(broken_kernel, lang="pallas", meta={"outputs": ("out_ref",)})

@@ -377,11 +377,7 @@ def test_module_map_is_complete_and_true() -> None:
 
 # Private core modules a backend imports today. This list may only shrink: a new entry needs
 # the core to make what it uses public instead.
-PRIVATE_IMPORT_ALLOWLIST: set[tuple[str, str]] = {
-    # Makes the core probe the tpu backend again in tests (Runtime.reprobe), which the public
-    # API does not offer.
-    ("kernelbay_tpu.testing", "kernelbay._plugins"),
-}
+PRIVATE_IMPORT_ALLOWLIST: set[tuple[str, str]] = set()
 
 
 def _private(module: str) -> bool:

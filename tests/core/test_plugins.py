@@ -101,6 +101,59 @@ def test_api_version_mismatch_is_broken(add_backend):
         kb.device("future")
 
 
+def test_api_version_advice_names_the_package_to_upgrade(add_backend):
+    """Built for a newer contract: upgrade the core; for an older one: upgrade the backend."""
+
+    def at(version: int) -> type:
+        class Versioned(FakeBackend):
+            @kb.hookimpl
+            def kernelbay_backend(self):
+                return kb.BackendSpec(self.name, 1, ("python",), version)
+
+        return Versioned
+
+    add_backend(at(kb.API_VERSION + 1)("newer"))
+    add_backend(at(kb.API_VERSION - 1)("older"))
+    with pytest.raises(
+        kb.BackendBrokenError, match=r"upgrade kernelbay \(the core\) to a release that provides API version"
+    ):
+        kb.device("newer")
+    with pytest.raises(
+        kb.BackendBrokenError, match=rf"upgrade \S+.* to a release built for API version {kb.API_VERSION}"
+    ) as info:
+        kb.device("older")
+    first = str(info.value).splitlines()[0]
+    assert "upgrade kernelbay-older" in first and "(the core)" not in first
+
+
+def test_a_hook_the_core_lacks_advises_upgrading_the_core(add_backend):
+    class FromTheFuture(FakeBackend):
+        @kb.hookimpl
+        def kernelbay_hook_of_a_later_release(self, device):
+            pass
+
+    add_backend(FromTheFuture("later"))
+    with pytest.raises(
+        kb.BackendBrokenError, match=r"kernelbay_hook_of_a_later_release.*upgrade kernelbay \(the core\)"
+    ):
+        kb.device("later")
+
+
+def test_whole_reason_reaches_the_selection_error(monkeypatch):
+    """A plugin's SyntaxError: its last line ("SyntaxError: expected ':'") is in the reason and
+    in the error of a selection that finds no device."""
+
+    def load():
+        exec(compile("def kernelbay_backend()\n    pass\n", "plugin.py", "exec"), {})
+
+    runtime._extra["typo"] = Backend("typo", "kernelbay-typo", "1.0", "kernelbay_typo.plugin", load=load)
+    rec = {r.name: r for r in kb.backends()}["typo"]
+    assert rec.status == "broken" and "SyntaxError: expected ':'" in (rec.reason or "")
+    with pytest.raises(kb.BackendError) as info:
+        kb.device()
+    assert "SyntaxError: expected ':'" in str(info.value), str(info.value)
+
+
 def test_missing_required_hook_is_broken(add_backend):
     class NoLaunch:
         @kb.hookimpl

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import traceback
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -259,7 +260,12 @@ def load(rt: Runtime, rec: Backend) -> Binding:
         try:
             pm.check_pending()
         except Exception as exc:
-            raise broken(rec.name, label, "it implements a hook kernelbay does not define", exc) from exc
+            raise BackendBrokenError(
+                f"backend {rec.name!r} ({label}{' ' + rec.version if rec.version else ''}) is broken: it implements a hook this "
+                f"kernelbay {_core_version()} does not define: {_detail(exc)}. The backend was most likely "
+                f"built for a newer kernelbay: upgrade kernelbay (the core), or install a release of {label} "
+                f"that this kernelbay supports; or leave it out with {ENV_BACKENDS}."
+            ) from exc
         have = {h for h in ALL_HOOKS if any(i.plugin is plugin for i in getattr(pm.hook, h).get_hookimpls())}
         missing = [h for h in REQUIRED_HOOKS if h not in have]
         if missing:
@@ -286,6 +292,20 @@ def load(rt: Runtime, rec: Backend) -> Binding:
     return b
 
 
+def _core_version() -> str:
+    """The installed kernelbay's version, for advice ("" when run from a source tree)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("kernelbay")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _detail(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
 def check_spec(rec: Backend, spec: object) -> None:
     label = rec.label
     if not isinstance(spec, BackendSpec):
@@ -294,10 +314,15 @@ def check_spec(rec: Backend, spec: object) -> None:
             f"{spec!r}, not a kernelbay.types.BackendSpec"
         )
     if spec.api_version != hookspecs.API_VERSION:
+        ours = hookspecs.API_VERSION
+        if isinstance(spec.api_version, int) and spec.api_version > ours:
+            advice = f"upgrade kernelbay (the core) to a release that provides API version {spec.api_version}"
+        else:
+            advice = f"upgrade {label} to a release built for API version {ours}"
         raise BackendBrokenError(
-            f"backend {rec.name!r} ({label} {rec.version or ''}) was built for kernelbay API "
-            f"version {spec.api_version}, but this kernelbay provides version "
-            f"{hookspecs.API_VERSION}; install versions of kernelbay and {label} that match"
+            f"backend {rec.name!r} ({label}{' ' + rec.version if rec.version else ''}) is broken: it was built for kernelbay API "
+            f"version {spec.api_version!r}, but this kernelbay {_core_version()} provides version {ours}; "
+            f"{advice}, or leave it out with {ENV_BACKENDS}"
         )
     if spec.name != rec.name:
         raise BackendBrokenError(

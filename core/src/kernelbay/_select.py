@@ -252,8 +252,9 @@ def _summary() -> str:
             available.append(devs.split(",")[0])
             lines.append(f"  {rec.name} ({rec.label}): available: {devs}")
         else:
-            reason = (rec.reason or "").splitlines()[0]
-            lines.append(f"  {rec.name} ({rec.label}): {status}: {reason}")
+            first, *rest = (rec.reason or "").splitlines() or [""]
+            lines.append(f"  {rec.name} ({rec.label}): {status}: {first}")
+            lines.extend(f"      {line}" for line in rest)  # the whole reason: the exception line included
     if available:
         lines.append(f"set KERNELBAY_DEVICE to one of the available devices, e.g. KERNELBAY_DEVICE={available[0]}")
     else:

@@ -107,7 +107,7 @@ def _info_data() -> dict[str, Any]:
         out["default_device"] = str(_api.device())
     except KernelbayError as exc:
         out["default_device"] = None
-        out["default_device_error"] = str(exc).splitlines()[0]
+        out["default_device_error"] = str(exc)
     out["packages"] = _envinfo.packages([b["distribution"] for b in out["backends"] if b.get("distribution")])
     out["nvidia_driver"] = _envinfo.nvidia_driver()
     out["cache"] = _envinfo.cache()
@@ -161,13 +161,19 @@ def cmd_info(args: argparse.Namespace) -> int:
             head += f"  languages: {', '.join(b['languages'])}"
         print(head)
         if b.get("reason"):
-            for line in str(b["reason"]).splitlines()[:3]:
+            for line in str(b["reason"]).splitlines():  # all of it: a SyntaxError's last line says what
                 print(f"           {line}")
         for d in b.get("devices", []):
             props = ", ".join(f"{k}={v}" for k, v in d["properties"].items())
             print(f"           {d['device']}: {d['name']}" + (f" ({props})" if props else ""))
     dd = data.get("default_device")
-    print(f"default device: {dd}" if dd else f"default device: none ({data.get('default_device_error')})")
+    if dd:
+        print(f"default device: {dd}")
+    else:
+        first, *rest = str(data.get("default_device_error")).splitlines() or [""]
+        print(f"default device: none ({first})")
+        for line in rest:
+            print(f"  {line}")
     _print_env(data)
     return 0
 

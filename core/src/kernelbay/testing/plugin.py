@@ -65,6 +65,18 @@ def require_device(backend: str, index: int = 0, *, strict: bool = False):
         pytest.skip(f"no {backend} device: {reason}")
 
 
+def reprobe(backend: str) -> None:
+    """Make the core forget ``backend``'s probe result, so the next request probes it again.
+
+    For tests (and long-lived processes) whose environment changed after the first probe: a
+    driver installed, an interpret-mode flag set. Devices already handed out stay valid.
+    """
+    # The runtime is the core's private state; this is its one public door for tests.
+    from kernelbay._plugins import runtime
+
+    runtime.reprobe(backend)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("kernelbay_device"):
         require_device(*mark.args, **mark.kwargs)

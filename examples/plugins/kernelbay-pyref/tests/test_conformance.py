@@ -1,6 +1,7 @@
 """kernelbay-pyref runs kernelbay's conformance suite: these few lines are all it takes."""
 
 import kernelbay as kb
+import numpy as np
 from kernelbay.testing import BackendConformance
 
 
@@ -10,8 +11,23 @@ def saxpy(t, x, y, a, n):
         y[i] = a * x[i] + y[i]
 
 
-def scalars(t, i, u, f, p0: "bool", p1: "int8", p2: "int16", p3: "int32", p4: "int64", p5: "uint8",
-            p6: "uint16", p7: "uint32", p8: "uint64", p9: "float32", p10: "float64"):  # fmt: skip
+def scalars(
+    t,
+    i,
+    u,
+    f,
+    p0: np.bool_,
+    p1: np.int8,
+    p2: np.int16,
+    p3: np.int32,
+    p4: np.int64,
+    p5: np.uint8,
+    p6: np.uint16,
+    p7: np.uint32,
+    p8: np.uint64,
+    p9: np.float32,
+    p10: np.float64,
+):
     # The scalar kernel of the conformance suite (docs/authoring-a-backend.md, "The scalar
     # kernel"): signed integers into i, unsigned ones and bools into u, floats into f.
     i[:4] = (p1, p2, p3, p4)

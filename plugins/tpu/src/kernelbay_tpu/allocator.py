@@ -190,8 +190,16 @@ def jax_storage(array: Array) -> Any:
 
 
 def to_dlpack(array: Array, stream: Any, max_version: Any) -> Any:
-    # jax chooses the capsule's version itself: max_version is not passed on.
-    return jax_storage(array).__dlpack__()
+    # The consumer's max_version is passed on (None asks for the legacy capsule), as the
+    # protocol requires; a jax too old to take it exports the legacy capsule, which any
+    # consumer accepts.
+    storage = jax_storage(array)
+    if max_version is None:
+        return storage.__dlpack__()
+    try:
+        return storage.__dlpack__(max_version=tuple(max_version))
+    except TypeError:
+        return storage.__dlpack__()
 
 
 def dlpack_device(array: Array) -> tuple[int, int]:

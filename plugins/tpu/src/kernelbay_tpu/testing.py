@@ -16,9 +16,9 @@ from ._driver import ENV_INTERPRET
 
 def forget_probe() -> None:
     """Make the core probe the tpu backend again on next use."""
-    from kernelbay._plugins import runtime
+    from kernelbay.testing import reprobe
 
-    runtime.reprobe("tpu")
+    reprobe("tpu")
 
 
 @contextmanager

@@ -113,7 +113,9 @@ class MemoryTests(Suite):
             try:
                 a = kb.empty(n, "uint8", device=device)
             except kb.OutOfMemoryError as exc:
-                pytest.fail(rule("freed memory", f"allocation {i} of 4 MiB failed after freeing the earlier ones: {exc}"))
+                pytest.fail(
+                    rule("freed memory", f"allocation {i} of 4 MiB failed after freeing the earlier ones: {exc}")
+                )
             a.close()
 
     def test_memory_stats_or_unsupported(self, device: kb.Device) -> None:
@@ -123,7 +125,6 @@ class MemoryTests(Suite):
             return
         assert isinstance(stats, kb.MemoryStats)
         assert 0 <= stats.active <= stats.peak
-
 
     def test_clear_cache_or_its_fallback(self, device: kb.Device) -> None:
         """``kernelbay_clear_cache`` (optional; fallback ``UnsupportedError``): live buffers

@@ -37,7 +37,10 @@ class ScalarTests(Suite):
         except kb.InvalidArgumentError as exc:
             if "language" not in str(exc):
                 raise
-            pytest.fail(f"{self.backend} does not compile {src.lang}, the scalar kernel's language: {exc}. {_HOW}", pytrace=False)
+            pytest.fail(
+                f"{self.backend} does not compile {src.lang}, the scalar kernel's language: {exc}. {_HOW}",
+                pytrace=False,
+            )
 
     def _scalar_run(self, kernel: kb.Kernel, device: kb.Device, **over: Any) -> tuple[list, list, list]:
         """Launch ``scalars`` with 1 (True) for every parameter but those in ``over`` (p<j>=value);

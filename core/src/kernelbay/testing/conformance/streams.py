@@ -9,7 +9,7 @@ import pytest
 
 import kernelbay as kb
 
-from .base import Suite
+from .base import Suite, rule
 
 
 class StreamTests(Suite):
@@ -36,6 +36,64 @@ class StreamTests(Suite):
         assert s.query()
         np.testing.assert_array_equal(y.numpy(), np.full(n, 20.0, np.float32))
 
+    def test_user_stream_waits_for_earlier_default_stream_work(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        """Rule (default stream -> user streams): work queued on a user stream starts after the
+        work queued earlier on the device's default stream (``kb.zeros``, a copy, a launch)."""
+        n = 1 << 14
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        zero = kb.zeros(n, "float32", device=device)
+        y = kb.asarray(np.full(n, 7.0, np.float32), device=device)
+        s = device.stream()
+        for _ in range(8):
+            kb.copy(y, zero)  # default stream: y = 0
+            self._saxpy_on(saxpy, x, y, 1.0, stream=s)  # user stream: y = x + y, after the copy
+            s.synchronize()
+            got = y.numpy()
+            assert (got == 1.0).all(), rule(
+                "default stream before user streams",
+                f"a launch on a user stream ran before the default stream's earlier copy ended: y[:4] = {got[:4]}",
+            )
+
+    def test_default_stream_waits_for_earlier_user_stream_work(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        """Rule (user streams -> default stream): work queued on the default stream starts after
+        the work queued earlier on every user stream of the device."""
+        n = 1 << 14
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        for _ in range(4):
+            y = kb.zeros(n, "float32", device=device)
+            z = kb.empty(n, "float32", device=device)
+            device.synchronize()
+            s = device.stream()
+            for _ in range(10):
+                self._saxpy_on(saxpy, x, y, 1.0, stream=s)
+            kb.copy(z, y)  # the default stream: after s's ten launches
+            device.default_stream.synchronize()
+            got = z.numpy()
+            assert (got == 10.0).all(), rule(
+                "user streams before the default stream",
+                f"a default-stream copy ran before a user stream's earlier launches ended: z[:4] = {got[:4]}",
+            )
+
+    def test_event_on_the_default_stream(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        """Rule (``kernelbay_event_record``): an event recorded on the default stream (whose
+        ``handle`` is ``kernelbay_default_stream``'s, or ``None`` without that hook) completes
+        when the default stream's earlier work has; a user stream can wait for it."""
+        n = 4096
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        y = kb.zeros(n, "float32", device=device)
+        z = kb.zeros(n, "float32", device=device)
+        for _ in range(10):
+            self._saxpy_on(saxpy, x, y, 1.0, stream=device.default_stream)
+        ev = device.default_stream.record()
+        s = device.stream()
+        s.wait(ev)
+        self._saxpy_on(saxpy, y, z, 1.0, stream=s)
+        s.synchronize()
+        assert ev.query(), rule("event on the default stream", "the event is not complete after the work behind it")
+        np.testing.assert_array_equal(
+            z.numpy(), np.full(n, 10.0, np.float32), err_msg=rule("event on the default stream", "z = y ran early")
+        )
+
     def test_event_orders_two_streams(self, device: kb.Device, saxpy: kb.Kernel) -> None:
         n = 4096
         x = kb.asarray(np.ones(n, np.float32), device=device)
@@ -61,9 +119,10 @@ class StreamTests(Suite):
             for _ in range(i + 3):
                 self._saxpy_on(saxpy, x, y, 1.0, stream=s)
         # No synchronize: each read must wait for the writes queued before it, on any stream.
-        np.testing.assert_array_equal(ys[0].numpy(), np.full(n, 3.0, np.float32))
+        why = rule("host reads", "a read into host memory must see every write queued before it, on any stream")
+        np.testing.assert_array_equal(ys[0].numpy(), np.full(n, 3.0, np.float32), err_msg=why)
         out = kb.copy(np.empty(n, np.float32), ys[1])
-        np.testing.assert_array_equal(out, np.full(n, 4.0, np.float32))
+        np.testing.assert_array_equal(out, np.full(n, 4.0, np.float32), err_msg=why)
         device.synchronize()
         np.testing.assert_array_equal(np.array(ys[2].numpy()), np.full(n, 5.0, np.float32))
 
