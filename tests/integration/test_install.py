@@ -29,7 +29,7 @@ def test_example_plugin_shows_up_and_runs(with_plugins):
     assert r.returncode == 0, r.stderr
     by = {b["name"]: b for b in json.loads(r.stdout)["backends"]}
     assert by["pyref"]["status"] == "available"
-    assert by["pyref"]["distribution"] == "kernelbay-pyref" and by["pyref"]["version"] == "0.1.0"
+    assert by["pyref"]["distribution"] == "kernelbay-pyref" and by["pyref"]["version"] == "0.2.0"
     demo = with_plugins.kernelbay("demo", env={"KERNELBAY_DEVICE": "pyref"})
     assert demo.returncode == 0, demo.stderr
     assert "pyref:0" in demo.stdout and "matches numpy: OK" in demo.stdout

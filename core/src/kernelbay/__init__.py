@@ -34,7 +34,7 @@ from .hookspecs import API_VERSION, hookimpl
 from .streams import Event, Stream
 from .types import Array, BackendSpec, Buffer, Device, Kernel, LaunchConfig, MemoryStats, Source
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _log.configure_from_env()  # KERNELBAY_LOG, before a trace or anything else logs
 

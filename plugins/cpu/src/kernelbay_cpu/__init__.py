@@ -5,4 +5,4 @@ the host's cores. The hooks live in :mod:`kernelbay_cpu.plugin`; this package im
 heavy so that listing backends stays cheap.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from kernelbay.hookspecs import API_VERSION, hookimpl
+from kernelbay.hookspecs import hookimpl
 from kernelbay.types import BackendSpec, Device
 
 from . import _driver, allocator, compiler, graphs, launcher, streams, timing
@@ -57,7 +57,7 @@ def kernelbay_backend() -> BackendSpec:
         priority=100,
         # A c++ source was written for the CPU: prefer it over the CUDA text when both are given.
         languages=("c++", "cuda"),
-        api_version=API_VERSION,
+        api_version=1,  # the contract this backend was built for: a literal, never the core's constant
         description="host CPU: CUDA-style and C++ kernels built with the system C++ compiler, OpenMP across cores",
     )
 

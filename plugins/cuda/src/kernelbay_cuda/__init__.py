@@ -15,7 +15,7 @@ Importing this package imports nothing from cuda.bindings; that happens on first
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from typing import TYPE_CHECKING, Any
 

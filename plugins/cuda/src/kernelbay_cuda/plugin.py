@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelbay.hookspecs import API_VERSION, hookimpl
+from kernelbay.hookspecs import hookimpl
 from kernelbay.types import BackendSpec
 
 from . import allocator, compiler, copies, devices, graphs, interop, launcher, streams, timing
@@ -52,7 +52,7 @@ def kernelbay_backend() -> BackendSpec:
         name="cuda",
         priority=300,
         languages=("cuda", "ptx", "cubin", "fatbin", "triton"),
-        api_version=API_VERSION,
+        api_version=1,  # the contract this backend was built for: a literal, never the core's constant
         description="NVIDIA GPUs through the CUDA driver and NVRTC (cuda-python); Triton kernels with kernelbay-cuda[triton]",
     )
 

@@ -1,3 +1,3 @@
 """kernelbay backend for JAX Pallas kernels on TPUs."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

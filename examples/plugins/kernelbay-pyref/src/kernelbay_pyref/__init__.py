@@ -13,7 +13,7 @@ launch arguments after it (arrays as numpy views)::
 Slow by design: it exists to be read, and to check other backends against.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .launcher import Dim3, ThreadIndex
 

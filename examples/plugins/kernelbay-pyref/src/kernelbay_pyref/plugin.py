@@ -33,7 +33,7 @@ def kernelbay_backend() -> kb.BackendSpec:
         name="pyref",
         priority=0,  # a reference backend: never chosen unless named (KERNELBAY_DEVICE=pyref)
         languages=("python",),
-        api_version=kb.API_VERSION,
+        api_version=1,  # the contract this backend was built for: a literal, never the core's constant
         description="pure-Python reference backend (one Python call per thread)",
     )
 
