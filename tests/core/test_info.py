@@ -90,3 +90,20 @@ def test_probe_and_choice_are_logged(add_backend, caplog):
     text = caplog.text
     assert "fast: probe found 1 device(s)" in text
     assert "device fast:0" in text and "chosen for selector 'fast'" in text
+
+
+def test_info_prints_a_broken_backends_whole_reason(capsys):
+    """A plugin's SyntaxError: the traceback's last line, "SyntaxError: expected ':'", is printed,
+    and the default-device error below keeps it too."""
+    from kernelbay._discovery import Backend
+    from kernelbay._plugins import runtime
+
+    def load():
+        exec(compile("def kernelbay_backend()\n    pass\n", "plugin.py", "exec"), {})
+
+    runtime._extra["typo"] = Backend("typo", "kernelbay-typo", "1.0", "kernelbay_typo.plugin", load=load)
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    section = out.split("default device:")
+    assert "SyntaxError: expected ':'" in section[0], out
+    assert "SyntaxError: expected ':'" in section[1], out

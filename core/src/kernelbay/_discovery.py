@@ -262,7 +262,7 @@ def load(rt: Runtime, rec: Backend) -> Binding:
         except Exception as exc:
             raise BackendBrokenError(
                 f"backend {rec.name!r} ({label}{' ' + rec.version if rec.version else ''}) is broken: it implements a hook this "
-                f"kernelbay {_core_version()} does not define: {_detail(exc)}. The backend was most likely "
+                f"kernelbay does not define: {_detail(exc)}. The backend was most likely "
                 f"built for a newer kernelbay: upgrade kernelbay (the core), or install a release of {label} "
                 f"that this kernelbay supports; or leave it out with {ENV_BACKENDS}."
             ) from exc
@@ -292,16 +292,6 @@ def load(rt: Runtime, rec: Backend) -> Binding:
     return b
 
 
-def _core_version() -> str:
-    """The installed kernelbay's version, for advice ("" when run from a source tree)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("kernelbay")
-    except metadata.PackageNotFoundError:
-        return ""
-
-
 def _detail(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
@@ -321,7 +311,7 @@ def check_spec(rec: Backend, spec: object) -> None:
             advice = f"upgrade {label} to a release built for API version {ours}"
         raise BackendBrokenError(
             f"backend {rec.name!r} ({label}{' ' + rec.version if rec.version else ''}) is broken: it was built for kernelbay API "
-            f"version {spec.api_version!r}, but this kernelbay {_core_version()} provides version {ours}; "
+            f"version {spec.api_version!r}, but this kernelbay provides version {ours}; "
             f"{advice}, or leave it out with {ENV_BACKENDS}"
         )
     if spec.name != rec.name:

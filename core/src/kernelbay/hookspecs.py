@@ -33,10 +33,32 @@ default stream), a :class:`kernelbay.Stream` of this backend's device (its ``han
 your ``kernelbay_stream_create`` or ``kernelbay_default_stream`` returned), or any object your
 backend documents (CUDA: ``__cuda_stream__``). A :class:`kernelbay.Stream` whose handle is
 ``None`` (those hooks left out, or returning ``None``) reaches launch, copy, memset and
-synchronize as ``None``: such streams are all the device's one in-order stream. Work on one stream runs in order. Host reads must
-see every write queued before them on every stream of the device: ``kernelbay_copy`` into a numpy
-array with ``stream=None``, ``kernelbay_host_view``, and ``kernelbay_synchronize`` with
-``stream=None``.
+synchronize as ``None``: such streams are all the device's one in-order stream.
+
+The ordering rules (the conformance suite checks each one and names it when it fails):
+
+* *one stream*: work on one stream runs in the order it was queued.
+* *default stream before user streams*: work queued on a user stream starts after the work
+  queued earlier on the device's default stream (``stream=None``): a ``kb.zeros`` fill, a copy
+  or a launch on the default stream, then a launch on a user stream, must not race.
+* *user streams before the default stream*: work queued on the default stream starts after the
+  work queued earlier on every user stream of the device (CUDA's legacy default stream with
+  blocking streams behaves so; a backend whose queues are independent records an event on each
+  user stream and makes the default stream wait for them).
+* *host reads*: ``kernelbay_copy`` into a numpy array with ``stream=None``,
+  ``kernelbay_host_view``, and ``kernelbay_synchronize`` with ``stream=None`` see every write
+  queued before them on every stream of the device.
+* *freed memory*: memory freed while queued work may still use it is not handed out again
+  before that work is done (:func:`kernelbay_free`), and a loop that frees and allocates more
+  than fits at once still runs.
+* *events on the default stream*: ``kernelbay_event_record`` is called with the default
+  :class:`kernelbay.Stream` too (its ``handle`` is what ``kernelbay_default_stream`` returned, or
+  ``None`` without that hook); the event completes when the default stream's earlier work has.
+* *failed work*: a failure of queued work is raised as :class:`~kernelbay.errors.LaunchError`
+  by the next ``kernelbay_synchronize``, ``kernelbay_event_synchronize`` or
+  ``kernelbay_stream_query`` that covers it; ``kernelbay_event_query`` does not block and says
+  ``True`` once that work has ended, failed or not (a driver that reports the failure there,
+  as CUDA's does, may raise ``LaunchError`` instead).
 
 Graphs (:mod:`kernelbay.graphs`). The core records launches, copies and memsets into
 :class:`kernelbay.graphs.Step` values with their dependencies (from the buffers each reads and
@@ -71,7 +93,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .types import Array, BackendSpec, Buffer, Device, Kernel, MemoryStats, Source
 
 #: The version of this contract. A backend declares the version it was built for in
-#: :class:`~kernelbay.types.BackendSpec`; a different version marks it broken.
+#: :class:`~kernelbay.types.BackendSpec` *as a literal* (``api_version=1``), never as this
+#: constant, which would compare the core with itself. A different version marks the backend
+#: broken, with advice naming what to upgrade: kernelbay for a newer one, the backend for an
+#: older one. Hooks added in a later kernelbay release (``.. versionadded::``) are optional and
+#: keep this number; a backend that implements them needs that release, which its dependency
+#: pin says (``kernelbay>=0.2,<0.3`` for the 0.2 hooks). Version 1 is kernelbay 0.1 and 0.2.
 API_VERSION = 1
 
 hookspec = pluggy.HookspecMarker("kernelbay")
@@ -147,6 +174,11 @@ def kernelbay_free(device: Device, handle: Any) -> None:
     May run from a garbage-collection finaliser: must not raise for a live handle. Memory that
     work queued on a stream may still use must not be handed out again before that work is done
     (stream-ordered memory: keep the block aside until an event recorded at free completes).
+    A driver that defers releases itself until queued work ends (OpenCL's ``clReleaseMemObject``)
+    satisfies this by releasing at once: the driver keeps the memory aside for you. Either way
+    memory freed is available again once the work that used it ends: an allocation after frees
+    must not fail for memory the backend is still holding (the suite allocates 256 MiB, 4 MiB at
+    a time, freeing each).
 
     :param device: the device it was allocated on.
     :param handle: the handle ``kernelbay_allocate`` returned (or the latest one the backend
@@ -442,7 +474,9 @@ def kernelbay_event_record(device: Device, stream: Stream) -> Any:
     Record an event on ``stream``: it completes when the work queued there so far has.
 
     :param device: the stream's device.
-    :param stream: a :class:`~kernelbay.Stream` of this backend.
+    :param stream: a :class:`~kernelbay.Stream` of this backend; the default stream too
+        (``stream.is_default``), whose ``handle`` is ``kernelbay_default_stream``'s result or
+        ``None`` where that hook is left out.
     :return: the backend's event object, stored as ``kb.Event.handle``.
 
     .. versionadded:: 0.2
@@ -467,7 +501,9 @@ def kernelbay_event_query(device: Device, event: Event) -> bool:
 
     :param device: the event's device.
     :param event: a :class:`~kernelbay.Event` of this backend.
-    :return: ``True`` once the work before it has finished.
+    :return: ``True`` once the work before it has ended, succeeded or failed (the failure is
+        raised by the next synchronize); must not block. A driver that reports the failure
+        here may raise :class:`~kernelbay.errors.LaunchError` instead.
 
     .. versionadded:: 0.2
     """
@@ -500,7 +536,8 @@ def kernelbay_kernel_access(kernel: Kernel) -> Sequence[str | None] | None:
     :func:`kernelbay.csource.pointer_access` reads it from C-like source text.
 
     :param kernel: a kernel this backend compiled.
-    :return: one entry per parameter: ``"r"`` (only read, e.g. a pointer to ``const``), ``"w"``,
+    :return: one entry per *kernel parameter*, in the kernel's parameter order (which is the
+        order of a launch's ``args``): ``"r"`` (only read, e.g. a pointer to ``const``), ``"w"``,
         ``"rw"``, or ``None`` for a value; or ``None`` when unknown.
 
     .. versionadded:: 0.2
@@ -520,6 +557,10 @@ def kernelbay_graph_build(device: Device, steps: Sequence[Step]) -> Any:
     :param device: the device the steps were recorded on.
     :param steps: :class:`~kernelbay.graphs.Step` values in recorded order (a valid order of
         their ``deps``); a step's buffers stay open while the graph is replayed (the core checks).
+        A step's fields: ``index`` (its position among *all* steps), ``kind`` (``"launch"``,
+        ``"copy"``, ``"memset"``), ``stream``, ``deps`` (indices of earlier steps), ``reads``,
+        ``writes``; a launch's ``kernel``, ``grid``, ``block``, ``args``, ``shared_mem``; a copy's
+        ``dst``, ``src``, ``nbytes``; a memset's ``dst``, ``value``, ``nbytes``.
     :return: the backend's graph object, or ``None`` to use the fallback for these steps.
     :raises UnsupportedError: / :raises InvalidArgumentError: as launch, copy and memset would.
 
@@ -549,7 +590,10 @@ def kernelbay_graph_update(device: Device, graph: Any, step: Step) -> bool:
     """*Optional* (fallback: ``False``, the core destroys and builds the graph again).
 
     A launch step got new arguments (``step.args``) of the same kernel and geometry, and the
-    same buffers read and written (else the core rebuilds). Change them in place.
+    same buffers read and written (else the core rebuilds). Change them in place. The user's
+    ``g.update(i, ...)`` counts *launches* only (``g.kernels[i]``), while ``step.index`` counts
+    every step, copies and memsets included: find your node by ``step.index`` (or by the Step
+    itself), never by ``i``.
 
     :param device: the graph's device.
     :param graph: what ``kernelbay_graph_build`` returned.
