@@ -9,8 +9,8 @@
           backend = "mybackend"
 
   The defaults compile CUDA C++ test kernels; a backend in another language overrides
-  :meth:`BackendConformance.saxpy_source` (and :meth:`~BackendConformance.saxpy_launch`,
-  :meth:`~BackendConformance.bad_source`). Capability flags switch optional checks off.
+  :meth:`BackendConformance.saxpy_source`, :meth:`~BackendConformance.scalar_source` and
+  :meth:`~BackendConformance.bad_source` (and :meth:`~BackendConformance.saxpy_launch`).
 
 * The pytest plugin (installed with kernelbay, see :mod:`kernelbay.testing.plugin`):
   ``--kernelbay-require=cuda,tpu`` or ``KERNELBAY_REQUIRE=cuda`` turns "no such device"

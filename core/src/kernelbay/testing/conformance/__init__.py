@@ -1,7 +1,9 @@
 """The backend conformance suite: what every kernelbay backend must do, as pytest tests.
 
-Subclass :class:`BackendConformance` in a test module and set ``backend``. The class's tests
-skip (or fail, under ``--kernelbay-require``) when the backend has no device here.
+Subclass :class:`BackendConformance` in a test module and set ``backend``. A backend that is
+broken or not installed fails every check with its reason; a healthy backend with no device
+here skips (and fails under ``--kernelbay-require``). Nothing else skips: what a backend lacks
+by design it declares.
 
 What a subclass may override:
 
@@ -10,20 +12,26 @@ What a subclass may override:
   Default: CUDA C++ (:data:`SAXPY_CUDA`), which the cuda and cpu backends accept.
 * :meth:`saxpy_launch` -- the launch geometry for ``n`` elements (default: blocks of 256).
 * :meth:`bad_source` -- a source that must fail to compile with a ``CompileError``.
-* :meth:`scalar_source` -- the kernel of the scalar-rule tests (:mod:`kernelbay.argrules`), or
-  ``None`` to skip them. Default: CUDA C++ generated from the table (:func:`scalar_kernel_cuda`);
-  a backend without the ``cuda`` language skips them.
-* capability flags: ``validates_arg_count`` (a launch with a missing argument raises
-  ``InvalidArgumentError`` before running), ``dtypes`` and ``sizes`` for the copy round trips.
+* :meth:`scalar_source` -- the kernel of the scalar-rule checks (:mod:`kernelbay.argrules`) in
+  the backend's own language: parameters ``(i, u, f, p0, p1, ...)``, one scalar per dtype of
+  :meth:`scalar_params`. Required unless the backend compiles ``cuda`` (default:
+  :func:`scalar_kernel_cuda`); without it the scalar checks fail saying what to add.
+* declarations: ``dtypes`` (the array dtypes the round trips cover; default every dtype of the
+  core's table that numpy has), ``sizes``, ``scalar_bool`` (False: the language has no bool
+  parameters), ``validates_arg_count`` (a launch with a missing argument raises
+  ``InvalidArgumentError`` before running).
 
-Streams, events and graphs are checked for every backend: through its own hooks where it
-declares them (``kernelbay_stream_*``, ``kernelbay_event_*``, ``kernelbay_graph_*``), else
-through the core's fallback, which must give the same results.
+Every optional hook is checked either way: where the backend implements it, against its rule;
+where it does not, against the core fallback's documented behaviour. Streams, events and graphs
+run for every backend, through its own hooks or the fallback, which must give the same results.
+A failure names the rule it checks (``[rule: ...]``), each written in :mod:`kernelbay.hookspecs`
+or docs/authoring-a-backend.md.
 
 The checks live by topic: :mod:`.memory` (identity, memory, copies, the NumPy protocol),
-:mod:`.launch` (compile and launch, across backends), :mod:`.scalars` (the scalar-argument
-rules), :mod:`.streams` (streams, events, graphs), on :mod:`.base` (settings, sources,
-fixtures) and :mod:`.kernels` (the CUDA C++ sources).
+:mod:`.launch` (compile and launch), :mod:`.scalars` (the scalar-argument
+rules), :mod:`.streams` (streams, events, graphs), :mod:`.interop` (DLPack, foreign arrays, the
+CUDA array interface, other backends), on :mod:`.base` (settings, sources, fixtures) and
+:mod:`.kernels` (the CUDA C++ sources).
 """
 
 from __future__ import annotations

@@ -42,8 +42,11 @@ def _scalar_type(annotation: Any) -> DType | None:
     """The dtype a parameter's annotation names (``p: "int32"`` or ``p: np.int32``), if any."""
     if annotation is inspect.Parameter.empty:
         return None
+    # A string annotation (``from __future__ import annotations``) is read by its last name:
+    # "np.int32" and "int32" are int32, "np.bool_" is bool.
     name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    return BY_NAME.get(name)
+    name = name.rsplit(".", 1)[-1]
+    return BY_NAME.get("bool" if name == "bool_" else name)
 
 
 def compile(device: kb.Device, source: kb.Source) -> Compiled:
