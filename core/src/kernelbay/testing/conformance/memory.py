@@ -128,7 +128,7 @@ class MemoryTests(Suite):
 
     def test_clear_cache_or_its_fallback(self, device: kb.Device) -> None:
         """``kernelbay_clear_cache`` (optional; fallback ``UnsupportedError``): live buffers
-        keep their contents, and memory stats (where there are any) show nothing cached after."""
+        keep their contents, and memory stats (where there are any) show less cached after."""
         host = np.arange(1000, dtype=np.float32)
         keep = kb.asarray(host, device=device)
         kb.empty(1 << 20, "uint8", device=device).close()
@@ -136,17 +136,20 @@ class MemoryTests(Suite):
             with pytest.raises(kb.UnsupportedError):
                 device.clear_cache()
             return
+        try:
+            before: kb.MemoryStats | None = device.memory_stats()
+        except kb.UnsupportedError:
+            before = None
         device.clear_cache()
         device.clear_cache()  # twice is harmless
         np.testing.assert_array_equal(
             keep.numpy(), host, err_msg=rule("clear_cache", "clear_cache changed a live buffer")
         )
-        try:
-            stats = device.memory_stats()
-        except kb.UnsupportedError:
+        if before is None:
             return
-        assert stats.cached == 0 or stats.cached is None, rule(
-            "clear_cache", f"memory_stats().cached is {stats.cached} bytes right after clear_cache()"
+        after = device.memory_stats()
+        assert after.cached == 0 or after.cached < before.cached, rule(
+            "clear_cache", f"memory_stats().cached is {after.cached} bytes after clear_cache(), {before.cached} before"
         )
 
 
