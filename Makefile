@@ -1,4 +1,5 @@
-# kernelbay: `make demo` and `make test` each create .venv, install what they need and run.
+# kernelbay: `make demo` and `make test` each create .venv, install what they need from uv.lock
+# (the same versions every time; a lock that disagrees with the pyprojects stops them) and run.
 # Needs only python3 (>= 3.11), pip, make and a C++ compiler.
 #   make demo   core + cpu backend only (seconds, about 100 MB), then `kernelbay demo`
 #   make test   everything (all backends, test and check tools), then `make check` and pytest
@@ -22,8 +23,19 @@ BENCH_DEPS := matplotlib
 DEMO_MEMBERS := -e ./core -e ./plugins/cpu
 MEMBERS := $(DEMO_MEMBERS) -e "./plugins/cuda[cu13]" -e ./plugins/tpu -e ./examples/plugins/kernelbay-pyref
 PYPROJECTS := pyproject.toml $(wildcard core/pyproject.toml plugins/*/pyproject.toml examples/plugins/*/pyproject.toml)
-# pip install with uv when it can be had (bootstrapped into the venv by pip), else plain pip.
-INSTALL = if [ -x $(BIN)/uv ]; then $(BIN)/uv pip install -q --python $(BIN)/python $(1); \
+# Both targets install what uv.lock says. With uv (bootstrapped into the venv by pip where it can
+# be had): `uv sync --locked`, which refuses a lock that disagrees with the pyprojects; --inexact
+# keeps what else is in the venv (pip, uv itself). Without uv: tools/uvlock.py checks the lock
+# the same way, then pip installs the members with the lock's pins as constraints.
+UV := $(BIN)/uv
+SYNC := VIRTUAL_ENV=$(CURDIR)/$(VENV) UV_PROJECT_ENVIRONMENT=$(CURDIR)/$(VENV) $(UV) sync -q --locked --inexact
+PINS := $(VENV)/uv-lock-pins.txt
+# $(1): the uv sync arguments; $(2): the pip requirements (same set).
+LOCKED_INSTALL = if [ -x $(UV) ]; then $(SYNC) $(1); \
+          else $(BIN)/python tools/uvlock.py check && $(BIN)/python tools/uvlock.py constraints > $(PINS) \
+            && $(BIN)/python -m pip install -q -c $(PINS) $(2); fi
+# Tools outside the lock (pyright's Node.js, matplotlib for bench, wheel repair): pip or uv pip.
+INSTALL = if [ -x $(UV) ]; then $(UV) pip install -q --python $(BIN)/python $(1); \
           else $(BIN)/python -m pip install -q $(1); fi
 
 .PHONY: all demo test lint typecheck check docs bench bench-gpu wheels clean env python-check
@@ -41,12 +53,12 @@ $(BIN)/python: | python-check
 	$(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check uv || echo "kernelbay: uv unavailable, using pip"
 
-$(DEMO_STAMP): $(PYPROJECTS) | python-check $(BIN)/python
-	@$(call INSTALL,$(DEMO_MEMBERS))
+$(DEMO_STAMP): $(PYPROJECTS) uv.lock | python-check $(BIN)/python
+	@$(call LOCKED_INSTALL,--no-default-groups --package kernelbay-cpu,$(DEMO_MEMBERS))
 	@touch $@
 
-$(TEST_STAMP): $(PYPROJECTS) | python-check $(BIN)/python
-	@$(call INSTALL,$(MEMBERS) $(TEST_DEPS))
+$(TEST_STAMP): $(PYPROJECTS) uv.lock | python-check $(BIN)/python
+	@$(call LOCKED_INSTALL,,$(MEMBERS) $(TEST_DEPS))
 	@touch $@ $(DEMO_STAMP)
 
 env: $(TEST_STAMP)
