@@ -233,7 +233,9 @@ def not_installed(name: str, installed: list[str]) -> BackendNotInstalledError:
     have = ", ".join(installed) or "none"
     how = f"`pip install 'kernelbay[{name}]'`" if name in _FIRST_PARTY else f"`pip install kernelbay-{name}`"
     return BackendNotInstalledError(
-        f"backend {name!r} is not installed (installed: {have}); install it with {how}, "
+        f"backend {name!r} is not installed (installed: {have}); install it with {how}"
+        + (" (in a kernelbay checkout: `make test`)" if name in _FIRST_PARTY else "")
+        + ", "
         "or pick another with KERNELBAY_DEVICE"
     )
 
