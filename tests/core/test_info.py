@@ -75,7 +75,7 @@ def test_malformed_kernelbay_log_is_a_clear_error():
         | ({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert r.returncode == cli.EXIT_ERROR
     assert r.stderr.startswith("kernelbay: error: KERNELBAY_LOG='verbose'")

@@ -31,7 +31,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
 
     e = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
     e.update(env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=600)
 
 
 def test_kernelbay_log_sends_records_to_stderr() -> None:

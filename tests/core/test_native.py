@@ -84,7 +84,7 @@ def test_fresh_process_loads_from_the_cache_without_compiling(cache_dir, tmp_pat
     )
     env = {**os.environ, "CC": str(wrapper), "KERNELBAY_CACHE_DIR": str(cache_dir)}
     for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "3"
     assert log.read_text().count("run") == 1  # built by the first process only
@@ -110,14 +110,14 @@ def test_a_failed_build_is_remembered_per_key(cache_dir, tmp_path) -> None:
     env = {**os.environ, "CC": str(wrapper), "KERNELBAY_CACHE_DIR": str(cache_dir)}
     outs = []
     for _ in range(3):
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout)
     assert log.read_text().count("run") == 1  # the later processes did not retry
     assert "failed earlier with this compiler and source; not retried" in outs[1] and "nope" in outs[1]
     # A changed source is a new key: built (and failing) again.
     code2 = code.replace("return nope;", "return nope2;")
-    subprocess.run([sys.executable, "-c", code2], env=env, capture_output=True, text=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code2], env=env, capture_output=True, text=True, timeout=600)
     assert log.read_text().count("run") == 2
 
 
@@ -135,7 +135,7 @@ def test_cold_processes_build_once(cache_dir, tmp_path) -> None:
         for _ in range(8)
     ]
     for p in procs:
-        out, err = p.communicate(timeout=300)
+        out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err
         assert out.strip() == "5"
     assert log.read_text().count("run") == 1

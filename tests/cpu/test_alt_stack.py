@@ -51,6 +51,6 @@ CHILD = textwrap.dedent(
 
 
 def test_a_small_alt_stack_is_replaced_before_ctrl_c_can_use_it() -> None:
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "interrupted" in proc.stdout

@@ -193,7 +193,7 @@ def test_fiber_stack_overflow_is_a_launch_error(stack, tmp_path):
         capture_output=True,
         text=True,
         env={**os.environ, **env},
-        timeout=300,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr
     assert "shallow ok" in r.stdout and "after ok" in r.stdout
@@ -249,7 +249,7 @@ def test_the_guard_page_handler_is_not_in_a_kernel_module(tmp_path):
     code = "SRC = " + repr(src) + "\n" + textwrap.dedent(HANDLER_HOME)
     env = {"KERNELBAY_CPU_FIBER_STACK": "64k", "KERNELBAY_CACHE_DIR": str(tmp_path)}
     r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, timeout=300
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, timeout=600
     )
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert "same" in r.stdout.split()  # a fiber launch did not move SIGSEGV into its module

@@ -54,13 +54,13 @@ def test_disk_cache_hit_in_a_fresh_process_runs_no_compiler(tmp_path):
     env = dict(os.environ, KERNELBAY_CACHE_DIR=str(tmp_path / "cache"), CXX=_wrapper(tmp_path))
     log = tmp_path / "compiler-runs.log"
     run = [sys.executable, "-c", CHILD, SRC % 2]
-    first = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+    first = subprocess.run(run, env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == "[42, 42, 42, 42, 42]"
     runs = log.read_text().splitlines()
     assert any("kb_main.cpp" in r for r in runs)
     log.unlink()
-    second = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+    second = subprocess.run(run, env=env, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip() == "[42, 42, 42, 42, 42]"
     assert not log.exists(), "the compiler ran although the disk cache held the module"
@@ -70,7 +70,7 @@ def test_changed_options_or_source_miss_the_cache(tmp_path):
     env = dict(os.environ, KERNELBAY_CACHE_DIR=str(tmp_path / "cache"), CXX=_wrapper(tmp_path))
     log = tmp_path / "compiler-runs.log"
     for code in (SRC % 3, SRC % 4):
-        r = subprocess.run([sys.executable, "-c", CHILD, code], env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run([sys.executable, "-c", CHILD, code], env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
     assert sum("kb_main.cpp" in line for line in log.read_text().splitlines()) == 2
 

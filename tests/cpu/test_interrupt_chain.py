@@ -107,6 +107,6 @@ def test_a_handler_that_chains_back_does_not_recurse(tmp_path, when: str, expect
     (tmp_path / "chainer.c").write_text(CHAINER)
     so = tmp_path / "libchainer.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(tmp_path / "chainer.c")], check=True)
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(so), when], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(so), when], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"rc {proc.returncode}: {proc.stderr[-2000:]}"
     assert proc.stdout.strip() == expected

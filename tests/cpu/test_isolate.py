@@ -117,6 +117,6 @@ FORK = textwrap.dedent(
 
 def test_isolated_mode_in_a_forked_child(base_env) -> None:
     env = dict(base_env, KERNELBAY_CPU_ISOLATE="1")
-    r = subprocess.run([sys.executable, "-c", FORK], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", FORK], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "child 0" in r.stdout and "parent 3000.0" in r.stdout

@@ -33,6 +33,7 @@ __global__ void div_zero(int* y, int n) { volatile int zero = 0; if (blockIdx.x 
 __global__ void asserts(int* y, int n) { assert(blockIdx.x != 6); }
 __global__ void recurse(int* y, int n) { if (blockIdx.x == 1) y[0] = deep(n); }
 __global__ void spin(float* y, long iters, int forever) {
+    ((volatile float*)y)[blockIdx.x] = -1.0f;  // "started", read from outside (_wait_inside); volatile: kept
     volatile float acc = 0;
     for (long i = 0; i < iters || forever; ++i) acc = acc + 1.0f;
     y[blockIdx.x] = acc;
@@ -82,7 +83,7 @@ def env(tmp_path_factory) -> dict[str, str]:
     ],
 )
 def test_fault_report_names_kernel_grid_and_block(env, name, sig, block) -> None:
-    r = subprocess.run([sys.executable, "-c", FAULT, name], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", FAULT, name], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == -sig, (r.returncode, r.stderr)
     assert "survived" not in r.stdout
     assert f"while cpu kernel '{name}' ran, grid (8, 1, 1), block (128, 1, 1), in blockIdx {block}" in r.stderr
@@ -92,7 +93,7 @@ def test_fault_report_names_kernel_grid_and_block(env, name, sig, block) -> None
 def test_fault_report_then_python_faulthandler(env) -> None:
     """An enabled faulthandler still runs after the report: the Python stack is printed too."""
     r = subprocess.run(
-        [sys.executable, "-X", "faulthandler", "-c", FAULT, "oob"], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-X", "faulthandler", "-c", FAULT, "oob"], env=env, capture_output=True, text=True, timeout=600
     )
     assert r.returncode == -signal.SIGSEGV
     assert "while cpu kernel 'oob' ran" in r.stderr
@@ -105,7 +106,7 @@ SPIN = PRELUDE + textwrap.dedent(
     y = kb.asarray(np.zeros(100000, np.float32), device="cpu")
     forever = int(sys.argv[1])
     k.launch(2, 1, (y, np.int64(10), np.int32(0)))
-    print("ready", flush=True)
+    print("ready", y.handle.ptr, flush=True)
     t = time.perf_counter()
     try:
         k.launch(100000, 1, (y, np.int64(5_000_000), np.int32(forever)))
@@ -118,23 +119,50 @@ SPIN = PRELUDE + textwrap.dedent(
 )
 
 
+def _wait_inside(p: subprocess.Popen[str], ptr: int, n: int = 100000) -> None:
+    """Until the child's long launch has started: each block writes -1 into its y[i], then its
+    result, where y held 10 (y[0], y[1]: the warm-up launch's) or 0 before.
+
+    Read through /proc/PID/mem, so no sleep guesses how long a loaded machine takes to get there;
+    where that cannot be read (no permission), a generous wait stands in."""
+    import numpy as np
+
+    try:
+        with open(f"/proc/{p.pid}/mem", "rb", buffering=0) as mem:
+            while p.poll() is None:
+                mem.seek(ptr)
+                y = np.frombuffer(mem.read(4 * n), np.float32)
+                if ((y != 0.0) & (y != 10.0)).any():
+                    return
+                time.sleep(0.02)
+    except OSError:
+        time.sleep(5.0)
+
+
 def _spin(env: dict[str, str], forever: int, interrupts: int) -> tuple[int, str, str]:
     p = subprocess.Popen(
         [sys.executable, "-c", SPIN, str(forever)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    seen = []
     try:
-        assert p.stdout is not None
-        assert p.stdout.readline().strip() == "ready"
-        time.sleep(0.5)  # inside the long launch (100000 blocks of a few ms each)
-        for _ in range(interrupts):
+        assert p.stdout is not None and p.stderr is not None
+        word, ptr = p.stdout.readline().split()
+        assert word == "ready"
+        _wait_inside(p, int(ptr))
+        for i in range(interrupts):
             p.send_signal(signal.SIGINT)
-            time.sleep(0.5)
-        out, err = p.communicate(timeout=60)
+            if i + 1 < interrupts:
+                # Signals do not queue: the next Ctrl-C waits until the child has taken this one
+                # (it says so on stderr), however long a loaded machine makes that.
+                while (line := p.stderr.readline()) and "cancelling the blocks" not in line:
+                    seen.append(line)
+                seen.append(line)
+        out, err = p.communicate(timeout=600)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    return p.returncode, out, err
+    return p.returncode, out, "".join(seen) + err
 
 
 def test_ctrl_c_cancels_a_launch_and_raises_keyboard_interrupt(env) -> None:
@@ -186,7 +214,7 @@ def test_launches_work_in_forked_children(env) -> None:
         env=dict(env, KERNELBAY_CPU_THREADS="2"),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr
     n = 1 << 16
@@ -236,7 +264,7 @@ def test_openmp_stays_loaded_after_the_last_kernel_is_closed(tmp_path):
             capture_output=True,
             text=True,
             env=env,
-            timeout=300,
+            timeout=600,
         )
         assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert "mapped after close: False" not in r.stdout, r.stdout

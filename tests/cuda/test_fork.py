@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_forked_child_refuses_cuda_with_a_clear_error() -> None:
-    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "child exit 0" in r.stdout
     assert "initialised in this process's parent before fork()" in r.stdout

@@ -213,7 +213,7 @@ def test_copies_without_peer_access(devs) -> None:
         print("OK")
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=600)
     assert out.stdout.strip().endswith("OK"), out.stdout + out.stderr
 
 

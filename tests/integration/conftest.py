@@ -28,7 +28,7 @@ class Venv:
     def run(self, *args: str, env: dict[str, str] | None = None, check: bool = False) -> subprocess.CompletedProcess:
         e = {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_")}
         e.update(env or {})
-        return subprocess.run(list(args), capture_output=True, text=True, env=e, check=check, timeout=300)
+        return subprocess.run(list(args), capture_output=True, text=True, env=e, check=check, timeout=600)
 
     def py(self, code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return self.run(self.python, "-c", textwrap.dedent(code), env=env)

@@ -74,7 +74,7 @@ def _backend(name: str, probe: str, top: str = "") -> str:
 
 
 PACKAGES = {
-    "hangs": _pkg("kernelbay-hangs", "hangs", "kb_hangs", _backend("hangs", "time.sleep(60)")),
+    "hangs": _pkg("kernelbay-hangs", "hangs", "kb_hangs", _backend("hangs", "time.sleep(600)")),
     "quits": _pkg("kernelbay-quits", "quits", "kb_quits", _backend("quits", "raise SystemExit(7)")),
     "noisy": _pkg(
         "kernelbay-noisy",
@@ -105,23 +105,24 @@ def misbehaving(tmp_path_factory):
 
 def test_info_json_stays_valid_quick_and_reports_each(misbehaving):
     t0 = time.monotonic()
-    r = misbehaving.kernelbay("info", "--json", env={"KERNELBAY_PLUGIN_TIMEOUT": "2"})
+    # The deadline leaves the quick backends' probes room on a loaded machine; the hang is 600 s.
+    r = misbehaving.kernelbay("info", "--json", env={"KERNELBAY_PLUGIN_TIMEOUT": "20"})
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)  # nothing but the document on stdout
     by = {b["name"]: b for b in data["backends"]}
-    assert by["hangs"]["status"] == "unavailable" and "did not answer within 2 s" in by["hangs"]["reason"]
+    assert by["hangs"]["status"] == "unavailable" and "did not answer within 20 s" in by["hangs"]["reason"]
     assert by["quits"]["status"] == "broken" and "SystemExit(7)" in by["quits"]["reason"]
     assert by["noisy"]["status"] == "available"
     assert by["twin"]["status"] == "broken"
     assert "kernelbay-twin-a" in by["twin"]["reason"] and "kernelbay-twin-b" in by["twin"]["reason"]
     assert data["default_device"] == "noisy:0"
     assert "import says hi" in r.stderr and "C-level import hi" in r.stderr and "probe says hi" in r.stderr
-    assert took < 30  # the hanging probe costs its deadline (and the interpreter start), not 60 s
+    assert took < 300  # the hanging probe costs its deadline (and the interpreter start), not its 600 s
 
 
 def test_a_hanging_backend_does_not_hold_up_naming_another(misbehaving):
     t0 = time.monotonic()
-    r = misbehaving.kernelbay("demo", env={"KERNELBAY_DEVICE": "hangs,pyref", "KERNELBAY_PLUGIN_TIMEOUT": "1"})
+    r = misbehaving.kernelbay("demo", env={"KERNELBAY_DEVICE": "hangs,pyref", "KERNELBAY_PLUGIN_TIMEOUT": "20"})
     assert r.returncode == 0, r.stderr
-    assert "device: pyref:0" in r.stdout and time.monotonic() - t0 < 30
+    assert "device: pyref:0" in r.stdout and time.monotonic() - t0 < 300  # not the hang's 600 s

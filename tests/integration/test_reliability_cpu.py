@@ -36,7 +36,7 @@ def _run(code: str, env: dict[str, str]) -> str:
         capture_output=True,
         text=True,
         env={**os.environ, **env},
-        timeout=300,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()

@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent(
 
 def test_forked_child_gets_a_clear_error() -> None:
     env = dict(os.environ, KERNELBAY_TPU_INTERPRET="1", KERNELBAY_DEVICE="tpu")
-    r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=180)
+    r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "child exit 0" in r.stdout
     assert "initialised in this process's parent before fork()" in r.stdout
@@ -67,7 +67,7 @@ LAUNCH_SCRIPT = textwrap.dedent(
 
 def test_a_launch_on_the_fast_path_is_refused_in_a_forked_child() -> None:
     env = dict(os.environ, KERNELBAY_TPU_INTERPRET="1", KERNELBAY_DEVICE="tpu")
-    r = subprocess.run([sys.executable, "-c", LAUNCH_SCRIPT], env=env, capture_output=True, text=True, timeout=180)
+    r = subprocess.run([sys.executable, "-c", LAUNCH_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "child exit 0" in r.stdout, r.stdout + r.stderr
     assert "initialised in this process's parent before fork()" in r.stdout

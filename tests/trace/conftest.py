@@ -17,7 +17,7 @@ WORKLOAD = os.path.join(HERE, "workload.py")
 def run_workload(device: str, env_extra: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, **env_extra)
     proc = subprocess.run(
-        [sys.executable, WORKLOAD, device, *args], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, WORKLOAD, device, *args], env=env, capture_output=True, text=True, timeout=600
     )
     if check:
         assert proc.returncode == 0, proc.stderr

@@ -28,7 +28,7 @@ def _run(code: str, **env: str) -> dict[str, Any]:
         if name not in env:
             full.pop(name, None)
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])

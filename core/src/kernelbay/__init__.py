@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _log
 from ._api import asarray, backends, buffer, compile, copy, device, devices, empty, register, unregister, zeros
+from ._log import SlowPathWarning
 from ._plugins import Backend
 from .errors import (
     ArgumentTypeError,
@@ -83,6 +84,7 @@ __all__ = [
     "NoDeviceError",
     "OutOfMemoryError",
     "SettingError",
+    "SlowPathWarning",
     "Source",
     "Stream",
     "UnsupportedError",

@@ -65,6 +65,7 @@ class Backend:
 
     @property
     def label(self) -> str:
+        """The distribution that provides the backend (``kernelbay-cpu``), else its name: how messages name it."""
         return self.distribution or self.name
 
     @property
@@ -89,11 +90,13 @@ class Backend:
 
     @property
     def reason(self) -> str | None:
+        """Why the backend is unavailable or broken, in words (the message of :attr:`error`), else ``None``."""
         err = self.error
         return None if err is None else str(err)
 
     @property
     def spec(self) -> BackendSpec | None:
+        """The :class:`BackendSpec` the backend announced (name, priority, languages), or ``None`` when it is broken."""
         try:
             return self._load_binding().spec
         except BackendBrokenError:
@@ -101,16 +104,19 @@ class Backend:
 
     @property
     def priority(self) -> int | None:
+        """The backend's priority (higher is picked first by ``kb.device()``), or ``None`` when it is broken."""
         s = self.spec
         return None if s is None else s.priority
 
     @property
     def languages(self) -> tuple[str, ...]:
+        """The source languages the backend compiles (``Source.lang`` values); empty when it is broken."""
         s = self.spec
         return () if s is None else s.languages
 
     @property
     def devices(self) -> tuple[Device, ...]:
+        """The devices the backend found (its probe's answer); empty when it is unavailable or broken."""
         try:
             return self._load_binding().devices()
         except (BackendUnavailableError, BackendBrokenError):
@@ -228,7 +234,9 @@ def not_installed(name: str, installed: list[str]) -> BackendNotInstalledError:
     have = ", ".join(installed) or "none"
     how = f"`pip install 'kernelbay[{name}]'`" if name in _FIRST_PARTY else f"`pip install kernelbay-{name}`"
     return BackendNotInstalledError(
-        f"backend {name!r} is not installed (installed: {have}); install it with {how}, "
+        f"backend {name!r} is not installed (installed: {have}); install it with {how}"
+        + (" (in a kernelbay checkout: `make test`)" if name in _FIRST_PARTY else "")
+        + ", "
         "or pick another with KERNELBAY_DEVICE"
     )
 

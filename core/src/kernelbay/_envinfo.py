@@ -108,3 +108,45 @@ def system() -> dict[str, Any]:
         "python_implementation": platform.python_implementation(),
         "python_executable": sys.executable,
     }
+
+
+#: The first-party backends and the extra of ``kernelbay`` that installs each.
+FIRST_PARTY = {"cpu": "cpu", "cuda": "cuda", "tpu": "tpu"}
+
+
+def checkout_root() -> str | None:
+    """The kernelbay checkout this kernelbay runs from (an editable install), or None (installed)."""
+    here = os.path.dirname(os.path.abspath(__file__))  # <root>/core/src/kernelbay
+    root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    try:
+        with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as f:
+            workspace = 'name = "kernelbay-workspace"' in f.read()
+    except OSError:
+        return None
+    return root if workspace and os.path.exists(os.path.join(root, "uv.lock")) else None
+
+
+def fix_command(backends: list[dict[str, Any]], driver: dict[str, Any], root: str | None) -> str | None:
+    """The one command that installs what this report shows missing, or None when nothing is.
+
+    In a checkout that is `make test` (every backend, from uv.lock); installed, it is the
+    ``pip install 'kernelbay[...]'`` of the missing first-party backends (``[cuda]`` only where
+    an NVIDIA driver is present). A backend that is installed but broken or unavailable for
+    another reason is not an install problem: its own reason says what to do.
+    """
+    by = {b["name"]: b for b in backends}
+    gpu = bool(driver.get("release") or driver.get("cuda"))
+    missing = [name for name in ("cpu", "cuda", "tpu") if name not in by and (name != "cuda" or gpu)]
+    cuda = by.get("cuda")
+    if cuda is not None and "cuda-bindings is not installed" in str(cuda.get("reason") or ""):
+        missing.append("cuda")
+    if root is not None:
+        if not by or missing:
+            return f"make test (in {root}: installs every backend from uv.lock; or `uv sync --locked`)"
+        return None
+    if not by:
+        missing = ["cpu", *missing]
+    if not missing:
+        return None
+    extras = ",".join(FIRST_PARTY[m] for m in dict.fromkeys(missing))
+    return f"pip install 'kernelbay[{extras}]'"

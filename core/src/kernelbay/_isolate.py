@@ -1,8 +1,10 @@
 """Running plugin code (imports, probes) so that it cannot hang, exit or corrupt the caller.
 
 * Under a deadline: the call runs in a daemon thread; the caller waits at most
-  ``KERNELBAY_PLUGIN_TIMEOUT`` seconds (default 10) and then goes on without it. A real Ctrl-C
-  still reaches the caller, which is the thread waiting.
+  ``KERNELBAY_PLUGIN_TIMEOUT`` seconds and then goes on without it. A real Ctrl-C still reaches
+  the caller, which is the thread waiting. Unset, the deadline is generous and adapts to the
+  machine's load (:func:`deadline`): a cold JAX import alone takes over 10 s on a busy 2-core
+  machine, and a backend left out for being slow is worse than a hang reported late.
 * Whatever the plugin raises, ``SystemExit`` and ``KeyboardInterrupt`` included, comes back as
   an exception to report, never as the end of the process.
 * What the plugin writes to ``sys.stdout`` meanwhile goes to ``sys.stderr``, so machine-readable
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 import time
@@ -21,7 +24,8 @@ from typing import Any, TextIO
 from .settings import env_seconds
 
 ENV_TIMEOUT = "KERNELBAY_PLUGIN_TIMEOUT"
-DEFAULT_TIMEOUT = 10.0
+DEFAULT_TIMEOUT = 30.0  # on an idle machine; scaled up by the load (default_deadline)
+MAX_DEFAULT_TIMEOUT = 300.0
 
 
 class TimedOut(Exception):
@@ -33,8 +37,22 @@ class TimedOut(Exception):
 
 
 def deadline() -> float:
-    """``KERNELBAY_PLUGIN_TIMEOUT`` in seconds (0 turns the deadline off)."""
+    """``KERNELBAY_PLUGIN_TIMEOUT`` in seconds (0 turns the deadline off); unset, :func:`default_deadline`."""
+    if not os.environ.get(ENV_TIMEOUT, "").strip():
+        return default_deadline()
     return env_seconds(ENV_TIMEOUT, default=DEFAULT_TIMEOUT, minimum=0.0, maximum=3600.0)
+
+
+def default_deadline() -> float:
+    """``DEFAULT_TIMEOUT`` times the load per CPU where that exceeds 1 (runnable processes per
+    core over the last minute), at most ``MAX_DEFAULT_TIMEOUT``: on a machine twice as busy as it
+    has cores, a probe gets twice as long."""
+    try:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        load = os.getloadavg()[0] / (cpus or 1)
+    except OSError:  # no load average here: the idle machine's deadline
+        load = 1.0
+    return round(min(MAX_DEFAULT_TIMEOUT, DEFAULT_TIMEOUT * max(1.0, load)), 1)
 
 
 class _Routed:

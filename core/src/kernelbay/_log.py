@@ -10,16 +10,24 @@ logging itself sees kernelbay's records like any other. ``KERNELBAY_LOG`` is the
 
 Levels: ``debug``, ``info``, ``warning``, ``error``, ``critical``, ``off``. Logger names are
 relative to ``kernelbay`` (``cache`` is ``kernelbay.cache``).
+
+A slow path is never silent, though: the first time a process takes one (the disk cache cannot
+be used, so every process compiles anew; native helpers unavailable, so the pure-Python path
+runs), :func:`slow_path` issues one :class:`SlowPathWarning` through :mod:`warnings`, which
+Python shows by default, besides the log record. ``warnings.filterwarnings("ignore",
+category=kernelbay.SlowPathWarning)`` silences it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+import warnings
 
 from .errors import InvalidArgumentError
 
-__all__ = ["ENV_LOG", "LEVELS", "configure", "configure_from_env", "check", "get"]
+__all__ = ["ENV_LOG", "LEVELS", "SlowPathWarning", "configure", "configure_from_env", "check", "get", "slow_path"]
 
 ENV_LOG = "KERNELBAY_LOG"
 LEVELS = {
@@ -90,3 +98,34 @@ def check() -> None:
     """Raise :class:`~kernelbay.errors.InvalidArgumentError` for a malformed ``KERNELBAY_LOG``."""
     if _error:
         raise InvalidArgumentError(_error[0])
+
+
+class SlowPathWarning(RuntimeWarning):
+    """kernelbay took a slower path than it should (no disk cache, pure-Python helpers); the
+    message says why and what to do. Issued once per kind per process."""
+
+
+_slow_seen: set[str] = set()
+_slow_lock = threading.Lock()
+
+
+def slow_path(kind: str | None, msg: str, logger: logging.Logger, *, stacklevel: int = 3) -> bool:
+    """Log ``msg`` as a warning on ``logger``; the first time this process takes the slow path
+    ``kind`` (``"cache"``, ``"native"``...), also ``warnings.warn`` it as a :class:`SlowPathWarning`.
+    ``kind=None``: the caller takes that path once a process by itself; warn every call.
+
+    Returns whether this call warned (the first of its kind).
+    """
+    logger.warning("%s", msg)
+    with _slow_lock:
+        if kind in _slow_seen:
+            return False
+        if kind is not None:
+            _slow_seen.add(kind)
+    warnings.warn(msg, SlowPathWarning, stacklevel=stacklevel)
+    return True
+
+
+def warned(kind: str) -> bool:
+    """Whether this process has already warned about the slow path ``kind``."""
+    return kind in _slow_seen

@@ -9,13 +9,15 @@ Sources are found by suffix (``.cu``, ``.cpp``/``.cc``/``.cxx``, ``.ptx``, ``.cu
 and from a manifest, ``kernelbay.toml`` in a directory given (or ``--manifest FILE``)::
 
     [defaults]
-    options = ["-O3"]          # every source
+    options = ["-O3"]          # every source (or one string split as a shell would: "-O3 -DN=4")
 
     [sources."saxpy.cu"]       # a path relative to the manifest's directory
     name = "saxpy"             # the entry point, as Source(name=...)
     options = ["-DN=4"]        # added after the defaults
     headers = ["common.cuh"]   # files passed as Source(headers=...), by their base names
     skip = false               # true leaves the file out
+
+Any other table or key is an error naming it (a misspelt key would otherwise be ignored).
 
 A kernel compiled here hits the cache at run time only when the program builds the same
 Source: same text, language, name, options and headers.
@@ -31,7 +33,7 @@ from typing import Any
 
 import attrs
 
-from . import _api, cache
+from . import _api, cache, settings
 from .errors import InvalidArgumentError, KernelbayError
 from .source import SUFFIX_LANG, Source
 
@@ -74,15 +76,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _manifest(path: str) -> dict[str, Any]:
-    import tomllib
-
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as exc:
-        raise InvalidArgumentError(f"cannot read the manifest {path!r}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgumentError(f"the manifest {path!r} is not valid TOML: {exc}") from None
+    data = settings.read_manifest(path)
     data["_dir"] = os.path.dirname(os.path.abspath(path))
     return data
 

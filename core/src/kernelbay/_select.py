@@ -231,7 +231,10 @@ def _no_device(sel: Selector, source: str, failures: list[tuple[str, BackendErro
 
 
 def _install_hint() -> str:
-    return "install one, e.g. `pip install 'kernelbay[cpu]'` (or kernelbay-cuda, kernelbay-tpu)"
+    return (
+        "install one, e.g. `pip install 'kernelbay[cpu]'` (or [cuda], [tpu]; in a kernelbay checkout, "
+        "`make test`); `kernelbay info` names the command for this machine"
+    )
 
 
 def _summary() -> str:

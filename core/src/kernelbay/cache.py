@@ -43,7 +43,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from . import _privatedir
+from . import _log, _privatedir
 from ._cacheentry import LOCK, SCHEMA, SUFFIX, CacheEntry, decode, encode, make_key
 from ._cachespace import DEFAULT_MAX_BYTES, ENV_MAX, RESCAN_SECONDS, CacheSpace
 from ._privatedir import _CLOEXEC, _NOFOLLOW, _O_NEW, _O_READ, ENV_DIR, _is_sub
@@ -244,7 +244,12 @@ def _warn(exc: BaseException) -> None:
     msg = str(exc)
     if msg not in _warned:
         _warned.add(msg)
-        log.warning("compiling without the disk cache: %s", msg)
+        _log.slow_path(
+            "cache",
+            f"kernelbay: compiling without the disk cache, so every process compiles its kernels anew: {msg}",
+            log,
+            stacklevel=4,
+        )
 
 
 #: Called as ``observer(key, hit)`` after every :func:`lookup` while set (the tracer counts

@@ -112,6 +112,7 @@ def _info_data() -> dict[str, Any]:
     out["nvidia_driver"] = _envinfo.nvidia_driver()
     out["cache"] = _envinfo.cache()
     out["native_helpers"] = native.statuses()
+    out["fix"] = _envinfo.fix_command(out["backends"], out["nvidia_driver"], _envinfo.checkout_root())
     return out
 
 
@@ -152,7 +153,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     data = _info_data()
     print(f"kernelbay {data['kernelbay']} (Python {data['python']})")
     if not data["backends"]:
-        print("no backend installed: install one, e.g. pip install 'kernelbay[cpu]'")
+        print(f"no backend installed: install one with {data['fix']}")
     for b in data["backends"]:
         head = f"  {b['name']:<6} {b['status']:<11}"
         if b.get("distribution"):
@@ -174,6 +175,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"default device: none ({first})")
         for line in rest:
             print(f"  {line}")
+    if data["fix"]:
+        print(f"to install what is missing: {data['fix']}")
     _print_env(data)
     return 0
 

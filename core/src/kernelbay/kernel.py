@@ -104,6 +104,7 @@ class Kernel:
 
     @property
     def name(self) -> str:
+        """The kernel's entry point (``Source.name``), or ``<kernel>`` when the source did not name one."""
         return self.source.name or "<kernel>"
 
     @property
@@ -181,6 +182,7 @@ class Kernel:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` unloaded the kernel (a later launch raises :class:`UseAfterFreeError`)."""
         return self.handle is None
 
     def close(self) -> None:

@@ -46,6 +46,7 @@ class Buffer:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` freed the memory (any later use raises :class:`UseAfterFreeError`)."""
         return self.handle is None
 
     def checked_handle(self) -> Any:
@@ -110,6 +111,7 @@ class Array(Buffer):
 
     @property
     def size(self) -> int:
+        """The number of elements: the product of :attr:`shape` (1 for a 0-d array)."""
         n = 1
         for s in self.shape:
             n *= s
@@ -117,6 +119,7 @@ class Array(Buffer):
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions, ``len(shape)``."""
         return len(self.shape)
 
     def numpy(self) -> np.ndarray:

@@ -35,11 +35,11 @@ import logging
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import TypeVar
 
+from . import _log
 from .concurrency import OnceMap
 from .errors import CacheError, KernelbayError
 
@@ -98,7 +98,18 @@ def load_extension(name: str, source: str, *, flags: tuple[str, ...] = ("-O2",))
     :raises NativeUnavailable: disabled, or no way to build or load it here (the reason, and
         for a compiler error its log, are in the message).
     """
-    return _loaded.get_or_make(name, _load, name, source, tuple(flags))
+    try:
+        return _loaded.get_or_make(name, _load, name, source, tuple(flags))
+    except NativeUnavailable as exc:
+        if not disabled():  # KERNELBAY_NATIVE=0 asked for the pure-Python paths: nothing to say
+            _log.slow_path(
+                "native",
+                f"kernelbay: native helper {name} unavailable, so a slower pure-Python path runs: "
+                f"{str(exc).splitlines()[0]} (`kernelbay info` shows every backend's helpers; "
+                f"{ENV_NATIVE}=0 chooses the pure-Python paths without this warning)",
+                log,
+            )
+        raise
 
 
 _load_dir: dict[str, str] = {}  # cache directory -> the directory to load from
@@ -170,8 +181,10 @@ def fall_back(exc: BaseException) -> str:
                 f"this process loads it from its own private directory {d} instead, and compiles what it "
                 "cannot read from the cache"
             )
-            log.warning("%s", msg)
-            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            if isinstance(exc, CacheError) and _log.warned("cache"):
+                log.warning("%s", msg)  # the same cause was the process's one warning already
+            else:
+                _log.slow_path(None, msg, log, stacklevel=4)  # once: _fallback is set below
             _fallback = d
         return _fallback
 

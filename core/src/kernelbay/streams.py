@@ -198,6 +198,11 @@ class Stream:
 
     @classmethod
     def create(cls, device: Device, priority: int = 0) -> Stream:
+        """A new stream on ``device`` (what ``device.stream(priority=...)`` returns).
+
+        :param priority: the backend's stream priority (lower is more urgent on CUDA; 0 is the default).
+        :raises InvalidArgumentError: for a priority that is not an int.
+        """
         if type(priority) is not int:
             raise InvalidArgumentError(f"stream priority must be an int, got {priority!r}")
         b = device.binding
@@ -205,6 +210,7 @@ class Stream:
 
     @classmethod
     def default(cls, device: Device) -> Stream:
+        """``device``'s default stream: where work goes when no stream is given or current."""
         # Kept by the binding, so a runtime reset (a new binding) leaves no default stream behind.
         b = device.binding
         s = b.default_streams.get(device)
