@@ -40,6 +40,7 @@ _log.configure_from_env()  # KERNELBAY_LOG, before a trace or anything else logs
 
 if TYPE_CHECKING:
     from .tracing.tracer import trace
+    from . import tune
 
 
 def __getattr__(name: str) -> Any:
@@ -50,6 +51,12 @@ def __getattr__(name: str) -> Any:
 
         globals()["trace"] = trace
         return trace
+    if name == "tune":  # kb.tune: the tuner (kernelbay.tune), loaded when first asked for, likewise
+        import importlib
+
+        mod = importlib.import_module(".tune", __name__)  # a callable module: kb.tune(...) sweeps
+        globals()["tune"] = mod
+        return mod
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -99,6 +106,7 @@ __all__ = [
     "hookimpl",
     "register",
     "trace",
+    "tune",
     "unregister",
     "zeros",
 ]

@@ -1,0 +1,194 @@
+"""The sweep: compile every config in parallel, check each against the reference, time them in
+killable worker processes (one per device), and keep every outcome in the results file."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import statistics
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .worker import Job, serve
+
+log = logging.getLogger("kernelbay.tune")
+
+__all__ = ["WorkerHandle", "summarise", "sweep_device"]
+
+#: Seconds a fresh worker may take to import kernelbay and open its device.
+START_TIMEOUT = 120.0
+
+
+class WorkerHandle:
+    """The tuner's side of one timing worker: requests with deadlines; a worker that hangs past
+    one is killed, one that dies is noted, and either is started again for the next request."""
+
+    def __init__(self, device: str, job: Job) -> None:
+        self.device, self.job = device, job
+        self.proc: Any = None
+        self.conn: Any = None
+        self.properties: dict[str, Any] = {}
+        self.restarts = -1
+
+    def start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=serve, args=(child, self.device, self.job), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        self.restarts += 1
+        msg = self._recv(START_TIMEOUT)
+        if msg is None or msg[0] != "ready":
+            why = msg[1] if msg is not None and msg[0] == "failed" else self._death()
+            self.kill()
+            from . import TuneError
+
+            raise TuneError(f"the tuning worker for {self.device} could not start: {why}")
+        self.properties = msg[2]
+
+    def _recv(self, timeout: float) -> Any:
+        try:
+            if not self.conn.poll(timeout):
+                return None
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return ("dead",)
+
+    def _death(self) -> str:
+        self.proc.join(5)
+        code = self.proc.exitcode
+        if code is None:
+            return "it stopped answering"
+        if code < 0:
+            import signal
+
+            try:
+                return f"it was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"it was killed by signal {-code}"
+        return f"it exited with status {code}"
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.join(10)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc = self.conn = None
+
+    def stop(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.send(("stop",))
+            except OSError:
+                pass
+            self.proc.join(10)
+        self.kill()
+
+    def _fault(self, timeout: float, msg: Any) -> tuple[str, str]:
+        if msg is None:
+            self.kill()
+            return "timeout", f"no result within {timeout:g} s; its worker was killed"
+        why = self._death()
+        self.kill()
+        return "crashed", f"the worker running it died: {why}"
+
+    def check(self, i: int, timeout: float) -> tuple[str, str]:
+        if self.conn is None:
+            self.start()
+        self.conn.send(("check", i))
+        msg = self._recv(timeout)
+        if msg is None or msg[0] == "dead":
+            return self._fault(timeout, msg)
+        return msg[2], msg[3]
+
+    def time_round(
+        self, order: Sequence[int], warmup: int, timeout: float
+    ) -> tuple[dict[int, int], dict[int, tuple[str, str]]]:
+        """Time each config of ``order`` once: samples, and the faults of those that failed.
+        A hang or crash ends the round (the configs after it wait for the next one)."""
+        samples: dict[int, int] = {}
+        faults: dict[int, tuple[str, str]] = {}
+        if self.conn is None:
+            self.start()
+        self.conn.send(("time", list(order), warmup))
+        for i in order:
+            msg = self._recv(timeout * (1 + warmup))
+            if msg is None or msg[0] == "dead":
+                faults[i] = self._fault(timeout, msg)
+                break
+            if msg[0] == "s":
+                samples[msg[1]] = msg[2]
+            else:
+                faults[msg[1]] = (msg[2], msg[3])
+        return samples, faults
+
+
+def sweep_device(
+    handle: WorkerHandle,
+    todo: list[int],
+    records: dict[int, dict[str, Any]],
+    repeats: int,
+    warmup: int,
+    timeout: float,
+    lock: threading.Lock,
+    bar: Any,
+) -> None:
+    """Check then time ``todo`` on one worker, filling ``records`` (index -> record)."""
+    passed = []
+    for i in todo:
+        status, detail = handle.check(i, timeout)
+        if status == "ok":
+            passed.append(i)
+        else:
+            with lock:
+                records[i] = {"status": status, "detail": detail}
+            log.info("config %d: %s: %s", i, status, detail.splitlines()[0] if detail else "")
+    samples: dict[int, list[int]] = {i: [] for i in passed}
+    warmed: set[int] = set()
+    alive = list(passed)
+    for r in range(repeats):
+        # Interleaved: each round times every config once, starting one further along, so that
+        # drift (clocks, heat, other load) is spread over all configs rather than landing on some.
+        order = alive[r % len(alive):] + alive[: r % len(alive)] if alive else []
+        pending = list(order)
+        while pending:
+            first = [i for i in pending if i not in warmed]
+            got, faults = handle.time_round(pending, warmup if first else 0, timeout)
+            warmed.update(pending)
+            for i, ns in got.items():
+                samples[i].append(ns)
+            for i, (status, detail) in faults.items():
+                with lock:
+                    records[i] = {"status": status, "detail": detail}
+                alive.remove(i)
+            done = set(got) | set(faults)
+            pending = [i for i in pending if i not in done]
+        if bar is not None:
+            bar.update(0)
+    for i in alive:
+        with lock:
+            records[i] = summarise(samples[i])
+            records[i]["device"] = handle.device
+    if bar is not None:
+        bar.update(len(todo))
+
+
+def summarise(ns: list[int]) -> dict[str, Any]:
+    """An ``ok`` record: the median and spread (interquartile range) of the samples, in seconds."""
+    s = sorted(ns)
+    if len(s) >= 4:
+        q = statistics.quantiles(s, n=4)
+        spread = q[2] - q[0]
+    else:
+        spread = float(s[-1] - s[0])
+    return {
+        "status": "ok",
+        "median": statistics.median(s) / 1e9,
+        "spread": spread / 1e9,
+        "samples": len(s),
+        "min": s[0] / 1e9,
+    }
