@@ -71,3 +71,22 @@ def reference(x: Any, y: Any) -> list[Any]:
 def source_for(config: dict[str, Any]) -> kb.Source:
     """A builder: the config as options (what a template or a Triton kernel would use)."""
     return kb.Source(ROWSUM, lang="cuda", name="rowsum", options=(f"-DUNROLL={config['UNROLL']}", "-DMODE=0"))
+
+
+@kb.tune.autotune(
+    {"BLOCK": [32, 128], "UNROLL": [1, 4]},
+    source(),
+    args=host_args(),
+    check=reference,
+    rtol=1e-4,
+    atol=1e-3,
+    repeats=3,
+    progress=False,
+)
+def rowsum(kernel: Any, config: dict[str, Any], args: list[Any]) -> None:
+    """The decorator form: `kernelbay tune run tests.tune.kernels:rowsum` sweeps it."""
+    launch(kernel, config, args)
+
+
+def not_a_tuning() -> None:
+    """For the CLI's refusal of a plain function."""

@@ -196,7 +196,7 @@ class Source:
         return h.hexdigest()
 
 
-_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), type(Ellipsis))
 
 
 def _value_content(v: Any, seen: set[int]) -> str | None:
