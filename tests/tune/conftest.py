@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-import pytest
-
 import kernelbay as kb
+import pytest
 
 
 @pytest.fixture(autouse=True)

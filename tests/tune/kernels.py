@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 import kernelbay as kb
+import numpy as np
 
 # MODE: 0 right, 1 wrong result, 2 null write (a crash), 3 spins forever (a hang), 4 does not compile.
 ROWSUM = r"""

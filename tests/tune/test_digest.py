@@ -5,9 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import numpy as np
-
 import kernelbay as kb
+import numpy as np
 
 SCALE = 3
 
@@ -40,7 +39,7 @@ def test_a_function_digest_is_the_same_in_another_process():
 
 
 def test_the_digest_follows_the_code_closure_and_meta():
-    d = lambda fn, **meta: kb.Source(fn, "pallas", meta=meta).digest()  # noqa: E731
+    d = lambda fn, **meta: kb.Source(fn, "pallas", meta=meta).digest()
     assert d(_closure(1)) == d(_closure(1))
     assert d(_closure(1)) != d(_closure(2))
     assert d(_kernel, block=(8, 128)) != d(_kernel, block=(16, 128))

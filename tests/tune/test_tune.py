@@ -6,11 +6,11 @@ import json
 import subprocess
 import sys
 
+import kernelbay as kb
 import numpy as np
 import pytest
-
-import kernelbay as kb
 from kernelbay.tune import runner
+
 from tests.tune import kernels as K
 
 OPTS = dict(check=K.reference, rtol=1e-4, atol=1e-3, repeats=3, warmup=1, progress=False)
@@ -42,13 +42,13 @@ def test_results_persist_and_a_rerun_neither_compiles_nor_times(cpu, monkeypatch
     def refuse(*a, **k):
         raise AssertionError("a rerun started a compile pool or a timing worker")
 
-    monkeypatch.setattr("kernelbay._precompile.run_pool", refuse)
-    monkeypatch.setattr(runner.WorkerHandle, "start", refuse)
-    again = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", **OPTS)
+    with monkeypatch.context() as m:
+        m.setattr("kernelbay._precompile.run_pool", refuse)
+        m.setattr(runner.WorkerHandle, "start", refuse)
+        again = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", **OPTS)
     assert (again.reused, again.timed) == (4, 0)
     assert again.config == first.config
-    # another problem (other shapes) is another results file: tuned afresh
-    monkeypatch.undo()
+    # another problem key is another results file: tuned afresh
     other = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", key="rows=512,other", **OPTS)
     assert other.timed == 4
 

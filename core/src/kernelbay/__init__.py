@@ -39,8 +39,8 @@ __version__ = "0.1.0"
 _log.configure_from_env()  # KERNELBAY_LOG, before a trace or anything else logs
 
 if TYPE_CHECKING:
-    from .tracing.tracer import trace
     from . import tune
+    from .tracing.tracer import trace
 
 
 def __getattr__(name: str) -> Any:
@@ -52,9 +52,10 @@ def __getattr__(name: str) -> Any:
         globals()["trace"] = trace
         return trace
     if name == "tune":  # kb.tune: the tuner (kernelbay.tune), loaded when first asked for, likewise
-        import importlib
+        import importlib  # not `from . import tune`: that asks this __getattr__ again, endlessly
 
-        mod = importlib.import_module(".tune", __name__)  # a callable module: kb.tune(...) sweeps
+        mod = importlib.import_module(f"{__name__}.tune")  # a callable module: kb.tune(...) sweeps
+
         globals()["tune"] = mod
         return mod
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -182,9 +182,7 @@ class Source:
             if stable is not None and (meta := _value_content(dict(self.meta), set())) is not None:
                 h.update(b"c" + stable.encode() + b"\0" + meta.encode())
             else:
-                h.update(
-                    f"f{getattr(code, '__module__', '')}.{getattr(code, '__qualname__', '')}:{id(code)}".encode()
-                )
+                h.update(f"f{getattr(code, '__module__', '')}.{getattr(code, '__qualname__', '')}:{id(code)}".encode())
         for part in (
             self.lang,
             self.name or "",
@@ -220,7 +218,7 @@ def _value_content(v: Any, seen: set[int]) -> str | None:
         return "{" + ",".join(parts) + "}"
     if isinstance(v, _pytypes.ModuleType):
         return f"module:{v.__name__}"
-    if isinstance(v, type) or isinstance(v, _pytypes.BuiltinFunctionType):
+    if isinstance(v, (type, _pytypes.BuiltinFunctionType)):
         return f"named:{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', '')}"
     if isinstance(v, _pytypes.FunctionType):
         return _fn_content(v, seen)

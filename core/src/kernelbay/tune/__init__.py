@@ -13,13 +13,24 @@ import sys
 import types
 from typing import Any
 
+from ..errors import TuneError
 from .autotune import Tuned, autotune
 from .results import export as export_results
 from .results import import_ as import_results
 from .space import STRATEGIES, Space
-from .sweep import Result, TuneError, tune
+from .sweep import Result, tune
 
-__all__ = ["STRATEGIES", "Result", "Space", "TuneError", "Tuned", "autotune", "export_results", "import_results", "tune"]
+__all__ = [
+    "STRATEGIES",
+    "Result",
+    "Space",
+    "TuneError",
+    "Tuned",
+    "autotune",
+    "export_results",
+    "import_results",
+    "tune",
+]
 
 
 class _CallableModule(types.ModuleType):

@@ -20,8 +20,13 @@ class Tuned:
     processes skip even that) and launches the winner on them."""
 
     def __init__(
-        self, fn: Callable[[Kernel, Config, list[Any]], Any], source: Any, space: Any, key: Any,
-        args: Any, options: dict[str, Any],
+        self,
+        fn: Callable[[Kernel, Config, list[Any]], Any],
+        source: Any,
+        space: Any,
+        key: Any,
+        args: Any,
+        options: dict[str, Any],
     ) -> None:
         functools.update_wrapper(self, fn)
         self._kernelbay_tuned_fn = fn
@@ -35,7 +40,7 @@ class Tuned:
             from ..errors import InvalidArgumentError
 
             raise InvalidArgumentError(
-                f"{self.__qualname__}: no arguments to tune with; pass args= to @kb.tune.autotune or to .run()"
+                f"{getattr(self, '__qualname__', 'the tuned function')}: no arguments to tune with; pass args= to @kb.tune.autotune or to .run()"
             )
         k = self.key(*args) if callable(self.key) else self.key
         opts = {**self.options, **overrides}

@@ -26,8 +26,12 @@ def add_parser(sub: Any) -> None:
     tsub = p.add_subparsers(dest="tune_command", metavar="ACTION", required=True)
     run = tsub.add_parser("run", help="sweep the space of an @kb.tune.autotune function: MODULE:NAME")
     run.add_argument("target", metavar="MODULE:NAME", help="e.g. mypkg.kernels:rowsum (importable from here)")
-    run.add_argument("--device", action="append", default=None,
-                     help="device to time on (repeatable, or 'cuda:*' for all; default: $KERNELBAY_DEVICE or the best)")
+    run.add_argument(
+        "--device",
+        action="append",
+        default=None,
+        help="device to time on (repeatable, or 'cuda:*' for all; default: $KERNELBAY_DEVICE or the best)",
+    )
     run.add_argument("--strategy", default=None, help="exhaustive (default) or random")
     run.add_argument("--max-configs", type=int, default=None, help="at most this many configs")
     run.add_argument("--timeout", type=float, default=None, help="seconds one launch may take (default 30)")

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import TuneError
 from .worker import Job, serve
 
 log = logging.getLogger("kernelbay.tune")
@@ -43,10 +44,14 @@ class WorkerHandle:
         if msg is None or msg[0] != "ready":
             why = msg[1] if msg is not None and msg[0] == "failed" else self._death()
             self.kill()
-            from . import TuneError
-
             raise TuneError(f"the tuning worker for {self.device} could not start: {why}")
         self.properties = msg[2]
+
+    def _live(self) -> Any:
+        """The pipe to a running worker, started (again) where there is none."""
+        if self.conn is None:
+            self.start()
+        return self.conn
 
     def _recv(self, timeout: float) -> Any:
         try:
@@ -97,9 +102,7 @@ class WorkerHandle:
         return "crashed", f"the worker running it died: {why}"
 
     def check(self, i: int, timeout: float) -> tuple[str, str]:
-        if self.conn is None:
-            self.start()
-        self.conn.send(("check", i))
+        self._live().send(("check", i))
         msg = self._recv(timeout)
         if msg is None or msg[0] == "dead":
             return self._fault(timeout, msg)
@@ -112,9 +115,7 @@ class WorkerHandle:
         A hang or crash ends the round (the configs after it wait for the next one)."""
         samples: dict[int, int] = {}
         faults: dict[int, tuple[str, str]] = {}
-        if self.conn is None:
-            self.start()
-        self.conn.send(("time", list(order), warmup))
+        self._live().send(("time", list(order), warmup))
         for i in order:
             msg = self._recv(timeout * (1 + warmup))
             if msg is None or msg[0] == "dead":
@@ -153,7 +154,7 @@ def sweep_device(
     for r in range(repeats):
         # Interleaved: each round times every config once, starting one further along, so that
         # drift (clocks, heat, other load) is spread over all configs rather than landing on some.
-        order = alive[r % len(alive):] + alive[: r % len(alive)] if alive else []
+        order = alive[r % len(alive) :] + alive[: r % len(alive)] if alive else []
         pending = list(order)
         while pending:
             first = [i for i in pending if i not in warmed]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import sys
 import threading
@@ -15,7 +14,7 @@ import attrs
 
 from .. import _api, _precompile
 from ..device import Device
-from ..errors import InvalidArgumentError, KernelbayError
+from ..errors import InvalidArgumentError, TuneError
 from ..kernel import Kernel
 from ..memory import Array
 from ..source import Source
@@ -27,10 +26,6 @@ from .worker import Job
 log = logging.getLogger("kernelbay.tune")
 
 __all__ = ["Result", "TuneError", "tune"]
-
-
-class TuneError(KernelbayError, RuntimeError):
-    """A sweep that could not choose: no config compiled, ran and matched the reference."""
 
 
 @attrs.frozen
@@ -104,14 +99,17 @@ def _problem_key(args: Any) -> str:
     return ";".join(parts)
 
 
-def _backend_version(backend: str) -> str:
+def _version(dist: str, module: str) -> str:
+    """A distribution's version (a results file is only reused by the same versions)."""
     from importlib import metadata
 
+    mod = sys.modules.get(module)
+    if getattr(mod, "__version__", None):
+        return str(mod.__version__)  # type: ignore[union-attr]
     try:
-        return metadata.version(f"kernelbay-{backend}")
+        return metadata.version(dist)
     except metadata.PackageNotFoundError:
-        mod = sys.modules.get(f"kernelbay_{backend}")
-        return str(getattr(mod, "__version__", "unknown"))
+        return "unknown"
 
 
 def _launch_ref(launch: Callable[..., Any]) -> Any:
@@ -181,22 +179,22 @@ def tune(
         reach a worker process (lambdas, nested functions).
     """
     if repeats < 1 or warmup < 0 or timeout <= 0:
-        raise InvalidArgumentError(f"repeats >= 1, warmup >= 0 and timeout > 0 are needed; got {repeats}, {warmup}, {timeout}")
+        raise InvalidArgumentError(
+            f"repeats >= 1, warmup >= 0 and timeout > 0 are needed; got {repeats}, {warmup}, {timeout}"
+        )
     sp = as_space(space, restrict)
     configs = pick(sp.configs(), strategy, max_configs, seed)
     sources = [apply(source, c) for c in configs]
     devs = _devices(devices)
     dev0 = devs[0]
     props = {k: v for k, v in dev0.properties.items() if isinstance(v, (int, float, str, bool))}
-    from .. import __version__
-
     host_args = _host_args(args)
     store = _results.Store(
         {
             "device": {"backend": dev0.backend, "name": dev0.name, "properties": props},
             "key": repr(key) if key is not None else _problem_key(host_args),
-            "kernelbay": __version__,
-            "backend_version": _backend_version(dev0.backend),
+            "kernelbay": _version("kernelbay", "kernelbay"),
+            "backend_version": _version(f"kernelbay-{dev0.backend}", f"kernelbay_{dev0.backend}"),
             "launch": Source(launch, "python").digest(),
             "check": Source(check, "python").digest() if callable(check) else repr(check),
         }
@@ -242,8 +240,12 @@ def tune(
 
 
 def _compile_all(
-    sources: list[Source], todo: list[int], devs: list[Device], records: dict[int, dict[str, Any]],
-    jobs: int | None, show: bool,
+    sources: list[Source],
+    todo: list[int],
+    devs: list[Device],
+    records: dict[int, dict[str, Any]],
+    jobs: int | None,
+    show: bool,
 ) -> None:
     """Every text source compiled into the disk cache first, in parallel (precompile's pool):
     the timing workers then load them. Functions (Pallas, Triton) compile in the workers."""
@@ -262,13 +264,19 @@ def _compile_all(
 
 
 def _time_all(
-    job: Job, devs: list[Device], todo: list[int], records: dict[int, dict[str, Any]],
-    repeats: int, warmup: int, timeout: float, show: bool,
+    job: Job,
+    devs: list[Device],
+    todo: list[int],
+    records: dict[int, dict[str, Any]],
+    repeats: int,
+    warmup: int,
+    timeout: float,
+    show: bool,
 ) -> None:
     if not todo:
         return
     handles = [WorkerHandle(str(d), job) for d in devs[: len(todo)]]
-    shares = [todo[w:: len(handles)] for w in range(len(handles))]
+    shares = [todo[w :: len(handles)] for w in range(len(handles))]
     lock = threading.Lock()
     bar = None
     if show:
@@ -291,8 +299,13 @@ def _time_all(
 
 
 def _choose(
-    configs: list[Config], sources: list[Source], records: dict[int, dict[str, Any]], dev: Device,
-    launch: Callable[..., Any], reused: int, timed: int,
+    configs: list[Config],
+    sources: list[Source],
+    records: dict[int, dict[str, Any]],
+    dev: Device,
+    launch: Callable[..., Any],
+    reused: int,
+    timed: int,
 ) -> Result:
     ok = [i for i in range(len(configs)) if records[i]["status"] == "ok"]
     table = [(configs[i], records[i]) for i in range(len(configs))]

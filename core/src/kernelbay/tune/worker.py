@@ -52,14 +52,16 @@ def resolve(fn: Any) -> Callable[..., Any]:
         for part in fn[1].split("."):
             obj = getattr(obj, part)
         fn = getattr(obj, "_kernelbay_tuned_fn", obj)
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def _fresh(job: Job, dev: Any) -> list[Any]:
     import numpy as np
 
-    if callable(job.args):
-        return list(job.args(dev))
+    make: Any = job.args
+    if callable(make):
+        made: Any = make(dev)
+        return list(made)
     return [_api.asarray(a, device=dev) if isinstance(a, np.ndarray) else a for a in job.args]
 
 
@@ -112,9 +114,11 @@ class _State:
     def expected(self) -> list[Any]:
         if self.reference is None:
             args = _fresh(self.job, self.dev)
-            if callable(self.job.check):
+            ref: Any = self.job.check
+            if callable(ref):
                 hosts = [a.numpy().copy() if isinstance(a, Array) else a for a in args]
-                self.reference = list(self.job.check(*hosts))
+                expected: Any = ref(*hosts)
+                self.reference = list(expected)
             else:
                 self.run(self.job.default, args)
                 self.reference = _host(args)
@@ -146,8 +150,9 @@ class _State:
             import fcntl
 
             d = cache.default_cache().subdir("tune")
-            self.lock_fd = os.open(os.path.join(d, f"device-{self.dev.backend}-{self.dev.index}.lock"),
-                                   os.O_RDWR | os.O_CREAT, 0o600)
+            self.lock_fd = os.open(
+                os.path.join(d, f"device-{self.dev.backend}-{self.dev.index}.lock"), os.O_RDWR | os.O_CREAT, 0o600
+            )
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
         except (ImportError, OSError, KernelbayError):
             pass  # no lock to take (no fcntl, no cache): time without it
