@@ -7,6 +7,7 @@ import logging
 import multiprocessing
 import statistics
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,12 +31,16 @@ class WorkerHandle:
         self.proc: Any = None
         self.conn: Any = None
         self.properties: dict[str, Any] = {}
+        self.current: Any = None
         self.restarts = -1
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(child, self.device, self.job), daemon=True)
+        # The config the worker is running, in shared memory: the worker sets it before each
+        # launch at no syscall's cost, and the tuner reads it to charge a hang or a crash.
+        self.current = ctx.RawValue("i", -1)
+        self.proc = ctx.Process(target=serve, args=(child, self.device, self.job, self.current), daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent
@@ -112,20 +117,26 @@ class WorkerHandle:
         self, order: Sequence[int], warmup: int, timeout: float
     ) -> tuple[dict[int, int], dict[int, tuple[str, str]]]:
         """Time each config of ``order`` once: samples, and the faults of those that failed.
-        A hang or crash ends the round (the configs after it wait for the next one)."""
-        samples: dict[int, int] = {}
-        faults: dict[int, tuple[str, str]] = {}
-        self._live().send(("time", list(order), warmup))
-        for i in order:
-            msg = self._recv(timeout * (1 + warmup))
-            if msg is None or msg[0] == "dead":
-                faults[i] = self._fault(timeout, msg)
-                break
-            if msg[0] == "s":
-                samples[msg[1]] = msg[2]
-            else:
-                faults[msg[1]] = (msg[2], msg[3])
-        return samples, faults
+        A hang (no progress past ``timeout`` per launch) or a crash ends the round there (the
+        configs after it wait for the next round)."""
+        conn = self._live()
+        self.current.value = -1
+        conn.send(("time", list(order), warmup))
+        limit = timeout * (1 + warmup)
+        seen, since = -1, time.monotonic()
+        while True:
+            try:
+                if conn.poll(0.05):
+                    msg = conn.recv()
+                    return msg[1], {i: (st, detail) for i, (st, detail) in msg[2].items()}
+            except (EOFError, OSError):
+                i = self.current.value
+                return {}, {i if i >= 0 else order[0]: self._fault(timeout, ("dead",))}
+            now = time.monotonic()
+            if self.current.value != seen:  # progress: the next config began
+                seen, since = self.current.value, now
+            elif now - since > limit:
+                return {}, {seen if seen >= 0 else order[0]: self._fault(timeout, None)}
 
 
 def sweep_device(

@@ -3,9 +3,9 @@
 It checks each config's output against the reference, then times configs in the rounds the
 tuner sends (so that repeats interleave across configs). Messages on its pipe, tuner to worker:
 ``("check", i)``, ``("time", [i, ...], warmup)``, ``("stop",)``; worker to tuner: ``("ready",
-device, properties)``, then per check ``("checked", i, status, detail)`` and per timed config
-``("s", i, ns)`` or ``("f", i, status, detail)``. Between messages, the tuner knows which config
-is running: so a hang or a crash is charged to that config, and the worker restarted.
+device, properties)``, then per check ``("checked", i, status, detail)`` and per round
+``("round", {i: ns}, {i: (status, detail)})``. The config being timed is kept in shared memory
+(``current``), so a hang or a crash is charged to that config, and the worker restarted.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ class _State:
             return t1 - t0
 
 
-def serve(conn: Any, device: str, job: Job) -> None:
+def serve(conn: Any, device: str, job: Job, current: Any) -> None:
     """The worker's loop (the target of its process)."""
     os.environ.pop("KERNELBAY_TRACE", None)
     try:
@@ -197,10 +197,14 @@ def serve(conn: Any, device: str, job: Job) -> None:
             conn.send(("checked", msg[1], *st.check(msg[1])))
         elif msg[0] == "time":
             st.hold_device()
+            samples, faults = {}, {}
             for i in msg[1]:
+                current.value = i  # read by the tuner if this launch hangs or crashes
                 try:
-                    conn.send(("s", i, st.time_one(i, msg[2])))
+                    samples[i] = st.time_one(i, msg[2])
                 except KernelbayError as exc:
-                    conn.send(("f", i, "launch_error", f"{type(exc).__name__}: {exc}"))
+                    faults[i] = ("launch_error", f"{type(exc).__name__}: {exc}")
+            current.value = -1
+            conn.send(("round", samples, faults))
         else:
             return
