@@ -59,6 +59,12 @@ def test_default_config_is_the_reference_when_no_check_is_given(cpu):
     assert [rec["status"] for _, rec in r.records] == ["ok", "wrong"]
 
 
+def test_two_workers_on_one_device_take_turns_and_neither_times_out(cpu):
+    space = {"BLOCK": [32, 128], "UNROLL": [1, 4]}
+    r = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices=["cpu", "cpu"], timeout=20, **OPTS)
+    assert [rec["status"] for _, rec in r.records] == ["ok"] * 4
+
+
 def test_a_builder_function_and_a_restricted_random_space(cpu):
     space = kb.tune.Space({"BLOCK": [32, 64, 128], "UNROLL": [1, 2, 4, 8]}, restrict=lambda c: c["UNROLL"] <= 4)
     r = kb.tune(K.source_for, space, K.launch, args=K.make_args, strategy="random", max_configs=3, **OPTS)

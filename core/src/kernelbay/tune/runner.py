@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import TuneError
-from .worker import Job, serve
+from .worker import WAITING, Job, serve
 
 log = logging.getLogger("kernelbay.tune")
 
@@ -133,7 +133,7 @@ class WorkerHandle:
                 i = self.current.value
                 return {}, {i if i >= 0 else order[0]: self._fault(timeout, ("dead",))}
             now = time.monotonic()
-            if self.current.value != seen:  # progress: the next config began
+            if self.current.value != seen or seen == WAITING:  # progress, or waiting for the device
                 seen, since = self.current.value, now
             elif now - since > limit:
                 return {}, {seen if seen >= 0 else order[0]: self._fault(timeout, None)}

@@ -24,7 +24,10 @@ from ..memory import Array
 from ..source import Source
 from ..streams import Stream
 
-__all__ = ["Job", "serve"]
+__all__ = ["WAITING", "Job", "serve"]
+
+#: ``current`` while the worker waits for another process's round on its device to end.
+WAITING = -2
 
 
 @attrs.frozen
@@ -142,20 +145,24 @@ class _State:
             return "launch_error", f"{type(exc).__name__}: {exc}"
 
     def hold_device(self) -> None:
-        """Hold this device's tuning lock while timing: one timing process per device on the
-        host, so that two sweeps never time on one device at once."""
-        if self.lock_fd >= 0:
-            return
+        """Take this device's tuning lock for one round: one timing process per device on the
+        host at a time, so that two workers or two sweeps never time on one device at once."""
         try:
             import fcntl
 
-            d = cache.default_cache().subdir("tune")
-            self.lock_fd = os.open(
-                os.path.join(d, f"device-{self.dev.backend}-{self.dev.index}.lock"), os.O_RDWR | os.O_CREAT, 0o600
-            )
+            if self.lock_fd < 0:
+                d = cache.default_cache().subdir("tune")
+                name = os.path.join(d, f"device-{self.dev.backend}-{self.dev.index}.lock")
+                self.lock_fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o600)
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
         except (ImportError, OSError, KernelbayError):
             pass  # no lock to take (no fcntl, no cache): time without it
+
+    def release_device(self) -> None:
+        if self.lock_fd >= 0:
+            import fcntl
+
+            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
     def time_one(self, i: int, warmup: int) -> int:
         if self.timing_args is None:
@@ -193,9 +200,15 @@ def serve(conn: Any, device: str, job: Job, current: Any) -> None:
             msg = conn.recv()
         except EOFError:
             return
-        if msg[0] == "check":
-            conn.send(("checked", msg[1], *st.check(msg[1])))
+        if msg[0] == "check":  # under the device's lock too: a check would disturb another's timing
+            st.hold_device()
+            try:
+                result = st.check(msg[1])
+            finally:
+                st.release_device()
+            conn.send(("checked", msg[1], *result))
         elif msg[0] == "time":
+            current.value = WAITING  # the tuner does not count a wait for the device as a hang
             st.hold_device()
             samples, faults = {}, {}
             for i in msg[1]:
@@ -205,6 +218,7 @@ def serve(conn: Any, device: str, job: Job, current: Any) -> None:
                 except KernelbayError as exc:
                     faults[i] = ("launch_error", f"{type(exc).__name__}: {exc}")
             current.value = -1
+            st.release_device()
             conn.send(("round", samples, faults))
         else:
             return
