@@ -126,3 +126,20 @@ def test_cli_runs_a_declared_sweep_and_exports(cpu, tmp_path):
     assert main(["tune", "export", str(out)]) == 0
     assert json.loads(out.read_text())["files"]
     assert main(["tune", "run", "tests.tune.kernels:not_a_tuning"]) == 1
+
+
+def test_optuna_proposes_configs_batch_by_batch(cpu):
+    pytest.importorskip("optuna", reason="optuna is not installed (the kernelbay[optuna] extra)")
+    space = {"BLOCK": [32, 64, 128], "UNROLL": [1, 2, 4]}
+    r = kb.tune(K.source(), space, K.launch, args=K.host_args(), strategy="optuna", max_configs=4, **OPTS)
+    tried = [c for c, _ in r.records]
+    assert 2 <= len(tried) <= 4 and tried[0] == {"BLOCK": 32, "UNROLL": 1}
+    assert len({json.dumps(c, sort_keys=True) for c in tried}) == len(tried)
+    assert all(rec["status"] == "ok" for _, rec in r.records)
+    assert r.config in tried
+
+
+def test_optuna_missing_is_said_plainly(cpu, monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # as if not installed
+    with pytest.raises(kb.UnsupportedError, match=r"kernelbay\[optuna\]"):
+        kb.tune(K.source(), {"BLOCK": [32], "UNROLL": [1]}, K.launch, args=K.host_args(), strategy="optuna", **OPTS)

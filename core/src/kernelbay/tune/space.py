@@ -81,7 +81,7 @@ def config_text(config: Config) -> str:
     return json.dumps(config, sort_keys=True, default=repr, separators=(",", ":"))
 
 
-STRATEGIES = ("exhaustive", "random")
+STRATEGIES = ("exhaustive", "random", "optuna")
 
 
 def pick(configs: list[Config], strategy: str, max_configs: int | None, seed: int) -> list[Config]:

@@ -169,7 +169,9 @@ def tune(
     :param key: the problem key of the results file (default: the arguments' shapes and dtypes).
     :param devices: a selector, a list, or ``"cuda:*"`` (every device of a backend): one timing
         worker per entry, each timing its share of the configs.
-    :param strategy: ``exhaustive`` or ``random`` (``max_configs`` of them, ``seed``).
+    :param strategy: ``exhaustive``, ``random`` (``max_configs`` of them, ``seed``), or
+        ``optuna`` (Optuna's TPE sampler, batch by batch, ``max_configs`` trials; needs the
+        ``kernelbay[optuna]`` extra).
     :param timeout: seconds one launch of one config may take before its worker is killed and
         the config recorded as ``timeout``.
     :param repeats: timed launches per config, interleaved across configs; ``warmup`` before.
@@ -183,8 +185,6 @@ def tune(
             f"repeats >= 1, warmup >= 0 and timeout > 0 are needed; got {repeats}, {warmup}, {timeout}"
         )
     sp = as_space(space, restrict)
-    configs = pick(sp.configs(), strategy, max_configs, seed)
-    sources = [apply(source, c) for c in configs]
     devs = _devices(devices)
     dev0 = devs[0]
     props = {k: v for k, v in dev0.properties.items() if isinstance(v, (int, float, str, bool))}
@@ -199,28 +199,96 @@ def tune(
             "check": Source(check, "python").digest() if callable(check) else repr(check),
         }
     )
-    rkeys = [f"{s.digest()}:{config_text(c)}" for s, c in zip(sources, configs)]
-    records: dict[int, dict[str, Any]] = {}
-    for i, k in enumerate(rkeys):
-        if not force and k in store.records:
-            records[i] = store.records[k]
-    reused = len(records)
-    todo = [i for i in range(len(configs)) if i not in records]
-    show = sys.stderr.isatty() if progress is None else progress
-    if todo:
-        log.info("tuning %d of %d configs on %s", len(todo), len(configs), ", ".join(map(str, devs)))
-        _compile_all(sources, todo, devs, records, jobs, show)
+    sweep = Sweep(
+        source,
+        launch,
+        host_args,
+        check,
+        devs,
+        store,
+        dict(repeats=repeats, warmup=warmup, timeout=timeout, rtol=rtol, atol=atol, jobs=jobs, flush_l2=flush_l2),
+        force,
+        sys.stderr.isatty() if progress is None else progress,
+    )
+    all_configs = sp.configs()
+    if strategy == "optuna":
+        from . import optuna_strategy  # the optional extra, imported only when asked for
+
+        optuna_strategy.run(sweep, sp, all_configs, max_configs, seed)
+    else:
+        sweep.evaluate(pick(all_configs, strategy, max_configs, seed))
+    return sweep.choose()
+
+
+class Sweep:
+    """The configs tried so far and their records; :meth:`evaluate` runs more of them (a
+    strategy that learns, such as Optuna's, calls it batch by batch)."""
+
+    def __init__(
+        self,
+        source: Any,
+        launch: Callable[..., Any],
+        host_args: Any,
+        check: Any,
+        devs: list[Device],
+        store: _results.Store,
+        options: dict[str, Any],
+        force: bool,
+        show: bool,
+    ) -> None:
+        self.source, self.launch, self.host_args, self.check = source, launch, host_args, check
+        self.devs, self.store, self.options, self.force, self.show = devs, store, options, force, show
+        self.configs: list[Config] = []
+        self.sources: list[Source] = []
+        self.records: dict[int, dict[str, Any]] = {}
+        self.index: dict[str, int] = {}
+        self.reused = self.timed = 0
+
+    def _add(self, c: Config) -> int:
+        text = config_text(c)
+        i = self.index.get(text)
+        if i is None:
+            i = self.index[text] = len(self.configs)
+            self.configs.append(dict(c))
+            self.sources.append(apply(self.source, c))
+        return i
+
+    def rkey(self, i: int) -> str:
+        return f"{self.sources[i].digest()}:{config_text(self.configs[i])}"
+
+    def evaluate(self, configs: list[Config]) -> list[dict[str, Any]]:
+        """Records for ``configs`` (the first call's first config is the default, the
+        reference): from the results file where there, else compiled, checked and timed."""
+        idx = [self._add(c) for c in configs]
+        todo = []
+        for i in dict.fromkeys(idx):
+            if i in self.records:
+                continue
+            k = self.rkey(i)
+            if not self.force and k in self.store.records:
+                self.records[i] = self.store.records[k]
+                self.reused += 1
+            else:
+                todo.append(i)
+        if todo:
+            self._run(todo)
+        return [self.records[i] for i in idx]
+
+    def _run(self, todo: list[int]) -> None:
+        o = self.options
+        log.info("tuning %d configs on %s", len(todo), ", ".join(map(str, self.devs)))
+        _compile_all(self.sources, todo, self.devs, self.records, o["jobs"], self.show)
         default = 0
         job = Job(
-            sources={i: sources[i] for i in set(todo) | {default}},
-            configs={i: configs[i] for i in set(todo) | {default}},
-            launch=_launch_ref(launch),
-            args=host_args,
-            check=check,
+            sources={i: self.sources[i] for i in set(todo) | {default}},
+            configs={i: self.configs[i] for i in set(todo) | {default}},
+            launch=_launch_ref(self.launch),
+            args=self.host_args,
+            check=self.check,
             default=default,
-            rtol=rtol,
-            atol=atol,
-            flush_l2=flush_l2,
+            rtol=o["rtol"],
+            atol=o["atol"],
+            flush_l2=o["flush_l2"],
         )
         try:
             pickle.dumps(job)
@@ -230,13 +298,16 @@ def tune(
                 f"be pickled ({type(exc).__name__}: {exc}); define those functions at module level (not lambdas "
                 "or nested functions)"
             ) from None
-        runnable = [i for i in todo if i not in records]
-        _time_all(job, devs, runnable, records, repeats, warmup, timeout, show)
+        runnable = [i for i in todo if i not in self.records]
+        _time_all(job, self.devs, runnable, self.records, o["repeats"], o["warmup"], o["timeout"], self.show)
+        self.timed += len(todo)
         for i in todo:
-            if not records[i].get("transient"):
-                store.records[rkeys[i]] = records[i]
-        store.save()
-    return _choose(configs, sources, records, devs[0], launch, reused, len(todo))
+            if not self.records[i].get("transient"):
+                self.store.records[self.rkey(i)] = self.records[i]
+        self.store.save()
+
+    def choose(self) -> Result:
+        return _choose(self.configs, self.sources, self.records, self.devs[0], self.launch, self.reused, self.timed)
 
 
 def _compile_all(
