@@ -65,6 +65,12 @@ def test_two_workers_on_one_device_take_turns_and_neither_times_out(cpu):
     assert [rec["status"] for _, rec in r.records] == ["ok"] * 4
 
 
+def test_a_default_config_that_crashes_is_not_charged_to_another(cpu):
+    space = {"BLOCK": [64], "UNROLL": [1], "MODE": [2, 0]}
+    with pytest.raises(kb.errors.TuneError, match=r"default config .*'MODE': 2.*crashed.*check="):
+        kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", repeats=2, progress=False)
+
+
 def test_a_builder_function_and_a_restricted_random_space(cpu):
     space = kb.tune.Space({"BLOCK": [32, 64, 128], "UNROLL": [1, 2, 4, 8]}, restrict=lambda c: c["UNROLL"] <= 4)
     r = kb.tune(K.source_for, space, K.launch, args=K.make_args, strategy="random", max_configs=3, **OPTS)

@@ -149,7 +149,23 @@ def sweep_device(
     lock: threading.Lock,
     bar: Any,
 ) -> None:
-    """Check then time ``todo`` on one worker, filling ``records`` (index -> record)."""
+    """Check then time ``todo`` on one worker, filling ``records`` (index -> record).
+
+    :raises TuneError: when the reference cannot be computed (the default config fails), as
+        a check against it would charge that failure to another config.
+    """
+    status, detail = handle.check(-1, timeout)
+    if status != "ok":
+        job = handle.job
+        what = (
+            "the reference function (check=)"
+            if callable(job.check)
+            else f"the default config {job.configs[job.default]}, the reference when check= is not given,"
+        )
+        raise TuneError(
+            f"{what} failed on {handle.device} ({status}): {detail.strip().splitlines()[0] if detail else ''}. "
+            "Put a working config first in the space, or pass check= a reference function"
+        )
     passed = []
     for i in todo:
         status, detail = handle.check(i, timeout)
