@@ -38,6 +38,7 @@ def test_results_persist_and_a_rerun_neither_compiles_nor_times(cpu, monkeypatch
     first = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", **OPTS)
     assert (first.reused, first.timed) == (0, 4)
     assert all(rec["status"] == "ok" and rec["samples"] == 3 and rec["spread"] >= 0 for _, rec in first.records)
+    assert all(rec["worker_properties"]["threads"] >= 1 for _, rec in first.records)
 
     def refuse(*a, **k):
         raise AssertionError("a rerun started a compile pool or a timing worker")

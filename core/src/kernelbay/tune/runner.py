@@ -201,6 +201,11 @@ def sweep_device(
         with lock:
             records[i] = summarise(samples[i])
             records[i]["device"] = handle.device
+            # what the worker's device said of itself there (a cpu's threads under the quota a
+            # scheduler set), which can differ from what the tuner's own process sees
+            records[i]["worker_properties"] = {
+                k: v for k, v in handle.properties.items() if k in ("threads", "cores", "name", "compute_capability")
+            }
     if bar is not None:
         bar.update(len(todo))
 
