@@ -5,7 +5,8 @@ cpu suite (``python -m benchmarks.run cpu --only tune``, or ``python -m benchmar
 * A 16-variant sweep (4 with ``--quick``) (a row-sum kernel, ``BLOCK`` x ``UNROLL``) on the cpu backend, from a cold
   compile cache each time: the tuner (parallel compile, check, interleaved timing in a worker)
   against the serial loop a user writes (compile, check, time each config in turn, the same
-  repeats). Goal: tuner <= 0.6x the serial wall time.
+  repeats), in the order serial, tuner, tuner, serial (medians). Goal: tuner <= 0.6x the
+  serial wall time.
 * The tuner's warm re-run (its results file): goal <= 0.05x the cold run.
 * The tuner's overhead per timed config, kernel time excluded: a worker timing 16 configs of a
   near-empty kernel, 10 repeats each, against the device-side times it reports. Goal <= 1 ms.
@@ -168,6 +169,29 @@ def overhead_per_config(device: str, n: int = 16) -> list[float]:
     return wall / len(configs), device_s / len(configs)
 
 
+def _side_in_child(side: str, space: dict[str, list[int]], cache: str) -> tuple[float, Any]:
+    """One side of the cold comparison, run and timed in a fresh Python process."""
+    import subprocess
+
+    from ._kernels import child_env
+
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_tune", "--side", side, "--space", json.dumps(space)],
+        env=child_env(KERNELBAY_CACHE_DIR=cache),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    secs, best = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    return float(secs), json.loads(best)
+
+
+def _side(side: str, space: dict[str, list[int]]) -> None:
+    t0 = time.perf_counter()
+    best = serial_sweep(space, "cpu")[0] if side == "serial" else tuned_sweep(space, "cpu").config
+    print(f"{time.perf_counter() - t0} {json.dumps(best)}")
+
+
 COLD, WARM, OVER = "cpu sweep, cold cache", "cpu sweep, warm re-run", "tuner overhead per timed config"
 
 
@@ -182,14 +206,21 @@ def run(quick: bool) -> list[dict]:
     n = len(space["BLOCK"]) * len(space["UNROLL"])
     old = os.environ.get("KERNELBAY_CACHE_DIR")
     try:
-        _fresh_cache()
-        t0 = time.perf_counter()
-        best_serial, _ = serial_sweep(space, "cpu")
-        serial = time.perf_counter() - t0
-        _fresh_cache()
-        t0 = time.perf_counter()
-        res = tuned_sweep(space, "cpu")
-        cold = time.perf_counter() - t0
+        # A B B A: the serial loop and the tuner alternate, each from a cold cache, so that load
+        # from other work on a shared machine does not fall on one side only.
+        # Each side in a fresh process (a process keeps what it compiled: a second serial loop
+        # in one process would compile nothing), from a cold cache of its own.
+        serials, colds = [], []
+        for side in ("serial", "tune", "tune", "serial")[: 2 if quick else 4]:
+            d = _fresh_cache()
+            secs, best = _side_in_child(side, space, d)
+            if side == "serial":
+                serials.append(secs)
+                best_serial = best
+            else:
+                colds.append(secs)
+                tuned_cache, best_tuned = d, best
+        os.environ["KERNELBAY_CACHE_DIR"] = tuned_cache  # the warm re-run: the last tuner run's cache
         t0 = time.perf_counter()
         again = tuned_sweep(space, "cpu")
         warm = time.perf_counter() - t0
@@ -202,9 +233,9 @@ def run(quick: bool) -> list[dict]:
         else:
             os.environ["KERNELBAY_CACHE_DIR"] = old
     return [
-        record(COLD, "serial loop", stats([serial]), unit="s", configs=n, best=best_serial),
-        record(COLD, "kb.tune", stats([cold]), unit="s", configs=n, best=res.config),
-        record(WARM, "kb.tune", stats([warm]), unit="s", configs=n),
+        record(COLD, "serial loop", stats(serials), unit="s", configs=n, best=best_serial),
+        record(COLD, "kb.tune", stats(colds), unit="s", configs=n, best=best_tuned),
+        record(WARM, "kb.tune", stats([warm]), unit="s", configs=n, cold=statistics.median(colds)),
         record(OVER, "kb.tune", stats([x * 1e3 for x in over]), unit="ms"),
     ]
 
@@ -265,7 +296,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cuda", action="store_true", help="the 64-config NVRTC sweep on a GPU")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--side", choices=("serial", "tune"), help=argparse.SUPPRESS)  # one side, in a child
+    p.add_argument("--space", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.side:
+        _side(a.side, json.loads(a.space))
+        return 0
     if a.cuda:
         return gpu(a.jobs)
     recs = run(False)
