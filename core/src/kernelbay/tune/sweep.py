@@ -277,7 +277,6 @@ class Sweep:
     def _run(self, todo: list[int]) -> None:
         o = self.options
         log.info("tuning %d configs on %s", len(todo), ", ".join(map(str, self.devs)))
-        _compile_all(self.sources, todo, self.devs, self.records, o["jobs"], self.show)
         default = 0
         job = Job(
             sources={i: self.sources[i] for i in set(todo) | {default}},
@@ -298,8 +297,20 @@ class Sweep:
                 f"be pickled ({type(exc).__name__}: {exc}); define those functions at module level (not lambdas "
                 "or nested functions)"
             ) from None
-        runnable = [i for i in todo if i not in self.records]
-        _time_all(job, self.devs, runnable, self.records, o["repeats"], o["warmup"], o["timeout"], self.show)
+        # The timing workers start (a process, imports, the device) while the configs compile.
+        handles = [WorkerHandle(str(d), job) for d in self.devs[: len(todo)]]
+        starter = ThreadPoolExecutor(len(handles))
+        started = [starter.submit(h.start) for h in handles]
+        try:
+            _compile_all(self.sources, todo, self.devs, self.records, o["jobs"], self.show)
+            for f in started:
+                f.result()
+            runnable = [i for i in todo if i not in self.records]
+            _time_all(handles, runnable, self.records, o["repeats"], o["warmup"], o["timeout"], self.show)
+        finally:
+            starter.shutdown(wait=True)
+            for h in handles:
+                h.stop()
         self.timed += len(todo)
         for i in todo:
             if not self.records[i].get("transient"):
@@ -335,8 +346,7 @@ def _compile_all(
 
 
 def _time_all(
-    job: Job,
-    devs: list[Device],
+    handles: list[WorkerHandle],
     todo: list[int],
     records: dict[int, dict[str, Any]],
     repeats: int,
@@ -346,7 +356,7 @@ def _time_all(
 ) -> None:
     if not todo:
         return
-    handles = [WorkerHandle(str(d), job) for d in devs[: len(todo)]]
+    handles = handles[: len(todo)]
     shares = [todo[w :: len(handles)] for w in range(len(handles))]
     lock = threading.Lock()
     bar = None
@@ -363,8 +373,6 @@ def _time_all(
             for f in futs:
                 f.result()
     finally:
-        for h in handles:
-            h.stop()
         if bar is not None:
             bar.close()
 
