@@ -40,6 +40,7 @@ __version__ = "0.2.0"
 _log.configure_from_env()  # KERNELBAY_LOG, before a trace or anything else logs
 
 if TYPE_CHECKING:
+    from . import tune
     from .tracing.tracer import trace
 
 
@@ -51,6 +52,13 @@ def __getattr__(name: str) -> Any:
 
         globals()["trace"] = trace
         return trace
+    if name == "tune":  # kb.tune: the tuner (kernelbay.tune), loaded when first asked for, likewise
+        import importlib  # not `from . import tune`: that asks this __getattr__ again, endlessly
+
+        mod = importlib.import_module(f"{__name__}.tune")  # a callable module: kb.tune(...) sweeps
+
+        globals()["tune"] = mod
+        return mod
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -101,6 +109,7 @@ __all__ = [
     "hookimpl",
     "register",
     "trace",
+    "tune",
     "unregister",
     "zeros",
 ]

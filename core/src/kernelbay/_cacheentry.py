@@ -22,7 +22,7 @@ MAGIC = b"KBC\x01"
 HEADER = struct.Struct("<4sIQ")  # magic, metadata length, payload length
 DIGEST = 32
 SUFFIX = ".kbc"  #: an entry's file name is its key and this
-LOCK = ".lock"  #: each subdirectory's compile lock
+LOCK = ".lock"  #: a key's compile lock is the file ``<key>.lock`` (older versions: ``.lock``, one per subdirectory)
 SIZE = ".size"  #: the running total, in the cache directory
 
 

@@ -189,7 +189,7 @@ class CacheSpace(PrivateDir):
                     continue
                 try:
                     for n in os.listdir(fd):
-                        if not (n.endswith(SUFFIX) or n == LOCK):
+                        if not (n.endswith(SUFFIX) or n.endswith(LOCK)):
                             continue
                         try:
                             os.unlink(n, dir_fd=fd)

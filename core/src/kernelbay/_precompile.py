@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -142,20 +142,29 @@ def _observe(key: str, hit: bool) -> None:
 def compile_one(
     path: str, lang: str, name: str | None, options: tuple[str, ...], headers: tuple[str, ...], device: str
 ) -> tuple[str, str]:
-    """Compile one source for one device here: ``(outcome, detail)``, outcome one of memory,
+    """Compile one source file for one device here: ``(outcome, detail)``, outcome one of memory,
     disk, compiled, failed, skipped. Runs in a worker process (one compile at a time there)."""
-    global _found
-    dev, b = _api._resolve(device)
-    langs = b.spec.languages if b.spec is not None else ()
-    if lang not in langs:
-        return "skipped", f"{dev.backend} does not take {lang} (it takes {', '.join(langs)})"
     texts = {}
     for h in headers:
         with open(h, encoding="utf-8") as f:
             texts[os.path.basename(h)] = f.read()
-    cache.observer, _found = _observe, []
     try:
         src = Source.from_file(path, lang, name=name, options=options, headers=texts)
+    except KernelbayError as exc:
+        return "failed", str(exc)
+    return compile_source(src, device)
+
+
+def compile_source(src: Source, device: str) -> tuple[str, str]:
+    """Compile one :class:`Source` for one device here (see :func:`compile_one`); the tuner
+    compiles its variants with it. A worker process's only state is the disk cache it fills."""
+    global _found
+    dev, b = _api._resolve(device)
+    langs = b.spec.languages if b.spec is not None else ()
+    if src.lang not in langs:
+        return "skipped", f"{dev.backend} does not take {src.lang} (it takes {', '.join(langs)})"
+    cache.observer, _found = _observe, []
+    try:
         _api.compile(src, device=dev)
     except KernelbayError as exc:
         return "failed", str(exc)
@@ -164,43 +173,71 @@ def compile_one(
     return ("disk" if all(found) else "compiled") if found else "memory", ""
 
 
-def cmd_precompile(args: argparse.Namespace) -> int:
+def run_pool(
+    fn: Callable[..., tuple[str, str]],
+    calls: Sequence[tuple[Any, ...]],
+    jobs: int | None,
+    desc: str,
+    progress: bool,
+    labels: Sequence[str] | None = None,
+) -> list[tuple[str, str]]:
+    """``fn(*call)`` for every call, in spawned worker processes, with a progress bar: the
+    results in the calls' order. A worker that dies gives ``("failed", why)`` for its call.
+
+    Shared by ``kernelbay precompile`` and the tuner's compile phase.
+    """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    jobs = plan(args)
-    if not jobs:
-        print("kernelbay precompile: no kernel sources found (.cu, .cpp, .cc, .cxx, .ptx, .cubin, .fatbin)")
-        return 0
-    workers = max(1, min(args.jobs or os.cpu_count() or 1, len(jobs)))
+    out: list[tuple[str, str]] = [("", "")] * len(calls)
+    if not calls:
+        return out
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(calls)))
     bar = None
-    if not args.no_progress:
+    if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(jobs), unit="kernel", desc="precompile", file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(total=len(calls), unit="kernel", desc=desc, file=sys.stderr, dynamic_ncols=True)
     # Worker processes, not threads: a backend may compile one kernel at a time per process
     # (the cuda backend does), and a compiler crash takes down a worker, not this command.
     # Spawned, so no driver state is inherited; without KERNELBAY_TRACE, so they write no trace.
     trace_env = os.environ.pop("KERNELBAY_TRACE", None)
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {
-                pool.submit(compile_one, j.path, j.lang, j.name, j.options, j.headers, str(j.device)): j for j in jobs
-            }
+            futures = {pool.submit(fn, *call): i for i, call in enumerate(calls)}
             for fut in as_completed(futures):
-                job = futures[fut]
+                i = futures[fut]
                 try:
-                    job.outcome, job.detail = fut.result()
+                    out[i] = fut.result()
                 except Exception as exc:  # the worker died (a compiler that crashed the process...)
-                    job.outcome, job.detail = "failed", f"the compile worker failed: {type(exc).__name__}: {exc}"
+                    out[i] = ("failed", f"the compile worker failed: {type(exc).__name__}: {exc}")
                 if bar is not None:
-                    bar.set_postfix_str(os.path.basename(job.path), refresh=False)
+                    if labels is not None:
+                        bar.set_postfix_str(labels[i], refresh=False)
                     bar.update(1)
     finally:
         if trace_env is not None:
             os.environ["KERNELBAY_TRACE"] = trace_env
         if bar is not None:
             bar.close()
+    return out
+
+
+def cmd_precompile(args: argparse.Namespace) -> int:
+    jobs = plan(args)
+    if not jobs:
+        print("kernelbay precompile: no kernel sources found (.cu, .cpp, .cc, .cxx, .ptx, .cubin, .fatbin)")
+        return 0
+    results = run_pool(
+        compile_one,
+        [(j.path, j.lang, j.name, j.options, j.headers, str(j.device)) for j in jobs],
+        args.jobs,
+        "precompile",
+        not args.no_progress,
+        [os.path.basename(j.path) for j in jobs],
+    )
+    for j, (outcome, detail) in zip(jobs, results):
+        j.outcome, j.detail = outcome, detail
     return report(jobs)
 
 

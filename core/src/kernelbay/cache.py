@@ -10,8 +10,9 @@ user cache directory). The cache trusts nothing it did not make:
   without following symbolic links (``O_NOFOLLOW``) and checked on the opened descriptor
   (``fstat``: owner, type, mode); everything after is relative to those descriptors. A
   directory that vanished and was re-created by someone else is therefore seen at once.
-* A per-key lock (:meth:`DiskCache.lock`, an ``flock`` on a file in the subdirectory) lets one
-  process compile while others with the same key wait for its entry.
+* A per-key lock (:meth:`DiskCache.lock`, an ``flock`` on ``<key>.lock`` beside the entry) lets
+  one process compile while others with the same key wait for its entry; compiles of other keys
+  never wait on it, even when their keys share the two-letter subdirectory.
 
 * Keys hash everything that defines the output -- schema, backend, compiler identity and
   version, target arch, options, full source text, entry names -- never the output itself.
@@ -192,8 +193,11 @@ class DiskCache(CacheSpace):
 
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
-        """Hold the lock of ``key``'s subdirectory: one process compiles, the others wait.
+        """Hold ``key``'s own lock: one process compiles it, the others with the same key wait.
 
+        The lock is a file per key (``<key>.lock`` in the key's subdirectory, empty, kept for the
+        next compile and removed by ``clear``), so that compiles of different keys never wait on
+        each other (a lock per subdirectory made ~half the keys of a 200-config sweep collide).
         Where locking is impossible (no ``fcntl``, a read-only directory) this holds nothing.
         """
         try:
@@ -208,7 +212,7 @@ class DiskCache(CacheSpace):
                 sub = self._open_sub(root, key[:2], create=True)
                 assert sub is not None
                 try:
-                    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=sub)
+                    fd = os.open(key + LOCK, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=sub)
                 finally:
                     os.close(sub)
             fcntl.flock(fd, fcntl.LOCK_EX)

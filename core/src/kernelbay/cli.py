@@ -1,4 +1,4 @@
-"""The ``kernelbay`` command: ``info``, ``demo``, ``cache``, ``profile`` and ``precompile``.
+"""The ``kernelbay`` command: ``info``, ``demo``, ``cache``, ``profile``, ``precompile`` and ``tune``.
 
 User errors print one line (``kernelbay: error: ...``) and exit 1; ``--debug`` shows the
 traceback instead. Exit codes: 0 success, 1 error, 2 bad command line, 3 ``demo`` result
@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _profile.add_parser(sub)
     _precompile.add_parser(sub)
+    _tune_parser(sub)
     return p
 
 
@@ -236,6 +237,14 @@ def cmd_cache(args: argparse.Namespace) -> int:
         print(f"entries:   {info['entries']}")
         print(f"size:      {info['bytes']} bytes (limit {info['max_bytes']})")
     return 0
+
+
+def _tune_parser(sub: Any) -> None:
+    # Deferred: `kernelbay tune` is the only command that needs the tuner, and `import kernelbay`
+    # must not load it; the import is of its parser module only when the CLI builds its parser.
+    from .tune import command
+
+    command.add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "KernelbayError",
+    "TuneError",
     "BackendError",
     "BackendNotInstalledError",
     "BackendBrokenError",
@@ -141,3 +142,8 @@ class OutOfMemoryError(KernelbayError, MemoryError):
 
 class CacheError(KernelbayError, OSError):
     """The compile cache directory is unusable (owned by another user, not a directory...)."""
+
+
+class TuneError(KernelbayError, RuntimeError):
+    """A sweep (``kb.tune``) could not choose: no config compiled, ran and matched the reference,
+    or a timing worker could not start."""

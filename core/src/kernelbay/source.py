@@ -161,8 +161,12 @@ class Source:
     def digest(self) -> str:
         """A sha256 over everything that defines the compiled result, for cache keys.
 
-        A Python function (Pallas) has no stable text: it is keyed by its identity instead and
-        is not meant for the disk cache. A ``triton`` function is keyed by its source text
+        A Python function (Pallas) is keyed by its content where that defines it: its bytecode,
+        constants, names, defaults, and the values its closure and globals bind -- numbers,
+        strings, tuples of them, modules (by name), classes (by qualified name) and functions
+        (recursively). One that binds anything else (an array, an object) is keyed by its
+        identity instead, valid in this process only. ``meta`` is hashed with it where it can be
+        (its values by the same rules). A ``triton`` function is keyed by its source text
         (``fn.src``) and ``meta`` (its signature and constexprs define the compiled result).
         """
         h = hashlib.sha256()
@@ -174,7 +178,11 @@ class Source:
         elif self.lang == "triton" and isinstance(src := getattr(code, "src", None), str):
             h.update(b"t" + src.encode() + repr(sorted(self.meta.items())).encode())
         else:
-            h.update(f"f{getattr(code, '__module__', '')}.{getattr(code, '__qualname__', '')}:{id(code)}".encode())
+            stable = _fn_content(code, set())
+            if stable is not None and (meta := _value_content(dict(self.meta), set())) is not None:
+                h.update(b"c" + stable.encode() + b"\0" + meta.encode())
+            else:
+                h.update(f"f{getattr(code, '__module__', '')}.{getattr(code, '__qualname__', '')}:{id(code)}".encode())
         for part in (
             self.lang,
             self.name or "",
@@ -184,6 +192,86 @@ class Source:
         ):
             h.update(b"\0" + part.encode())
         return h.hexdigest()
+
+
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), type(Ellipsis))
+
+
+def _value_content(v: Any, seen: set[int]) -> str | None:
+    """A text that stands for ``v`` across processes, or ``None`` when there is none."""
+    if isinstance(v, _PLAIN):
+        return f"{type(v).__name__}:{v!r}"
+    if isinstance(v, (tuple, list, frozenset, set)):
+        items = [_value_content(x, seen) for x in v]
+        if any(x is None for x in items):
+            return None
+        if isinstance(v, (frozenset, set)):
+            items = sorted(items)  # type: ignore[type-var]
+        return f"{type(v).__name__}({','.join(items)})"  # type: ignore[arg-type]
+    if isinstance(v, dict):
+        parts = []
+        for k in sorted(v, key=repr):
+            kv, vv = _value_content(k, seen), _value_content(v[k], seen)
+            if kv is None or vv is None:
+                return None
+            parts.append(f"{kv}={vv}")
+        return "{" + ",".join(parts) + "}"
+    if isinstance(v, _pytypes.ModuleType):
+        return f"module:{v.__name__}"
+    if isinstance(v, (type, _pytypes.BuiltinFunctionType)):
+        return f"named:{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', '')}"
+    if isinstance(v, _pytypes.FunctionType):
+        return _fn_content(v, seen)
+    if isinstance(v, _pytypes.CodeType):
+        return _code_content(v, seen)
+    return None
+
+
+def _code_content(code: _pytypes.CodeType, seen: set[int]) -> str | None:
+    consts = [_value_content(c, seen) for c in code.co_consts]
+    if any(c is None for c in consts):
+        return None
+    return "|".join(
+        [code.co_code.hex(), ";".join(consts), ",".join(code.co_names), ",".join(code.co_varnames)]  # type: ignore[arg-type]
+    )
+
+
+def _fn_content(fn: Any, seen: set[int]) -> str | None:
+    """The content of a Python function (see :meth:`Source.digest`), ``None`` where it has none."""
+    fn = getattr(fn, "__wrapped__", fn)  # functools.wraps, jax.jit: the function beneath
+    if not isinstance(fn, _pytypes.FunctionType):
+        return None
+    if id(fn) in seen:  # recursion: named once
+        return f"self:{fn.__qualname__}"
+    seen.add(id(fn))
+    code = _code_content(fn.__code__, seen)
+    if code is None:
+        return None
+    parts = [fn.__qualname__, code]
+    for extra in (fn.__defaults__ or (), dict(fn.__kwdefaults__ or {})):
+        if (c := _value_content(extra, seen)) is None:
+            return None
+        parts.append(c)
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            c = _value_content(cell.cell_contents, seen)
+        except ValueError:  # an empty cell
+            c = "empty"
+        if c is None:
+            return None
+        parts.append(f"{name}={c}")
+    names: set[str] = set()
+    stack = [fn.__code__]
+    while stack:  # the globals the function and its nested functions read
+        co = stack.pop()
+        names.update(co.co_names)
+        stack.extend(c for c in co.co_consts if isinstance(c, _pytypes.CodeType))
+    for name in sorted(names):
+        if name in fn.__globals__:
+            if (c := _value_content(fn.__globals__[name], seen)) is None:
+                return None
+            parts.append(f"{name}={c}")
+    return "\n".join(parts)
 
 
 def _make_source(

@@ -1,0 +1,316 @@
+"""The tuner (``kb.tune``) against the same sweep written by hand, side by side in one run.
+
+cpu suite (``python -m benchmarks.run cpu --only tune``, or ``python -m benchmarks.bench_tune``):
+
+* A 16-variant sweep (4 with ``--quick``) (a row-sum kernel, ``BLOCK`` x ``UNROLL``) on the cpu backend, from a cold
+  compile cache each time: the tuner (parallel compile, check, interleaved timing in a worker)
+  against the serial loop a user writes (compile, check, time each config in turn, the same
+  repeats), in the order serial, tuner, tuner, serial (medians). Goal: tuner <= 0.6x the
+  serial wall time.
+* The tuner's warm re-run (its results file): goal <= 0.05x the cold run.
+* The tuner's overhead per timed config, kernel time excluded: a worker timing 16 configs of a
+  near-empty kernel, 10 repeats each, against the device-side times it reports. Goal <= 1 ms.
+
+GPU (``python -m benchmarks.bench_tune --cuda``, no network, no ray): a 64-config NVRTC sweep.
+Compile: the tuner's parallel pool against serial ``kb.compile`` in one process, each on a fresh
+cache (goal >= 6x on a 16-core host); choice: the tuner's winner against an exhaustive serial
+timing of every config with CUDA events (the same config, or one within the measured spread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from ._timing import find, goal, record, skipped, stats
+
+SUITE = "cpu"
+
+ROWS, COLS = 2048, 512
+SPACE = {"BLOCK": [16, 32, 64, 128], "UNROLL": [1, 2, 4, 8]}
+GPU_SPACE = {"BLOCK": [32, 64, 128, 256, 512, 1024, 96, 192], "UNROLL": [1, 2, 3, 4, 5, 6, 7, 8]}
+REPEATS, WARMUP = 10, 2
+
+ROWSUM = r"""
+extern "C" __global__ void rowsum(const float* x, float* y, int rows, int cols) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float acc[UNROLL];
+    for (int u = 0; u < UNROLL; ++u) acc[u] = 0.0f;
+    int c = 0;
+    for (; c + UNROLL <= cols; c += UNROLL)
+        for (int u = 0; u < UNROLL; ++u) acc[u] += x[r * cols + c + u];
+    float s = 0.0f;
+    for (int u = 0; u < UNROLL; ++u) s += acc[u];
+    for (; c < cols; ++c) s += x[r * cols + c];
+    y[r] = s;
+}
+"""
+
+
+def source() -> Any:
+    import kernelbay as kb
+
+    return kb.Source(ROWSUM, lang="cuda", name="rowsum")
+
+
+def launch(kernel: Any, config: dict[str, Any], args: list[Any]) -> None:
+    rows = args[0].shape[0]
+    block = config["BLOCK"]
+    kernel.launch(grid=-(-rows // block), block=block, args=[*args, np.int32(rows), np.int32(args[0].shape[1])])
+
+
+def host_args(rows: int = ROWS, cols: int = COLS) -> list[Any]:
+    x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    return [x, np.zeros(rows, np.float32)]
+
+
+def reference(x: Any, y: Any) -> list[Any]:
+    return [None, x.sum(axis=1, dtype=np.float64).astype(np.float32)]
+
+
+def _fresh_cache() -> str:
+    d = tempfile.mkdtemp(prefix="kb-bench-tune-")
+    os.environ["KERNELBAY_CACHE_DIR"] = d
+    return d
+
+
+def serial_sweep(space: dict[str, list[int]], device: str) -> tuple[dict[str, Any], dict[str, float]]:
+    """The sweep by hand: compile, check, time each config in turn, in this process."""
+    import kernelbay as kb
+    from kernelbay.tune.space import Space, apply
+
+    dev = kb.device(device)
+    x, y = host_args()
+    want = reference(x, y)[1]
+    stream = kb.Stream.default(dev)
+    medians = {}
+    for c in Space(space).configs():
+        k = kb.compile(apply(source(), c), dev)
+        ax, ay = kb.asarray(x, device=dev), kb.asarray(y, device=dev)
+        launch(k, c, [ax, ay])
+        stream.synchronize()
+        if not np.allclose(ay.numpy(), want, rtol=1e-4, atol=1e-3):
+            continue
+        for _ in range(WARMUP):
+            launch(k, c, [ax, ay])
+        samples = []
+        for _ in range(REPEATS):
+            e0 = stream.record()
+            launch(k, c, [ax, ay])
+            e1 = stream.record()
+            e1.synchronize()
+            samples.append(e1.elapsed(e0) / 1e3)
+        medians[json.dumps(c, sort_keys=True)] = statistics.median(samples)
+    best = min(medians, key=lambda c: medians[c])
+    return json.loads(best), medians
+
+
+def tuned_sweep(space: dict[str, list[int]], device: str, **kw: Any) -> Any:
+    import kernelbay as kb
+
+    return kb.tune(
+        source(),
+        space,
+        launch,
+        args=host_args(),
+        check=reference,
+        rtol=1e-4,
+        atol=1e-3,
+        devices=device,
+        repeats=REPEATS,
+        warmup=WARMUP,
+        progress=False,
+        **kw,
+    )
+
+
+def overhead_per_config(device: str, n: int = 16) -> list[float]:
+    """The tuner's time per timed config beyond the kernel's (device-timed) own, in seconds,
+    one figure per round: 16 configs of a 1-row problem, 10 interleaved repeats each."""
+    from kernelbay.tune.runner import WorkerHandle
+    from kernelbay.tune.space import Space, apply
+    from kernelbay.tune.worker import Job
+
+    configs = Space({"BLOCK": [1, 2, 4, 8], "UNROLL": [1, 2, 4, 8]}).configs()[:n]
+    job = Job(
+        sources={i: apply(source(), c) for i, c in enumerate(configs)},
+        configs=dict(enumerate(configs)),
+        launch=launch,
+        args=host_args(1, 1),
+        check=False,
+        default=0,
+        rtol=0,
+        atol=0,
+        flush_l2=False,
+    )
+    h = WorkerHandle(device, job)
+    h.start()
+    try:
+        order = list(range(len(configs)))
+        h.time_round(order, WARMUP, 60)  # compiles and warms: not what is measured
+        t0 = time.perf_counter()
+        device_s = 0.0
+        for r in range(REPEATS):
+            got, faults = h.time_round(order[r:] + order[:r], 0, 60)
+            assert not faults, faults
+            device_s += sum(got.values()) / 1e9
+        wall = time.perf_counter() - t0
+    finally:
+        h.stop()
+    return wall / len(configs), device_s / len(configs)
+
+
+def _side_in_child(side: str, space: dict[str, list[int]], cache: str) -> tuple[float, Any]:
+    """One side of the cold comparison, run and timed in a fresh Python process."""
+    import subprocess
+
+    from ._kernels import child_env
+
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_tune", "--side", side, "--space", json.dumps(space)],
+        env=child_env(KERNELBAY_CACHE_DIR=cache),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    secs, best = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    return float(secs), json.loads(best)
+
+
+def _side(side: str, space: dict[str, list[int]]) -> None:
+    t0 = time.perf_counter()
+    best = serial_sweep(space, "cpu")[0] if side == "serial" else tuned_sweep(space, "cpu").config
+    print(f"{time.perf_counter() - t0} {json.dumps(best)}")
+
+
+COLD, WARM, OVER = "cpu sweep, cold cache", "cpu sweep, warm re-run", "tuner overhead per timed config"
+
+
+def run(quick: bool) -> list[dict]:
+    import kernelbay as kb
+
+    try:
+        kb.device("cpu")
+    except kb.KernelbayError as exc:
+        return [skipped(g, "kb.tune", f"the cpu backend is not available: {exc}") for g in (COLD, WARM, OVER)]
+    space = {"BLOCK": [32, 128], "UNROLL": [1, 4]} if quick else SPACE
+    n = len(space["BLOCK"]) * len(space["UNROLL"])
+    old = os.environ.get("KERNELBAY_CACHE_DIR")
+    try:
+        # A B B A: the serial loop and the tuner alternate, each from a cold cache, so that load
+        # from other work on a shared machine does not fall on one side only.
+        # Each side in a fresh process (a process keeps what it compiled: a second serial loop
+        # in one process would compile nothing), from a cold cache of its own.
+        serials, colds = [], []
+        for side in ("serial", "tune", "tune", "serial")[: 2 if quick else 4]:
+            d = _fresh_cache()
+            secs, best = _side_in_child(side, space, d)
+            if side == "serial":
+                serials.append(secs)
+                best_serial = best
+            else:
+                colds.append(secs)
+                tuned_cache, best_tuned = d, best
+        os.environ["KERNELBAY_CACHE_DIR"] = tuned_cache  # the warm re-run: the last tuner run's cache
+        t0 = time.perf_counter()
+        again = tuned_sweep(space, "cpu")
+        warm = time.perf_counter() - t0
+        if again.timed:
+            raise RuntimeError("the warm re-run timed configs again")
+        over = overhead_per_config("cpu", 4 if quick else 16)
+    finally:
+        if old is None:
+            os.environ.pop("KERNELBAY_CACHE_DIR", None)
+        else:
+            os.environ["KERNELBAY_CACHE_DIR"] = old
+    return [
+        record(COLD, "serial loop", stats(serials), unit="s", configs=n, best=best_serial),
+        record(COLD, "kb.tune", stats(colds), unit="s", configs=n, best=best_tuned),
+        record(WARM, "kb.tune", stats([warm]), unit="s", configs=n, cold=statistics.median(colds)),
+        record(OVER, "kb.tune", stats([x * 1e3 for x in over]), unit="ms"),
+    ]
+
+
+def goals(records: list[dict]) -> list[dict]:
+    out = []
+    serial, cold = find(records, COLD, "serial loop"), find(records, COLD, "kb.tune")
+    warm, over = find(records, WARM, "kb.tune"), find(records, OVER, "kb.tune")
+    if serial and cold and "median" in serial and "median" in cold:
+        out.append(goal("cpu sweep: kb.tune / serial loop, wall time", cold["median"] / serial["median"], 0.6))
+    if cold and warm and "median" in cold and "median" in warm:
+        out.append(goal("warm re-run / cold run", warm["median"] / cold["median"], 0.05))
+    if over and "median" in over:
+        out.append(goal("tuner overhead per timed config (ms)", over["median"], 1.0))
+    return out
+
+
+def gpu(jobs: int) -> int:
+    """The 64-config NVRTC sweep on the first cuda device; prints figures, exit 1 if a goal fails."""
+    import kernelbay as kb
+    from kernelbay import _precompile
+    from kernelbay.tune.space import Space, apply
+
+    dev = kb.device("cuda")
+    configs = Space(GPU_SPACE).configs()
+    sources = [apply(source(), c) for c in configs]
+    _fresh_cache()
+    t0 = time.perf_counter()
+    for s in sources:
+        kb.compile(s, dev)
+    serial_compile = time.perf_counter() - t0
+    _fresh_cache()
+    t0 = time.perf_counter()
+    outcomes = _precompile.run_pool(_precompile.compile_source, [(s, str(dev)) for s in sources], jobs, "", False)
+    parallel_compile = time.perf_counter() - t0
+    failed = [o for o in outcomes if o[0] == "failed"]
+    best_serial, medians = serial_sweep(GPU_SPACE, "cuda")
+    res = tuned_sweep(GPU_SPACE, "cuda", jobs=jobs, force=True)
+    rec = {json.dumps(c, sort_keys=True): r for c, r in res.records}
+    win = rec[json.dumps(res.config, sort_keys=True)]
+    s_best = medians[json.dumps(best_serial, sort_keys=True)]
+    s_win = medians.get(json.dumps(res.config, sort_keys=True), float("inf"))
+    same = res.config == best_serial or s_win - s_best <= win["spread"] + 1e-12
+    speedup = serial_compile / parallel_compile
+    print(f"device: {dev.name}; {len(configs)} configs; {jobs} compile workers; {len(failed)} failed compiles")
+    print(
+        f"compile: serial {serial_compile:.2f} s, kb.tune's pool {parallel_compile:.2f} s: {speedup:.1f}x (goal >= 6x)"
+    )
+    print(f"choice: kb.tune {res.config} ({win['median'] * 1e6:.2f} us +- {win['spread'] * 1e6:.2f})")
+    print(
+        f"        serial exhaustive {best_serial} ({s_best * 1e6:.2f} us); kb.tune's choice there: {s_win * 1e6:.2f} us"
+    )
+    print(f"        {'MATCH' if same else 'DIFFERENT'} (same config, or within the measured spread)")
+    return 0 if speedup >= 6 and same and not failed else 1
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cuda", action="store_true", help="the 64-config NVRTC sweep on a GPU")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--side", choices=("serial", "tune"), help=argparse.SUPPRESS)  # one side, in a child
+    p.add_argument("--space", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.side:
+        _side(a.side, json.loads(a.space))
+        return 0
+    if a.cuda:
+        return gpu(a.jobs)
+    recs = run(False)
+    for r in recs:
+        print(f"{r['group']:40} {r['name']:12} {r.get('median', float('nan')):.4g} {r['unit']} {r.get('skipped', '')}")
+    for g in goals(recs):
+        print(f"{'met ' if g['met'] else 'MISS'} {g['goal']}: {g['value']:.3g} (limit {g['limit']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The sweep: compile every config in parallel, check each against the reference, time them in
+killable worker processes (one per device), and keep every outcome in the results file."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import TuneError
+from .worker import WAITING, Job, serve
+
+log = logging.getLogger("kernelbay.tune")
+
+__all__ = ["WorkerHandle", "summarise", "sweep_device"]
+
+#: Seconds a fresh worker may take to import kernelbay and open its device.
+START_TIMEOUT = 120.0
+
+
+class WorkerHandle:
+    """The tuner's side of one timing worker: requests with deadlines; a worker that hangs past
+    one is killed, one that dies is noted, and either is started again for the next request."""
+
+    def __init__(self, device: str, job: Job) -> None:
+        self.device, self.job = device, job
+        self.proc: Any = None
+        self.conn: Any = None
+        self.properties: dict[str, Any] = {}
+        self.current: Any = None
+        self.restarts = -1
+
+    def start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        # The config the worker is running, in shared memory: the worker sets it before each
+        # launch at no syscall's cost, and the tuner reads it to charge a hang or a crash.
+        self.current = ctx.RawValue("i", -1)
+        self.proc = ctx.Process(target=serve, args=(child, self.device, self.job, self.current), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        self.restarts += 1
+        msg = self._recv(START_TIMEOUT)
+        if msg is None or msg[0] != "ready":
+            why = msg[1] if msg is not None and msg[0] == "failed" else self._death()
+            self.kill()
+            raise TuneError(f"the tuning worker for {self.device} could not start: {why}")
+        self.properties = msg[2]
+
+    def _live(self) -> Any:
+        """The pipe to a running worker, started (again) where there is none."""
+        if self.conn is None:
+            self.start()
+        return self.conn
+
+    def _recv(self, timeout: float) -> Any:
+        try:
+            if not self.conn.poll(timeout):
+                return None
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return ("dead",)
+
+    def _death(self) -> str:
+        self.proc.join(5)
+        code = self.proc.exitcode
+        if code is None:
+            return "it stopped answering"
+        if code < 0:
+            import signal
+
+            try:
+                return f"it was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"it was killed by signal {-code}"
+        return f"it exited with status {code}"
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.join(10)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc = self.conn = None
+
+    def stop(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.send(("stop",))
+            except OSError:
+                pass
+            self.proc.join(10)
+        self.kill()
+
+    def _fault(self, timeout: float, msg: Any) -> tuple[str, str]:
+        if msg is None:
+            self.kill()
+            return "timeout", f"no result within {timeout:g} s; its worker was killed"
+        why = self._death()
+        self.kill()
+        return "crashed", f"the worker running it died: {why}"
+
+    def check(self, i: int, timeout: float) -> tuple[str, str]:
+        self._live().send(("check", i))
+        msg = self._recv(timeout)
+        if msg is None or msg[0] == "dead":
+            return self._fault(timeout, msg)
+        return msg[2], msg[3]
+
+    def time_round(
+        self, order: Sequence[int], warmup: int, timeout: float
+    ) -> tuple[dict[int, int], dict[int, tuple[str, str]]]:
+        """Time each config of ``order`` once: samples, and the faults of those that failed.
+        A hang (no progress past ``timeout`` per launch) or a crash ends the round there (the
+        configs after it wait for the next round)."""
+        conn = self._live()
+        self.current.value = -1
+        conn.send(("time", list(order), warmup))
+        limit = timeout * (1 + warmup)
+        seen, since = -1, time.monotonic()
+        while True:
+            try:
+                if conn.poll(0.05):
+                    msg = conn.recv()
+                    return msg[1], {i: (st, detail) for i, (st, detail) in msg[2].items()}
+            except (EOFError, OSError):
+                i = self.current.value
+                return {}, {i if i >= 0 else order[0]: self._fault(timeout, ("dead",))}
+            now = time.monotonic()
+            if self.current.value != seen or seen == WAITING:  # progress, or waiting for the device
+                seen, since = self.current.value, now
+            elif now - since > limit:
+                return {}, {seen if seen >= 0 else order[0]: self._fault(timeout, None)}
+
+
+def sweep_device(
+    handle: WorkerHandle,
+    todo: list[int],
+    records: dict[int, dict[str, Any]],
+    repeats: int,
+    warmup: int,
+    timeout: float,
+    lock: threading.Lock,
+    bar: Any,
+) -> None:
+    """Check then time ``todo`` on one worker, filling ``records`` (index -> record).
+
+    :raises TuneError: when the reference cannot be computed (the default config fails), as
+        a check against it would charge that failure to another config.
+    """
+    status, detail = handle.check(-1, timeout)
+    if status != "ok":
+        job = handle.job
+        what = (
+            "the reference function (check=)"
+            if callable(job.check)
+            else f"the default config {job.configs[job.default]}, the reference when check= is not given,"
+        )
+        raise TuneError(
+            f"{what} failed on {handle.device} ({status}): {detail.strip().splitlines()[0] if detail else ''}. "
+            "Put a working config first in the space, or pass check= a reference function"
+        )
+    passed = []
+    for i in todo:
+        status, detail = handle.check(i, timeout)
+        if status == "ok":
+            passed.append(i)
+        else:
+            with lock:
+                records[i] = {"status": status, "detail": detail}
+            log.info("config %d: %s: %s", i, status, detail.splitlines()[0] if detail else "")
+    samples: dict[int, list[int]] = {i: [] for i in passed}
+    warmed: set[int] = set()
+    alive = list(passed)
+    for r in range(repeats):
+        # Interleaved: each round times every config once, starting one further along, so that
+        # drift (clocks, heat, other load) is spread over all configs rather than landing on some.
+        order = alive[r % len(alive) :] + alive[: r % len(alive)] if alive else []
+        pending = list(order)
+        while pending:
+            first = [i for i in pending if i not in warmed]
+            got, faults = handle.time_round(pending, warmup if first else 0, timeout)
+            warmed.update(pending)
+            for i, ns in got.items():
+                samples[i].append(ns)
+            for i, (status, detail) in faults.items():
+                with lock:
+                    records[i] = {"status": status, "detail": detail}
+                alive.remove(i)
+            done = set(got) | set(faults)
+            pending = [i for i in pending if i not in done]
+        if bar is not None:
+            bar.update(0)
+    for i in alive:
+        with lock:
+            records[i] = summarise(samples[i])
+            records[i]["device"] = handle.device
+            # what the worker's device said of itself there (a cpu's threads under the quota a
+            # scheduler set), which can differ from what the tuner's own process sees
+            records[i]["worker_properties"] = {
+                k: v for k, v in handle.properties.items() if k in ("threads", "cores", "name", "compute_capability")
+            }
+    if bar is not None:
+        bar.update(len(todo))
+
+
+def summarise(ns: list[int]) -> dict[str, Any]:
+    """An ``ok`` record: the median and spread (interquartile range) of the samples, in seconds."""
+    s = sorted(ns)
+    if len(s) >= 4:
+        q = statistics.quantiles(s, n=4)
+        spread = q[2] - q[0]
+    else:
+        spread = float(s[-1] - s[0])
+    return {
+        "status": "ok",
+        "median": statistics.median(s) / 1e9,
+        "spread": spread / 1e9,
+        "samples": len(s),
+        "min": s[0] / 1e9,
+    }

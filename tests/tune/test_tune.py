@@ -1,0 +1,152 @@
+"""kb.tune on the cpu backend, with real compiles, real launches and real faults."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import kernelbay as kb
+import numpy as np
+import pytest
+from kernelbay.tune import runner
+
+from tests.tune import kernels as K
+
+OPTS = dict(check=K.reference, rtol=1e-4, atol=1e-3, repeats=3, warmup=1, progress=False)
+
+
+def test_faults_are_results_and_a_wrong_config_is_never_chosen(cpu):
+    space = {"BLOCK": [64], "UNROLL": [4], "MODE": [0, 1, 2, 3, 4]}
+    r = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", timeout=3, **OPTS)
+    status = {c["MODE"]: rec["status"] for c, rec in r.records}
+    assert status == {0: "ok", 1: "wrong", 2: "crashed", 3: "timeout", 4: "compile_error"}
+    assert r.config == {"BLOCK": 64, "UNROLL": 4, "MODE": 0}
+    by_mode = {c["MODE"]: rec for c, rec in r.records}
+    assert "SIGSEGV" in by_mode[2]["detail"]
+    assert "killed" in by_mode[3]["detail"]
+    assert "line" in by_mode[4]["detail"]  # the compiler's log, pointing at the line
+    # the kernel handed back is the winner's, ready: it computes the right sums
+    x, y = K.host_args()
+    ax, ay = kb.asarray(x, device=cpu), kb.asarray(y, device=cpu)
+    r.launch([ax, ay])
+    np.testing.assert_allclose(ay.numpy(), K.reference(x, y)[1], rtol=1e-4, atol=1e-3)
+
+
+def test_results_persist_and_a_rerun_neither_compiles_nor_times(cpu, monkeypatch):
+    space = {"BLOCK": [32, 128], "UNROLL": [1, 4]}
+    first = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", **OPTS)
+    assert (first.reused, first.timed) == (0, 4)
+    assert all(rec["status"] == "ok" and rec["samples"] == 3 and rec["spread"] >= 0 for _, rec in first.records)
+    assert all(rec["worker_properties"]["threads"] >= 1 for _, rec in first.records)
+
+    def refuse(*a, **k):
+        raise AssertionError("a rerun started a compile pool or a timing worker")
+
+    with monkeypatch.context() as m:
+        m.setattr("kernelbay._precompile.run_pool", refuse)
+        m.setattr(runner.WorkerHandle, "start", refuse)
+        again = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", **OPTS)
+    assert (again.reused, again.timed) == (4, 0)
+    assert again.config == first.config
+    # another problem key is another results file: tuned afresh
+    other = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", key="rows=512,other", **OPTS)
+    assert other.timed == 4
+
+
+def test_default_config_is_the_reference_when_no_check_is_given(cpu):
+    space = {"BLOCK": [64], "UNROLL": [1], "MODE": [0, 1]}
+    r = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", repeats=2, progress=False)
+    assert [rec["status"] for _, rec in r.records] == ["ok", "wrong"]
+
+
+def test_two_workers_on_one_device_take_turns_and_neither_times_out(cpu):
+    space = {"BLOCK": [32, 128], "UNROLL": [1, 4]}
+    r = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices=["cpu", "cpu"], timeout=20, **OPTS)
+    assert [rec["status"] for _, rec in r.records] == ["ok"] * 4
+
+
+def test_a_default_config_that_crashes_is_not_charged_to_another(cpu):
+    space = {"BLOCK": [64], "UNROLL": [1], "MODE": [2, 0]}
+    with pytest.raises(kb.errors.TuneError, match=r"default config .*'MODE': 2.*crashed.*check="):
+        kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", repeats=2, progress=False)
+
+
+def test_a_builder_function_and_a_restricted_random_space(cpu):
+    space = kb.tune.Space({"BLOCK": [32, 64, 128], "UNROLL": [1, 2, 4, 8]}, restrict=lambda c: c["UNROLL"] <= 4)
+    r = kb.tune(K.source_for, space, K.launch, args=K.make_args, strategy="random", max_configs=3, **OPTS)
+    tried = [c for c, _ in r.records]
+    assert len(tried) == 3 and tried[0] == {"BLOCK": 32, "UNROLL": 1}  # the default is always tried
+    assert all(c["UNROLL"] <= 4 for c in tried)
+    assert all(rec["status"] == "ok" for _, rec in r.records)
+
+
+def test_export_and_import_move_results_to_another_cache(cpu, tmp_path, monkeypatch):
+    space = {"BLOCK": [32, 128], "UNROLL": [4]}
+    kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", **OPTS)
+    out = tmp_path / "results.json"
+    assert kb.tune.export_results(str(out)) == 1
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert kb.tune.import_results(str(out)) == 2
+    r = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", **OPTS)
+    assert (r.reused, r.timed) == (2, 0)
+    (tmp_path / "bad.json").write_text(json.dumps({"something": "else"}))
+    with pytest.raises(kb.InvalidArgumentError, match="not a kernelbay tuning results export"):
+        kb.tune.import_results(str(tmp_path / "bad.json"))
+
+
+def test_the_decorator_tunes_on_first_call_and_launches_the_winner(cpu):
+    x, y = K.host_args()
+    ax, ay = kb.asarray(x, device=cpu), kb.asarray(y, device=cpu)
+    K.rowsum(ax, ay)
+    np.testing.assert_allclose(ay.numpy(), K.reference(x, y)[1], rtol=1e-4, atol=1e-3)
+    assert len(K.rowsum.best) == 1
+    K.rowsum(ax, ay)  # same shapes: no second sweep
+    assert len(K.rowsum.best) == 1
+
+
+def test_functions_that_cannot_reach_a_worker_are_refused(cpu):
+    with pytest.raises(kb.InvalidArgumentError, match="module level"):
+        kb.tune(K.source(), {"BLOCK": [64], "UNROLL": [1]}, lambda k, c, a: None, args=K.host_args(), progress=False)
+
+
+def test_bad_spaces_and_strategies_are_refused():
+    with pytest.raises(kb.InvalidArgumentError, match="no values"):
+        kb.tune.Space({"BLOCK": []})
+    with pytest.raises(kb.InvalidArgumentError, match="passes its restrictions"):
+        kb.tune.Space({"BLOCK": [1]}, restrict=lambda c: False).configs()
+    with pytest.raises(kb.InvalidArgumentError, match="unknown tuning strategy"):
+        kb.tune(K.source(), {"BLOCK": [64]}, K.launch, args=K.host_args(), strategy="genetic")
+
+
+def test_import_kernelbay_does_not_load_the_tuner():
+    code = "import sys, kernelbay as kb; assert 'kernelbay.tune' not in sys.modules; kb.tune; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
+
+
+def test_cli_runs_a_declared_sweep_and_exports(cpu, tmp_path):
+    from kernelbay.cli import main
+
+    assert main(["tune", "run", "tests.tune.kernels:rowsum", "--device", "cpu", "--no-progress"]) == 0
+    out = tmp_path / "r.json"
+    assert main(["tune", "export", str(out)]) == 0
+    assert json.loads(out.read_text())["files"]
+    assert main(["tune", "run", "tests.tune.kernels:not_a_tuning"]) == 1
+
+
+def test_optuna_proposes_configs_batch_by_batch(cpu):
+    pytest.importorskip("optuna", reason="optuna is not installed (the kernelbay[optuna] extra)")
+    space = {"BLOCK": [32, 64, 128], "UNROLL": [1, 2, 4]}
+    r = kb.tune(K.source(), space, K.launch, args=K.host_args(), strategy="optuna", max_configs=4, **OPTS)
+    tried = [c for c, _ in r.records]
+    assert 2 <= len(tried) <= 4 and tried[0] == {"BLOCK": 32, "UNROLL": 1}
+    assert len({json.dumps(c, sort_keys=True) for c in tried}) == len(tried)
+    assert all(rec["status"] == "ok" for _, rec in r.records)
+    assert r.config in tried
+
+
+def test_optuna_missing_is_said_plainly(cpu, monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # as if not installed
+    with pytest.raises(kb.UnsupportedError, match=r"kernelbay\[optuna\]"):
+        kb.tune(K.source(), {"BLOCK": [32], "UNROLL": [1]}, K.launch, args=K.host_args(), strategy="optuna", **OPTS)
