@@ -27,6 +27,7 @@ from .analysis import FILES, check_features, entries, plan_cuda
 from .cxx import run_compiler
 from .deps import deps_unchanged
 from .flags import flags
+from .pch import prelude_pch
 
 if TYPE_CHECKING:
     from ._worker_client import RemoteModule
@@ -90,7 +91,14 @@ def preludes() -> dict[str, str]:
     return _preludes
 
 
-_RESERVED = {"kb_main.cpp", "kernel.so", "kernel.d", *FILES.values(), *_HEADERS}
+_RESERVED = {
+    "kb_main.cpp",
+    "kernel.so",
+    "kernel.d",
+    *FILES.values(),
+    *_HEADERS,
+    *(f"{h}.gch" for h in _PRELUDE.values()),
+}
 
 
 class Built(NamedTuple):
@@ -128,7 +136,9 @@ def build(source: Source) -> Built:
     fl = flags(source.options, tc)
     pre = preludes()
     fname = FILES[source.lang]
-    main = f'#include "{_PRELUDE[source.lang]}"\n#include "{fname}"\n' + _launcher(source.lang, names, runners)
+    main = f'#include "{_PRELUDE[source.lang]}"\n#include "{fname}"\n' + _launcher(
+        source.lang, names, runners
+    )
     # In-process images never carry a sanitizer (CXX='g++ -fsanitize=address' would end the
     # interpreter when loaded); checked mode builds a second, sanitized image for the worker.
     plain = _driver.plain_argv(tc)
@@ -180,7 +190,10 @@ def _image(
         got = _hit_image(recheck(cache, key))
         if got is not None:
             return got
-        image, deps = run_compiler(tuple(argv), fl, source, text, fname, main, pre)
+        prelude = _PRELUDE[source.lang]
+        gch = prelude_pch(tc, argv, fl, prelude, pre)
+        links = {prelude + ".gch": gch} if gch is not None else None
+        image, deps = run_compiler(tuple(argv), fl, source, text, fname, main, pre, links)
         store(cache, key, image, {"backend": "cpu", "entries": names, "compiler": tc.version, "deps": deps})
     return image, deps
 
