@@ -11,6 +11,7 @@ from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
 
 from . import _loops
+from .fission import fission
 from .reach import Program
 
 FILES = {"cuda": "kernel.cu", "c++": "kernel.cpp"}
@@ -94,6 +95,7 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
     kernels = find_kernels(source.text)
     fiber_at: set[int] = set()  # body offsets of kernels run as fibers
     wrap_at: set[int] = set()  # body offsets of kernels run on the loop path
+    split_at: set[int] = set()  # body offsets of kernels run on the loop path, split at barriers
     runners: dict[str, str] = {}
     why: dict[str, str] = {}
     for n in names:
@@ -105,7 +107,16 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
         fname, fn = found
         r = prog.reach(fname, fn)
         at = fn.body[0] if fn.body is not None and fname == FILES["cuda"] else -1
-        if r.block:
+        if (
+            r.block
+            and at >= 0
+            and not r.block_outside
+            and not r.builtins_outside
+            and fission(source.text, strip_comments_and_strings(source.text), fn) is not None
+        ):
+            runners[n], why[n] = "run_blocks", f"barriers as loop boundaries: {r.why}"
+            split_at.add(at)
+        elif r.block:
             runners[n], why[n] = "run_fibers", r.why
             fiber_at.add(at)
         elif r.builtins_outside or at < 0:
@@ -116,6 +127,7 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
     # A kernel body reached from no entry is compiled as it stands; one both ways (two entries of
     # one template) runs the fiber way.
     wrap_at -= fiber_at
+    split_at -= fiber_at | wrap_at
     order = [k.body[0] for k in kernels if k.body is not None]
     text = source.text
     if fiber_at:
@@ -127,6 +139,13 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
             if orig not in fiber_at:
                 clean = clean[: a + 1] + _blank(clean[a + 1 : z]) + clean[z:]
         text = _loops.add_loop_yields(text, clean)
+    for i, orig in enumerate(order):
+        if orig in split_at:
+            k = [k for k in find_kernels(text) if k.body is not None][i]
+            split = fission(text, strip_comments_and_strings(text), k)
+            if split is None:  # cannot happen: the same shape was accepted above
+                raise CompileError(f"internal error: barrier loop fission of {k.name} failed on the rewritten text")
+            text = split
     if wrap_at:
         bodies = [k.body for k in find_kernels(text) if k.body is not None]
         out, pos = [], 0

@@ -50,6 +50,7 @@ _HEADERS = (
     "kb_cpu_cxx.h",
     "cooperative_groups.h",
     "cooperative_groups/reduce.h",
+    "kb_cpu_fission.h",
 )
 
 
@@ -136,7 +137,9 @@ def build(source: Source) -> Built:
     fl = flags(source.options, tc)
     pre = preludes()
     fname = FILES[source.lang]
-    main = f'#include "{_PRELUDE[source.lang]}"\n#include "{fname}"\n' + _launcher(
+    # kb_cpu_fission.h after the prelude: the precompiled prelude must be the first include.
+    fission_h = '#include "kb_cpu_fission.h"\n' if source.lang == "cuda" else ""
+    main = f'#include "{_PRELUDE[source.lang]}"\n{fission_h}#include "{fname}"\n' + _launcher(
         source.lang, names, runners
     )
     # In-process images never carry a sanitizer (CXX='g++ -fsanitize=address' would end the

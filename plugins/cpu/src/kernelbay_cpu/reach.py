@@ -69,6 +69,8 @@ class Reach:
     #: a function other than a kernel reads threadIdx/blockIdx/blockDim/gridDim
     builtins_outside: bool
     why: str  #: the first block operation found and where, for the log ("" when none)
+    #: a block operation outside the kernel's own body (a callee, a macro, file scope, a class)
+    block_outside: bool = False
 
 
 def _line(text: str, at: int) -> int:
@@ -144,10 +146,14 @@ class Program:
         ]
         seen_fn: set[tuple[str, int]] = {(fname, fn.body[0])}
         seen_names: set[tuple[str, bool]] = set()
-        block, builtins, why = False, False, ""
+        block, builtins, why, outside = False, False, "", False
+        first = True
         while todo:
             f, body, at, is_kernel = todo.pop()
             b = BLOCK_RE.search(body)
+            if b and not first:
+                outside = True
+            first = False
             if b and not block:
                 block, why = True, f"{b.group(0).strip()} at {f}:{_line(self.code[f], at + b.start())}"
             if not is_kernel and BUILTIN_RE.search(body):
@@ -156,8 +162,10 @@ class Program:
                 if (w, is_kernel) in seen_names:
                     continue
                 seen_names.add((w, is_kernel))
-                if w in self.shared_vars and not block:
-                    block, why = True, f"__shared__ {w} (file scope), used at {f}"
+                if w in self.shared_vars:
+                    outside = True
+                    if not block:
+                        block, why = True, f"__shared__ {w} (file scope), used at {f}"
                 for mb in self.macros.get(w, ()):
                     # A macro expands where it is named: its text is the kernel's own.
                     todo.append((f, mb, at, is_kernel))
@@ -169,9 +177,11 @@ class Program:
                     seen_fn.add(key)
                     a, z = callee.body
                     todo.append((g, self.code[g][a : z + 1], a, callee.kernel))
-        if self.opaque and not block:
-            block, why = True, f"{self.opaque} (a call into a class cannot be followed)"
-        return Reach(block, builtins, why)
+        if self.opaque:
+            outside = True
+            if not block:
+                block, why = True, f"{self.opaque} (a call into a class cannot be followed)"
+        return Reach(block, builtins, why, outside)
 
 
 def _next_bound(code: str, i: int) -> int:
