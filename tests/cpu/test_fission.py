@@ -90,6 +90,8 @@ def test_the_rewrite_keeps_line_numbers_and_diagnostics_point_at_the_users_line(
         "auto v = threadIdx.x; __syncthreads(); y[threadIdx.x] = v;",
         # a loop whose trip count differs between threads
         "for (int j = 0; j < threadIdx.x; ++j) { __syncthreads(); } y[threadIdx.x] = 1;",
+        # a parameter changed by each thread (each has its own copy on a GPU)
+        "int v = threadIdx.x; __syncthreads(); y += 1; y[v] = 1;",
         # a warp operation
         "__syncthreads(); y[threadIdx.x] = __shfl_sync(0xffffffffu, 1, 0);",
     ],
@@ -103,3 +105,23 @@ def test_a_barrier_behind_a_macro_or_a_function_keeps_fibers():
     helper = "__device__ void sync() { __syncthreads(); }\n__global__ void k(int* y) { sync(); y[threadIdx.x] = 1; }"
     assert _runner(macro) == "run_fibers"
     assert _runner(helper) == "run_fibers"
+
+
+def test_index_locals_are_recomputed_and_changed_ones_stored_per_thread(cpu):
+    text = analysis.plan_cuda(kb.Source(TREE_SUM, lang="cuda", name="k"), ["k"]).text
+    assert "int const t = threadIdx.x;" in text  # recomputed in each region: the loop index
+    changed = r"""
+__global__ void k(int* y, int n) {
+    int v = threadIdx.x;
+    int w = blockIdx.x * blockDim.x + threadIdx.x;
+    v *= 3;
+    __syncthreads();
+    if (w < 300) y[w] = v + n;
+}
+"""
+    plan = analysis.plan_cuda(kb.Source(changed, lang="cuda", name="k"), ["k"])
+    assert plan.runners == {"k": "run_blocks"}
+    assert "int v[KB_FISSION_MAX_THREADS]" in plan.text and "int w[KB_FISSION_MAX_THREADS]" not in plan.text
+    y = kb.asarray(np.zeros(300, np.int32), device=cpu)
+    kb.compile(kb.Source(changed, lang="cuda", name="k"), cpu).launch(3, 128, (y, 7))
+    np.testing.assert_array_equal(y.numpy(), 3 * (np.arange(300) % 128) + 7)

@@ -9,7 +9,7 @@ declared at those top levels with a plain arithmetic or pointer type become per-
 ``__shared__`` arrays declared at the top level are the block's: local arrays of the call
 that runs the block. Not handled: ``return``,
 ``break``, ``continue`` or ``goto`` anywhere in the body, warp operations, cooperative groups,
-``extern __shared__``, ``volatile`` and ``while``/``do`` loops (a thread may spin on
+a parameter the body assigns, ``extern __shared__``, ``volatile`` and ``while``/``do`` loops (a thread may spin on
 what another thread of its block stores, without a barrier: only fibers run both), barriers in ``if``/``while``/nested loops, and barriers reached through
 other functions or macros.
 
@@ -38,6 +38,25 @@ _DECL = re.compile(rf"(?P<type>{_TYPE})\s+(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
 _LOOKS_DECL = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:[=;,\[({]|$)")
 _KEYWORD_START = re.compile(r"^(?:if|for|while|do|switch|else|case|default|return|__shared__|static|typedef)\b")
 _UNIFORM_WORDS = {"blockDim", "gridDim", "blockIdx", "x", "y", "z", "int", "unsigned", "long", "size_t", "const"}
+_INDEX_WORDS = {
+    "threadIdx",
+    "blockIdx",
+    "blockDim",
+    "gridDim",
+    "x",
+    "y",
+    "z",
+    "int",
+    "unsigned",
+    "long",
+    "short",
+    "char",
+    "float",
+    "double",
+    "bool",
+    "size_t",
+    "const",
+}
 _OPEN, _CLOSE = "([{", ")]}"
 
 
@@ -164,6 +183,28 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement) on text offsets
     arrays: dict[str, str] = {}  # per-thread local -> its type
     scalars: set[str] = set()  # uniform loop variables
+    #: locals computed from the thread's and block's indices and unchanged kernel parameters
+    #: only, never assigned again: name -> (type, initializer), in declaration order
+    remat: dict[str, tuple[str, str]] = {}
+    body_code = code[a:b]
+
+    def _assigned(name: str) -> bool:
+        writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", body_code)
+        return len(writes) > 1 or re.search(rf"(?:\+\+|--|&)\s*{name}\b|\b{name}\s*(?:\+\+|--)", body_code) is not None
+
+    def _rematerializable(name: str, init: str) -> bool:
+        if _assigned(name) or re.search(r"\(\s*[^)]*\)\s*\(|\[", init):
+            return False
+        fixed = {
+            p
+            for p in params
+            if not re.search(
+                rf"(?<![\w.])(?<!->){p}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|(?:\+\+|--)\s*{p}\b|\b{p}\s*(?:\+\+|--)",
+                body_code,
+            )
+        }
+        words = set(re.findall(r"\b[A-Za-z_]\w*\b", init))
+        return words <= _INDEX_WORDS | fixed | set(remat)
 
     def level(lo: int, hi: int, inside_loop: bool) -> None:
         stmts = _statements(code, lo, hi)
@@ -173,7 +214,8 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
 
         def flush() -> None:
             if region:
-                edits.append((region[0][0], region[0][0], " KB_REGION_BEGIN "))
+                again = " ".join(f"{t} const {n} ={init};" for n, (t, init) in remat.items())
+                edits.append((region[0][0], region[0][0], f" KB_REGION_BEGIN {again} "))
                 edits.append((region[-1][1], region[-1][1], " KB_REGION_END "))
                 region.clear()
 
@@ -247,17 +289,28 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
             arrays[name] = t
             if m.group(2) is not None:
                 init = pos + m.start(2)
-                out.append(f"{name} ={text[init : pos + len(part)]}")
+                if _rematerializable(name, code[init : pos + len(part)]):
+                    # Recomputed at the top of each region instead of stored per thread: the
+                    # compiler then sees `t` as the loop index (contiguous, vectorisable).
+                    del arrays[name]
+                    remat[name] = (t, text[init : pos + len(part)])
+                else:
+                    out.append(f"{name} ={text[init : pos + len(part)]}")
             pos += len(part) + 1
         stmt = ("(void)0" if not out else ", ".join(out)) + ";"
         edits.append((s, e, _pad(stmt, text[s:e])))
 
+    # Each CUDA thread has its own copy of the parameters; here the regions share the call's.
+    if any(
+        _assigned(p) or re.search(rf"(?<![\w.])(?<!->){p}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", body_code) for p in params
+    ):
+        raise _Giveup
     level(a, b, False)
-    if not arrays and not edits:
+    if not arrays and not remat and not edits:
         raise _Giveup
     # Every other declaration of a per-thread name (a shadowing one) would be renamed too.
     body = code[a:b]
-    for name in arrays:
+    for name in [*arrays, *remat]:
         if len(re.findall(rf"(?:{_TYPE}|[>\w])\s+\**{name}\s*[=;,\[)]", body)) > 1:
             raise _Giveup
     out, pos = [], 0
