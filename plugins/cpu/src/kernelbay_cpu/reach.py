@@ -91,10 +91,13 @@ class Program:
             for m in _DEFINE_RE.finditer(c):
                 self.macros.setdefault(m.group(1), []).append(m.group(2))
         self.shared_vars: set[str] = set()
+        #: per file, names that may be a function defined at namespace scope (a superset)
+        self.defined: dict[str, set[str]] = {}
         self.opaque = ""  # a block operation outside any free function's body, when one is found
         for f, c in self.code.items():
             self._scan_file_scope(f, c)
         self._funcs: dict[str, list[tuple[str, Function]]] = {}
+        self._kernels: list[tuple[str, Function]] | None = None
 
     def _scan_file_scope(self, fname: str, code: str) -> None:
         """Note ``__shared__`` variables at file scope, and block operations inside a class."""
@@ -105,11 +108,14 @@ class Program:
             seg = code[last:i]
             in_class, in_other = "class" in stack, "other" in stack
             if ch == "{":
-                if not in_class and not in_other and re.search(r"\b(?:namespace\b[\w\s:]*|extern\b[^;{}]*)$", seg):
+                at_scope = not in_class and not in_other  # file or namespace scope
+                if at_scope and re.search(r"\b(?:namespace\b[\w\s:]*|extern\b[^;{}]*)$", seg):
                     stack.append("ns")
                 elif _CLASS_HEAD_RE.search(seg) and ")" not in seg and not in_other:
                     stack.append("class")
                 else:
+                    if at_scope:  # a body at namespace scope: names in its head may be a function's
+                        self.defined.setdefault(fname, set()).update(_CALL_RE.findall(seg))
                     stack.append("other")
             elif ch == "}" and stack:
                 stack.pop()
@@ -126,14 +132,23 @@ class Program:
     def _functions(self, name: str) -> list[tuple[str, Function]]:
         got = self._funcs.get(name)
         if got is None:
-            got = [(f, fn) for f, t in self.files for fn in find_functions(t, name) if fn.body is not None]
+            # find_functions reads the whole text per name: ask only where a body's head names it.
+            got = [
+                (f, fn)
+                for f, t in self.files
+                if name in self.defined.get(f, ())
+                for fn in find_functions(t, name)
+                if fn.body is not None
+            ]
             self._funcs[name] = got
         return got
 
     def kernel(self, name: str) -> tuple[str, Function] | None:
         """The definition of the kernel an entry name (``ns::k<float>``) launches, when one is found."""
         bare = name.split("<", 1)[0].strip()
-        hits = [(f, k) for f, t in self.files for k in find_kernels(t) if k.body is not None]
+        if self._kernels is None:
+            self._kernels = [(f, k) for f, t in self.files for k in find_kernels(t) if k.body is not None]
+        hits = self._kernels
         exact = [(f, k) for f, k in hits if k.qualname == bare.lstrip(":").replace(" ", "")]
         found = exact or [(f, k) for f, k in hits if k.name == bare.rsplit("::", 1)[-1].strip()]
         return found[0] if len(found) == 1 or (found and all(k.name == found[0][1].name for _, k in found)) else None
