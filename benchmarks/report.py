@@ -33,6 +33,8 @@ process, so a noisy machine slows them alike. *kernelbay ÷ this* is kernelbay's
 multiple of that row's: below 1, kernelbay is faster. The bar charts show the same ratios.
 The cpu block-kernel and stream rows measured on 2 quiet cores (the shared development machine
 is rarely quiet) are in [performance-cpu-quiet.md](performance-cpu-quiet.md).
+The cpu backend on a busy machine, per-kernel runners and compile speed (issue #25) are in
+[performance-cpu-speed.md](performance-cpu-speed.md).
 """
 
 REPRODUCE = """## Reproduce

@@ -166,6 +166,7 @@ __device__ int deep(int d, int* y) {
 }
 __global__ void k(int* y, int d) {
     __syncthreads();
+    __syncwarp(0xfu);  // keeps it on fibers: a barrier alone is a loop boundary (fission.py)
     y[threadIdx.x] = deep(d, y);
 }
 '''
@@ -220,7 +221,7 @@ def handler_file():
     return None
 
 y = kb.asarray(np.zeros(4, np.int32), device="cpu")
-first = kb.compile(kb.Source('__global__ void a(int* y) { __syncthreads(); y[threadIdx.x] = 1; }',
+first = kb.compile(kb.Source('__global__ void a(int* y) { __syncthreads(); __syncwarp(0xfu); y[threadIdx.x] = 1; }',
                              lang="cuda", name="a"), "cpu")
 home = handler_file()  # the cpu runtime's, loaded with the first kernel
 first.launch(1, 4, (y,))  # a block with fibers

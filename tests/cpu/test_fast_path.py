@@ -56,8 +56,8 @@ __global__ void k(int* y) { y[my_index()] = my_index() * 3; }
 
 def test_device_function_reading_threadidx_keeps_the_per_thread_runner(cpu):
     src = kb.Source(DEVICE_READS_THREADIDX, lang="cuda", name="k")
-    assert analysis.wrap_thread_loops(src, src.text) is None
-    assert analysis.wrap_thread_loops(kb.Source(EARLY_RETURN, lang="cuda", name="k"), EARLY_RETURN) is not None
+    assert analysis.plan_cuda(src, ["k"]).runners == {"k": "run_threads"}
+    assert analysis.plan_cuda(kb.Source(EARLY_RETURN, lang="cuda", name="k"), ["k"]).runners == {"k": "run_blocks"}
     k = kb.compile(src, cpu)
     y = kb.asarray(np.zeros(512, np.int32), device=cpu)
     k.launch(2, 256, (y,))
@@ -66,8 +66,8 @@ def test_device_function_reading_threadidx_keeps_the_per_thread_runner(cpu):
 
 def test_wrapping_keeps_line_numbers():
     src = kb.Source(EARLY_RETURN, lang="cuda", name="k")
-    wrapped = analysis.wrap_thread_loops(src, src.text)
-    assert wrapped is not None and wrapped.count("\n") == EARLY_RETURN.count("\n")
+    wrapped = analysis.plan_cuda(src, ["k"]).text
+    assert wrapped.count("\n") == EARLY_RETURN.count("\n")
     assert wrapped.count("KB_THREADS_BEGIN") == 1
 
 
@@ -96,8 +96,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) k(const float* __restrict__
 
 def test_launch_bounds_kernel_found_without_a_name_and_wrapped(cpu):
     src = kb.Source(LAUNCH_BOUNDS, lang="cuda")
-    wrapped = analysis.wrap_thread_loops(src, src.text)
-    assert wrapped is not None and wrapped.count("KB_THREADS_BEGIN") == 1
+    wrapped = analysis.plan_cuda(src, analysis.entries(src)).text
+    assert wrapped.count("KB_THREADS_BEGIN") == 1
     k = kb.compile(src, cpu)
     x = kb.asarray(np.arange(300, dtype=np.float32), device=cpu)
     y = kb.asarray(np.zeros(300, np.float32), device=cpu)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import re
 
 __all__ = ["Scope", "Text", "match", "read", "skip", "strip_comments_and_strings"]
@@ -133,6 +134,9 @@ class Text:
         )
 
 
+# A backend asks about many names of one source in a row (the functions each kernel calls, per
+# kernel): each question re-read the whole text. Read results are never mutated by callers.
+@functools.lru_cache(maxsize=16)
 def read(text: str) -> Text:
     """``text``'s code and structure, in one pass over its braces and semicolons."""
     code = _DIRECTIVE.sub(lambda m: _NOT_NL.sub(" ", m.group(0)), strip_comments_and_strings(text))

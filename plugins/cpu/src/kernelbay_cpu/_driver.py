@@ -8,6 +8,7 @@ process that hits the compile cache runs no subprocess at all.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -16,16 +17,18 @@ import os
 import platform
 import shlex
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 from kernelbay.cache import lookup, make_key, store
 from kernelbay.errors import BackendUnavailableError, CompileError, InvalidArgumentError, LaunchError
 from kernelbay.native import in_load_dir, private_file
-from kernelbay.settings import env_int
+
+from . import _threads
 
 ENV_CXX = "CXX"
-ENV_THREADS = "KERNELBAY_CPU_THREADS"
+ENV_THREADS = _threads.ENV_THREADS
 ENV_FIBER_STACK = "KERNELBAY_CPU_FIBER_STACK"
 ENV_ISOLATE = "KERNELBAY_CPU_ISOLATE"
 ENV_CHECK = "KERNELBAY_CPU_CHECK"
@@ -226,19 +229,14 @@ def _works_in(argv: tuple[str, ...], flags: list[str], where: str) -> bool:
 
 
 def threads() -> int:
-    """``KERNELBAY_CPU_THREADS`` (0: OpenMP's default), at most :func:`max_threads`."""
-    return env_int(
-        ENV_THREADS, default=0, minimum=0, maximum=max_threads(), what="the threads a launch uses (0: all cores)"
-    )
+    """The threads a launch uses (see _threads.py): what this process may use, or what
+    ``KERNELBAY_CPU_THREADS`` / ``OMP_NUM_THREADS`` ask for."""
+    return _threads.threads()[0]
 
 
 def max_threads() -> int:
-    """The most threads a launch may ask for: 8 per core (more only costs), at least 64.
-
-    Past what the machine can start, OpenMP crashes the process instead of failing, so the
-    setting is refused before it gets there.
-    """
-    return max(64, 8 * (os.cpu_count() or 1))
+    """The most threads a launch may ask for (see _threads.max_threads)."""
+    return _threads.max_threads()
 
 
 def fiber_stack() -> int:
@@ -290,13 +288,44 @@ def isolated() -> bool:
 def load_library(image: bytes) -> ctypes.CDLL:
     """dlopen a shared object from its bytes: written to a private file in the cache directory
     (:func:`kernelbay.native.load_dir`, not TMPDIR, which may be noexec), loaded, unlinked."""
+    # OpenMP's runtime reads its wait policy from the environment once, when the first module
+    # loads it: set it for that load only (no child process inherits it), unless the user did.
+    env = {} if _pinned else _threads.openmp_env()
     try:
-        with private_file(image, "kernelbay-cpu-", ".so") as path:
+        with _load_lock, _scoped_env(env), private_file(image, "kernelbay-cpu-", ".so") as path:
             lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))
+            _pin_thread_libraries()
     except OSError as exc:  # private_file names the cause (disk full, permission); dlopen its own
         raise CompileError(f"the compiled kernel module could not be loaded: {exc}") from exc
-    _pin_thread_libraries()
     return lib
+
+
+_load_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _scoped_env(env: dict[str, str]) -> Iterator[None]:
+    if not env or any(_is_loaded(n) for n in _THREAD_LIBRARIES):
+        yield  # loaded already (by another library of the process): too late to choose
+        return
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _is_loaded(name: str) -> bool:
+    try:
+        ctypes.CDLL(name, mode=getattr(os, "RTLD_NOLOAD", 4) | getattr(os, "RTLD_NOW", 2))
+    except OSError:
+        return False
+    return True
 
 
 #: OpenMP runtimes a kernel module brings in (GCC's, LLVM's, Intel's). Their worker threads stay

@@ -3,11 +3,16 @@ let g++ compile it (thread loops, dynamic shared memory). Pure text work: no com
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from kernelbay.csource import default_kernel, find_kernels, strip_comments_and_strings
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
+
+from . import _loops
+from .fission import fission
+from .reach import Program
 
 FILES = {"cuda": "kernel.cu", "c++": "kernel.cpp"}
 
@@ -69,42 +74,92 @@ def needs_fibers(source: Source) -> bool:
     return any(_BLOCK_FEATURES_RE.search(strip_comments_and_strings(t)) for _, t in _texts(source))
 
 
-_BUILTIN_RE = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim)\b")
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How each entry of a cuda source runs, and the text g++ compiles."""
+
+    text: str
+    #: entry -> "run_fibers" (threads as fibers), "run_blocks" (the block's threads as a loop in
+    #: the kernel body) or "run_threads" (the kernel called once per thread)
+    runners: dict[str, str]
+    #: entry -> why it runs as fibers (the block operation it reaches and where)
+    why: dict[str, str]
 
 
-def _kernel_bodies(text: str) -> list[tuple[int, int]] | None:
-    """``(open, close)`` brace offsets of each ``__global__`` function body, or None when one
-    cannot be delimited (a declaration without a body is skipped)."""
-    bodies = []
-    for k in find_kernels(text):
-        if k.body is not None:
-            bodies.append(k.body)
-        elif not k.declaration:
-            return None
-    return bodies
+def plan_cuda(source: Source, names: list[str]) -> Plan:
+    r"""Pick each entry's runner from what its kernel reaches (reach.py), and rewrite the text:
+    fiber kernels' loops tick (\_loops.py), loop-path kernels' bodies are wrapped in
+    KB_THREADS_BEGIN/END. A kernel whose definition cannot be found is judged by the whole text."""
+    prog = Program(_texts(source))
+    whole = needs_fibers(source)
+    kernels = find_kernels(source.text)
+    fiber_at: set[int] = set()  # body offsets of kernels run as fibers
+    wrap_at: set[int] = set()  # body offsets of kernels run on the loop path
+    split_at: set[int] = set()  # body offsets of kernels run on the loop path, split at barriers
+    runners: dict[str, str] = {}
+    why: dict[str, str] = {}
+    for n in names:
+        found = prog.kernel(n)
+        if found is None:
+            runners[n] = "run_fibers" if whole else "run_threads"
+            why[n] = "its definition was not found in the source: judged by the whole text" if whole else ""
+            continue
+        fname, fn = found
+        r = prog.reach(fname, fn)
+        at = fn.body[0] if fn.body is not None and fname == FILES["cuda"] else -1
+        if (
+            r.block
+            and at >= 0
+            and not r.block_outside
+            and not r.builtins_outside
+            and fission(source.text, strip_comments_and_strings(source.text), fn) is not None
+        ):
+            runners[n], why[n] = "run_blocks", f"barriers as loop boundaries: {r.why}"
+            split_at.add(at)
+        elif r.block:
+            runners[n], why[n] = "run_fibers", r.why
+            fiber_at.add(at)
+        elif r.builtins_outside or at < 0:
+            runners[n], why[n] = "run_threads", ""
+        else:
+            runners[n], why[n] = "run_blocks", ""
+            wrap_at.add(at)
+    # A kernel body reached from no entry is compiled as it stands; one both ways (two entries of
+    # one template) runs the fiber way.
+    wrap_at -= fiber_at
+    split_at -= fiber_at | wrap_at
+    order = [k.body[0] for k in kernels if k.body is not None]
+    text = source.text
+    if fiber_at:
+        text = rewrite_extern_shared(text)
+        clean = strip_comments_and_strings(text)
+        # No ticks in the loops of kernels on the other runners: nothing to yield to there.
+        bodies = [k.body for k in find_kernels(text) if k.body is not None]
+        for (a, z), orig in zip(bodies, order, strict=False):
+            if orig not in fiber_at:
+                clean = clean[: a + 1] + _blank(clean[a + 1 : z]) + clean[z:]
+        text = _loops.add_loop_yields(text, clean)
+    for i, orig in enumerate(order):
+        if orig in split_at:
+            k = [k for k in find_kernels(text) if k.body is not None][i]
+            split = fission(text, strip_comments_and_strings(text), k)
+            if split is None:  # cannot happen: the same shape was accepted above
+                raise CompileError(f"internal error: barrier loop fission of {k.name} failed on the rewritten text")
+            text = split
+    if wrap_at:
+        bodies = [k.body for k in find_kernels(text) if k.body is not None]
+        out, pos = [], 0
+        for (a, z), orig in zip(bodies, order, strict=False):
+            if orig in wrap_at:
+                out.append(text[pos : a + 1] + " KB_THREADS_BEGIN " + text[a + 1 : z] + " KB_THREADS_END ")
+                pos = z
+        out.append(text[pos:])
+        text = "".join(out)
+    return Plan(text, runners, why)
 
 
-def wrap_thread_loops(source: Source, text: str) -> str | None:
-    """``text`` with each kernel body wrapped in KB_THREADS_BEGIN/END (see kb_cpu_cuda.h), or None
-    when that is not safe: a function other than a kernel, or a header, reads threadIdx and its
-    kin (it would see the thread_locals, which the thread loop does not set)."""
-    if any(_BUILTIN_RE.search(strip_comments_and_strings(t)) for _, t in sorted(source.headers.items())):
-        return None
-    clean = strip_comments_and_strings(text)
-    bodies = _kernel_bodies(text)
-    if not bodies:
-        return None
-    outside = clean
-    for a, b in bodies:
-        outside = outside[:a] + " " * (b - a) + outside[b:]
-    if _BUILTIN_RE.search(outside):
-        return None
-    out, pos = [], 0
-    for a, b in bodies:
-        out.append(text[pos : a + 1] + " KB_THREADS_BEGIN " + text[a + 1 : b] + " KB_THREADS_END ")
-        pos = b
-    out.append(text[pos:])
-    return "".join(out)
+def _blank(s: str) -> str:
+    return re.sub(r"[^\n]", " ", s)
 
 
 def rewrite_extern_shared(text: str) -> str:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from kernelbay.types import Device, Kernel, Source
 
 from . import _driver, _runtime
-from .analysis import needs_fibers
 from .build import build
 from .deps import stamp
 from .launcher import KernelHandle
@@ -49,6 +48,7 @@ class Module:
         source: Source,
         deps: dict[str, str] | None = None,
         remote: RemoteModule | None = None,
+        runners: dict[str, str] | None = None,
     ) -> None:
         self.lib = lib
         #: (mtime, size) of each file outside the source the compiler read: a changed one rebuilds.
@@ -56,10 +56,12 @@ class Module:
         lib.kb_error_message.restype = ctypes.c_char_p
         _runtime.attach(lib)
         lib.kb_set_threads(_driver.threads())
-        fibers = source.lang == "cuda" and needs_fibers(source)
+        runners = runners or {}
         if source.lang == "cuda":
             lib.kb_set_fiber_stack(ctypes.c_longlong(_driver.fiber_stack()))
-        self.kernels = {n: KernelHandle(lib, i, n, source.lang, fibers) for i, n in enumerate(names)}
+        self.kernels = {
+            n: KernelHandle(lib, i, n, source.lang, runners.get(n) == "run_fibers") for i, n in enumerate(names)
+        }
         # Not at interpreter exit: OpenMP's threads and C++ thread-exit handlers may still reach
         # the module's code then, and the process is ending anyway.
         weakref.finalize(lib, _dlclose, lib._handle).atexit = False
@@ -100,7 +102,7 @@ class _ModuleCache:
                 mod = None  # a header it was built from changed
             if mod is None:
                 b = build(source)
-                mod = self._mods[key] = Module(b.lib, b.names, source, b.deps, b.remote)
+                mod = self._mods[key] = Module(b.lib, b.names, source, b.deps, b.remote, b.runners)
                 dropped = 0
                 while len(self._mods) > self.bound:
                     self._mods.popitem(last=False)

@@ -19,10 +19,18 @@ _DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s*(?:fatal )?
 
 
 def run_compiler(
-    argv: tuple[str, ...], fl: list[str], source: Source, text: str, fname: str, main: str, pre: dict[str, str]
+    argv: tuple[str, ...],
+    fl: list[str],
+    source: Source,
+    text: str,
+    fname: str,
+    main: str,
+    pre: dict[str, str],
+    links: dict[str, str] | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """The shared object's bytes, and ``{path: sha256}`` of the files it was built from outside
-    the build directory (from the compiler's ``-MMD`` dependency output)."""
+    the build directory (from the compiler's ``-MMD`` dependency output). ``links``: names in
+    the build directory linked to files elsewhere (the precompiled prelude, pch.py)."""
     import subprocess  # only where a compiler runs: importing the plugin stays light
     import tempfile
 
@@ -36,6 +44,8 @@ def run_compiler(
             os.makedirs(os.path.dirname(p), exist_ok=True)
             with open(p, "w", encoding="utf-8") as f:
                 f.write(body)
+        for n, target in (links or {}).items():
+            os.symlink(target, os.path.join(d, n))
         out = os.path.join(d, "kernel.so")
         depfile = os.path.join(d, "kernel.d")
         cmd = [*argv, *fl, "-I", d, "-MMD", "-MF", depfile, "kb_main.cpp", "-o", out]

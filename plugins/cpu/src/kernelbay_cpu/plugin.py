@@ -11,7 +11,7 @@ import os
 from kernelbay.hookspecs import hookimpl
 from kernelbay.types import BackendSpec, Device
 
-from . import _driver, allocator, compiler, graphs, launcher, streams, timing
+from . import _driver, _threads, allocator, compiler, graphs, launcher, streams, timing
 
 # Each hook is the implementing function itself (no wrapper call): its parameters are the
 # spec's, in order, so the core binds and calls it directly.
@@ -67,7 +67,7 @@ def kernelbay_devices() -> list[Device]:
     _driver.isolated()  # a bad KERNELBAY_CPU_ISOLATE or _CHECK makes the backend unavailable, saying why
     tc = _driver.toolchain()
     cores = os.cpu_count() or 1
-    nthreads = _driver.threads() or cores
+    nthreads, nthreads_from = _threads.threads()
     return [
         Device(
             "cpu",
@@ -76,6 +76,9 @@ def kernelbay_devices() -> list[Device]:
             properties={
                 "cores": cores,
                 "threads": nthreads,
+                # what set "threads": KERNELBAY_CPU_THREADS, OMP_NUM_THREADS, affinity or cgroup cpu quota
+                "threads_from": nthreads_from,
+                "wait_policy": _threads.wait_policy(),  # KERNELBAY_CPU_WAIT
                 "compiler": " ".join(tc.argv),
                 "compiler_version": tc.version,
                 "openmp": tc.openmp,
