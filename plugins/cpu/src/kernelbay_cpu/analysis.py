@@ -22,7 +22,23 @@ _UNSUPPORTED = [
     (r"\b(?:tex[123]D\w*|texture\s*<|surf[123]D\w*|cudaTextureObject_t|cudaSurfaceObject_t)", "textures and surfaces"),
     (r"\basm\b|\b__asm__\b", "inline PTX assembly (asm)"),
     (r"<<<", "launching kernels from device code (<<< >>>)"),
+    (r"\bcub\s*::", "CUB (cub::), which has no cpu implementation"),
+    (r"\bthrust\s*::", "Thrust (thrust::), which has no cpu implementation"),
+    (
+        r"\bcuda\s*::\s*(?:barrier|memcpy_async|pipeline|aligned_size_t|atomic_ref|atomic)\b|\b__pipeline_\w+",
+        "libcu++ synchronisation (cuda::barrier, cuda::memcpy_async, cuda::pipeline, cuda::atomic)",
+    ),
 ]
+#: Headers with no cpu counterpart, refused by name (an #include line) before g++ says "not found".
+_UNSUPPORTED_INCLUDES = [
+    (r"cub/", "CUB (<cub/...>), which has no cpu implementation"),
+    (r"thrust/", "Thrust (<thrust/...>), which has no cpu implementation"),
+    (r"cuda/(?:std/)?(?:barrier|pipeline|atomic|annotated_ptr)\b|cuda_pipeline", "libcu++ synchronisation (<cuda/barrier>, <cuda/pipeline>, <cuda/atomic>)"),
+    (r"cooperative_groups/memcpy_async", "cooperative_groups::memcpy_async"),
+    (r"mma\.h|cuda/ptx|cute/|cutlass/", "tensor-core and PTX libraries (mma.h, CUTLASS, CuTe, cuda/ptx)"),
+]
+_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"\n]+)[>\"]", re.M)
+_NOINLINE_RE = re.compile(r"(?<!\(\()\b__noinline__\b")
 _UNSUPPORTED_RE = [(re.compile(p), what) for p, what in _UNSUPPORTED]
 
 #: Anything that needs the threads of a block to run together: such kernels run as fibers.
@@ -47,6 +63,16 @@ def check_features(source: Source) -> None:
     lines: set[int] = set()
     for fname, text in _texts(source):
         clean = strip_comments_and_strings(text)
+        for m in _INCLUDE_RE.finditer(text):
+            ln = text.count("\n", 0, m.start()) + 1
+            if not clean.splitlines()[ln - 1].lstrip().startswith("#"):
+                continue  # the line is in a comment
+            for pat, what in _UNSUPPORTED_INCLUDES:
+                if re.match(pat, m.group(1).strip()):
+                    found.append((what, fname, ln))
+                    if fname == FILES["cuda"]:
+                        lines.add(ln)
+                    break
         for rx, what in _UNSUPPORTED_RE:
             m = rx.search(clean)
             if m:
@@ -62,6 +88,12 @@ def check_features(source: Source) -> None:
             source=source.text,
             lines=lines,
         )
+
+
+def rewrite_noinline(text: str) -> str:
+    """``__noinline__`` spelled ``__attribute__((noinline))``: it cannot be a macro of the prelude,
+    because libstdc++ writes ``__attribute__((__noinline__))`` (as in ``<memory>``)."""
+    return _NOINLINE_RE.sub("__attribute__((noinline))", text)
 
 
 def needs_fibers(source: Source) -> bool:

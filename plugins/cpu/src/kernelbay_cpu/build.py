@@ -24,7 +24,15 @@ from kernelbay.errors import InvalidArgumentError
 from kernelbay.types import Source
 
 from . import _driver, _loops
-from .analysis import FILES, check_features, entries, needs_fibers, rewrite_extern_shared, wrap_thread_loops
+from .analysis import (
+    FILES,
+    check_features,
+    entries,
+    needs_fibers,
+    rewrite_extern_shared,
+    rewrite_noinline,
+    wrap_thread_loops,
+)
 from .cxx import run_compiler
 from .deps import deps_unchanged
 from .flags import flags
@@ -43,6 +51,22 @@ _HEADERS = (
     "kb_cpu_cxx.h",
     "cooperative_groups.h",
     "cooperative_groups/reduce.h",
+    "cooperative_groups/scan.h",
+)
+# CUDA toolkit headers that device files include: fp16/bf16 types (only kernels that include them
+# pay for them) and harmless stand-ins for host headers. A Source header of the same name wins.
+_SHIMS = (
+    "cuda_fp16.h",
+    "cuda_bf16.h",
+    "cuda_runtime.h",
+    "cuda_runtime_api.h",
+    "cuda.h",
+    "cublas_v2.h",
+    "cublas.h",
+    "device_launch_parameters.h",
+    "device_functions.h",
+    "vector_types.h",
+    "math_constants.h",
 )
 
 
@@ -70,7 +94,7 @@ def _prelude_text() -> dict[str, str]:
     from importlib import resources  # importlib.resources loads tempfile: only when the headers are read
 
     base = resources.files("kernelbay_cpu") / "include"
-    return {h: (base / h).read_text(encoding="utf-8") for h in _HEADERS}
+    return {h: (base / h).read_text(encoding="utf-8") for h in (*_HEADERS, *_SHIMS)}
 
 
 _preludes: dict[str, str] | None = None
@@ -109,6 +133,7 @@ def build(source: Source) -> Built:
     text, runner = source.text, "run_blocks"
     if source.lang == "cuda":
         check_features(source)
+        text = rewrite_noinline(text)
         if needs_fibers(source):
             text = rewrite_extern_shared(text)
             text, runner = _loops.add_loop_yields(text, strip_comments_and_strings(text)), "run_fibers"
