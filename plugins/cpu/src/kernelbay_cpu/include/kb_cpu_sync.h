@@ -164,14 +164,15 @@ inline void warp_complete(Sched& s, int base, unsigned mask, int op) {
         }
         if (!(mask >> src & 1)) {
             // PTX: "results are undefined if a thread sources a register from an inactive thread or a
-            // thread that is not in membermask". What GPUs give in practice, which code such as the
-            // partial-mask reductions of NVIDIA's samples relies on: a lane waiting at this same call
-            // with another mask gives its value; a lane past the end of the block gives 0 (its
-            // registers were never written); any other lane cannot be known here, and the caller
-            // gets its own value. Checked mode reports the read instead.
+            // thread that is not in membermask". A lane waiting at this same call with another mask
+            // gives its value. Any other lane (exited, elsewhere, past the end of the block) gives 0:
+            // what the final partial-mask reduction of NVIDIA's reduction sample needs to sum
+            // correctly, as it does on GPUs (lane 0 adds lanes 16, 8 and 4, which sit out).
+            // Checked mode reports the read instead.
             const int sl = base + src;
             const bool past = sl >= s.n;
-            const bool here = !past && s.state[sl] == F_WARP && L[src].op == op && L[src].line == me.line;
+            const bool here = !past && s.state[sl] == F_WARP && L[src].op == op && L[src].line == me.line &&
+                              (L[src].file == me.file || std::strcmp(L[src].file, me.file) == 0);
             if (checked()) {
                 const uint3 t = tid_of(s, base + l);
                 fail("block (%u,%u,%u): thread (%u,%u,%u) (lane %d) in %s at %s:%d reads lane %d, which mask "
@@ -180,7 +181,7 @@ inline void warp_complete(Sched& s, int base, unsigned mask, int op) {
                      s.block.x, s.block.y, s.block.z, t.x, t.y, t.z, l, op_name(op), base_name(me.file), me.line,
                      src, mask);
             }
-            me.res = past ? 0 : here ? L[src].val : me.val;
+            me.res = here ? L[src].val : 0;
             continue;
         }
         me.res = L[src].val;
