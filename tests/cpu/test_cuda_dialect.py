@@ -193,7 +193,9 @@ def test_math_and_bit_builtins_match_their_definitions(cpu):
     x[:6] = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5]
     o = kb.asarray(np.zeros(16 * n, np.int32), device=cpu)
     g = kb.asarray(np.zeros(12 * n, np.float32), device=cpu)
-    _k(cpu, BUILTINS).launch(1, n, (kb.asarray(a, device=cpu), kb.asarray(b, device=cpu), kb.asarray(x, device=cpu), o, g, np.int32(n)))
+    _k(cpu, BUILTINS).launch(
+        1, n, (kb.asarray(a, device=cpu), kb.asarray(b, device=cpu), kb.asarray(x, device=cpu), o, g, np.int32(n))
+    )
     r = o.numpy().reshape(n, 16).astype(np.int64) & 0xFFFFFFFF
     for i in range(n):
         p, q = int(a[i]), int(b[i])
@@ -205,7 +207,7 @@ def test_math_and_bit_builtins_match_their_definitions(cpu):
         wide = (q << 32) | p
         assert r[i, 5] == ((wide << (i & 31)) >> 32) & 0xFFFFFFFF
         assert r[i, 6] == (wide >> (i & 31)) & 0xFFFFFFFF
-        sb = lambda v, k: ((v >> (8 * k)) & 0xFF) - (256 if (v >> (8 * k)) & 0x80 else 0)  # noqa: E731
+        sb = lambda v, k: ((v >> (8 * k)) & 0xFF) - (256 if (v >> (8 * k)) & 0x80 else 0)
         assert r[i, 7] == (sum(sb(p, k) * sb(q, k) for k in range(4)) + 3) & 0xFFFFFFFF
         sel = 0x5140 + i
         want = 0
@@ -213,13 +215,13 @@ def test_math_and_bit_builtins_match_their_definitions(cpu):
             byte = (wide >> (8 * ((sel >> (4 * k)) & 7))) & 0xFF
             want |= byte << (8 * k)
         assert r[i, 8] == want
-        s24 = lambda v: (v & 0xFFFFFF) - (1 << 24 if v & 0x800000 else 0)  # noqa: E731
+        s24 = lambda v: (v & 0xFFFFFF) - (1 << 24 if v & 0x800000 else 0)
         assert r[i, 9] == (s24(p) * s24(q)) & 0xFFFFFFFF
         assert r[i, 10] == (p * q) >> 32
         ip, iq = p - (1 << 32 if p >> 31 else 0), q - (1 << 32 if q >> 31 else 0)
         assert r[i, 11] == (abs(ip - iq) + 1) & 0xFFFFFFFF
     xs = x.astype(np.float64)
-    to32 = lambda v: v.astype(np.int64) & 0xFFFFFFFF  # noqa: E731
+    to32 = lambda v: v.astype(np.int64) & 0xFFFFFFFF
     np.testing.assert_array_equal(r[:, 12], to32(np.rint(xs)))  # ties to even: 0.5 -> 0, 2.5 -> 2
     np.testing.assert_array_equal(r[:, 13], to32(np.trunc(xs)))
     np.testing.assert_array_equal(r[:, 14], to32(np.ceil(xs)))
@@ -227,8 +229,20 @@ def test_math_and_bit_builtins_match_their_definitions(cpu):
     h = g.numpy().reshape(n, 12)
     ax = np.abs(x)
     want = np.stack(
-        [np.exp(x), np.log(ax + 1), np.sin(x), np.cos(x), ax**1.5, 1 / np.sqrt(ax + 1), x / 3, np.clip(x, 0, 1),
-         x * x + 1, 10 ** (x * 0.1) + np.sin(x) / 2, np.cos(x) + 2 * x, (x + 1) + 2 * x],
+        [
+            np.exp(x),
+            np.log(ax + 1),
+            np.sin(x),
+            np.cos(x),
+            ax**1.5,
+            1 / np.sqrt(ax + 1),
+            x / 3,
+            np.clip(x, 0, 1),
+            x * x + 1,
+            10 ** (x * 0.1) + np.sin(x) / 2,
+            np.cos(x) + 2 * x,
+            (x + 1) + 2 * x,
+        ],
         axis=1,
     ).astype(np.float32)
     np.testing.assert_allclose(h, want, rtol=2e-5, atol=1e-5)
@@ -246,6 +260,8 @@ def test_math_and_bit_builtins_match_their_definitions(cpu):
             r"cuda::barrier, cuda::memcpy_async",
             3,
         ),
+        ("#include <cuda_fp8.h>\n", r"fp8 types \(<cuda_fp8.h>\)", 2),
+        ("#include <mma.h>\n__device__ void f() { nvcuda::wmma::fragment<int> a; }\n", r"tensor-core", 2),
     ],
 )
 def test_cub_and_libcudacxx_are_refused_by_name_and_line(cpu, snippet, what, line):

@@ -122,7 +122,9 @@ def test_partial_mask_reduction_is_reported_when_checked(cpu, monkeypatch):
     k = kb.compile(kb.Source(PARTIAL_MASK, lang="cuda", name_expressions=["k<256>"]), cpu)
     x = kb.asarray(np.ones(1024, np.float32), device=cpu)
     out = kb.asarray(np.zeros(1, np.float32), device=cpu)
-    with pytest.raises(kb.LaunchError, match=r"in __shfl_down_sync at kernel.cu:4 reads lane 16, which mask 0x000000ff"):
+    with pytest.raises(
+        kb.LaunchError, match=r"in __shfl_down_sync at kernel.cu:4 reads lane 16, which mask 0x000000ff"
+    ):
         k.launch(1, 256, (x, out, np.uint32(1024)))
 
 
@@ -167,7 +169,9 @@ def test_block_halves_meeting_at_different_barriers_run_as_on_a_gpu(cpu):
     a = rng.integers(-3, 4, (n, n)).astype(np.float32)
     b = rng.integers(-3, 4, (n, n)).astype(np.float32)
     c = kb.asarray(np.zeros((n, n), np.float32), device=cpu)
-    _k(cpu, SPLIT_GEMM).launch((n // 16, n // 16), 512, (kb.asarray(a, device=cpu), kb.asarray(b, device=cpu), c, np.int32(n)))
+    _k(cpu, SPLIT_GEMM).launch(
+        (n // 16, n // 16), 512, (kb.asarray(a, device=cpu), kb.asarray(b, device=cpu), c, np.int32(n))
+    )
     np.testing.assert_array_equal(c.numpy(), a @ b)
 
 
@@ -175,5 +179,10 @@ def test_block_halves_meeting_at_different_barriers_are_reported_when_checked(cp
     monkeypatch.setenv("KERNELBAY_CPU_CHECK", "1")
     n = 32
     z = kb.asarray(np.zeros((n, n), np.float32), device=cpu)
-    with pytest.raises(kb.LaunchError, match=r"reached the barrier at kernel.cu:\d+ while \d+ other threads wait at the barrier at kernel.cu:\d+"):
-        _k(cpu, SPLIT_GEMM).launch((2, 2), 512, (z, z, kb.asarray(np.zeros((n, n), np.float32), device=cpu), np.int32(n)))
+    with pytest.raises(
+        kb.LaunchError,
+        match=r"reached the barrier at kernel.cu:\d+ while \d+ other threads wait at the barrier at kernel.cu:\d+",
+    ):
+        _k(cpu, SPLIT_GEMM).launch(
+            (2, 2), 512, (z, z, kb.asarray(np.zeros((n, n), np.float32), device=cpu), np.int32(n))
+        )

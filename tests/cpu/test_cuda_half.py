@@ -79,7 +79,9 @@ def test_float_to_half_rounds_bit_for_bit_in_each_mode(cpu):
     for row, mode in ((1, "z"), (2, "u"), (3, "d")):
         want = _round_dir(x, rn, mode)
         bad = np.flatnonzero(got[row] != want)
-        assert bad.size == 0, f"_r{mode}: {bad.size} differ, e.g. {x[bad[:5]]} -> {got[row][bad[:5]]} not {want[bad[:5]]}"
+        assert bad.size == 0, (
+            f"_r{mode}: {bad.size} differ, e.g. {x[bad[:5]]} -> {got[row][bad[:5]]} not {want[bad[:5]]}"
+        )
     np.testing.assert_array_equal(back.numpy(), rn.view(np.float16).astype(np.float32))
 
 
@@ -108,14 +110,26 @@ def test_half_arithmetic_is_rounded_once_as_on_the_gpu(cpu):
     a = rng.integers(0, 0x7C00, n).astype(np.uint16).view(np.float16) * rng.choice([-1, 1], n).astype(np.float16)
     b = rng.integers(0x0400, 0x6000, n).astype(np.uint16).view(np.float16)
     out = kb.asarray(np.zeros(8 * n, np.float16), device=cpu)
-    _k(cpu, HALF_OPS).launch(-(-n // 256), 256, (kb.asarray(a, device=cpu), kb.asarray(b, device=cpu), out, np.int32(n)))
+    _k(cpu, HALF_OPS).launch(
+        -(-n // 256), 256, (kb.asarray(a, device=cpu), kb.asarray(b, device=cpu), out, np.int32(n))
+    )
     o = out.numpy().reshape(8, n)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        want = [a + b, a * b, a - b, (a64 / b64).astype(np.float16), (a64 * b64 + a64).astype(np.float16),
-                np.maximum(a, b), np.sqrt(np.abs(a64)).astype(np.float16), (a > b).astype(np.float16)]
+        want = [
+            a + b,
+            a * b,
+            a - b,
+            (a64 / b64).astype(np.float16),
+            (a64 * b64 + a64).astype(np.float16),
+            np.maximum(a, b),
+            np.sqrt(np.abs(a64)).astype(np.float16),
+            (a > b).astype(np.float16),
+        ]
     for k, w in enumerate(want):
-        np.testing.assert_array_equal(o[k].view(np.uint16), np.asarray(w, np.float16).view(np.uint16), err_msg=f"op {k}")
+        np.testing.assert_array_equal(
+            o[k].view(np.uint16), np.asarray(w, np.float16).view(np.uint16), err_msg=f"op {k}"
+        )
 
 
 BF16 = r"""
@@ -149,9 +163,13 @@ def test_bfloat16_conversions_and_arithmetic_round_to_nearest_even(cpu):
     a = _bf16(rng.standard_normal(n).astype(np.float32) * 100)
     b = _bf16(rng.standard_normal(n).astype(np.float32))
     out = kb.asarray(np.zeros(5 * n, np.uint16), device=cpu)
-    _k(cpu, BF16).launch(-(-n // 256), 256, (kb.asarray(x, device=cpu), kb.asarray(a, device=cpu), kb.asarray(b, device=cpu), out, np.int32(n)))
+    _k(cpu, BF16).launch(
+        -(-n // 256),
+        256,
+        (kb.asarray(x, device=cpu), kb.asarray(a, device=cpu), kb.asarray(b, device=cpu), out, np.int32(n)),
+    )
     o = out.numpy().reshape(5, n)
-    f = lambda h: (h.astype(np.uint32) << 16).view(np.float32)  # noqa: E731
+    f = lambda h: (h.astype(np.uint32) << 16).view(np.float32)
     np.testing.assert_array_equal(o[0], _bf16(x))
     np.testing.assert_array_equal(o[1], _bf16(f(a) + f(b)))
     np.testing.assert_array_equal(o[2], _bf16(f(a) * f(b)))

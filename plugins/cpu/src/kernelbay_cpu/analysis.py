@@ -28,14 +28,20 @@ _UNSUPPORTED = [
         r"\bcuda\s*::\s*(?:barrier|memcpy_async|pipeline|aligned_size_t|atomic_ref|atomic)\b|\b__pipeline_\w+",
         "libcu++ synchronisation (cuda::barrier, cuda::memcpy_async, cuda::pipeline, cuda::atomic)",
     ),
+    (r"\b(?:nvcuda|wmma)\s*::", "warp matrix functions (nvcuda::wmma)"),
+    (r"\b__nv_fp8\w*", "fp8 types (__nv_fp8_*)"),
 ]
 #: Headers with no cpu counterpart, refused by name (an #include line) before g++ says "not found".
 _UNSUPPORTED_INCLUDES = [
     (r"cub/", "CUB (<cub/...>), which has no cpu implementation"),
     (r"thrust/", "Thrust (<thrust/...>), which has no cpu implementation"),
-    (r"cuda/(?:std/)?(?:barrier|pipeline|atomic|annotated_ptr)\b|cuda_pipeline", "libcu++ synchronisation (<cuda/barrier>, <cuda/pipeline>, <cuda/atomic>)"),
+    (
+        r"cuda/(?:std/)?(?:barrier|pipeline|atomic|annotated_ptr)\b|cuda_pipeline",
+        "libcu++ synchronisation (<cuda/barrier>, <cuda/pipeline>, <cuda/atomic>)",
+    ),
     (r"cooperative_groups/memcpy_async", "cooperative_groups::memcpy_async"),
     (r"mma\.h|cuda/ptx|cute/|cutlass/", "tensor-core and PTX libraries (mma.h, CUTLASS, CuTe, cuda/ptx)"),
+    (r"cuda_fp8", "fp8 types (<cuda_fp8.h>)"),
 ]
 _INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"\n]+)[>\"]", re.M)
 _NOINLINE_RE = re.compile(r"(?<!\(\()\b__noinline__\b")
@@ -63,12 +69,12 @@ def check_features(source: Source) -> None:
     lines: set[int] = set()
     for fname, text in _texts(source):
         clean = strip_comments_and_strings(text)
-        for m in _INCLUDE_RE.finditer(text):
-            ln = text.count("\n", 0, m.start()) + 1
+        for inc in _INCLUDE_RE.finditer(text):
+            ln = text.count("\n", 0, inc.start()) + 1
             if not clean.splitlines()[ln - 1].lstrip().startswith("#"):
                 continue  # the line is in a comment
             for pat, what in _UNSUPPORTED_INCLUDES:
-                if re.match(pat, m.group(1).strip()):
+                if re.match(pat, inc.group(1).strip()):
                     found.append((what, fname, ln))
                     if fname == FILES["cuda"]:
                         lines.add(ln)

@@ -11,7 +11,7 @@
 
 #include <algorithm>
 #include <cassert>
-#include <chrono>
+#include <ctime>
 #include <climits>
 #include <limits>
 #include <cmath>
@@ -307,7 +307,12 @@ inline int __rhadd(int a, int b) { return (int)(((long long)a + b + 1) >> 1); }
 inline unsigned int __uhadd(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a + b) >> 1); }
 inline unsigned int __urhadd(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a + b + 1) >> 1); }
 inline void __nanosleep(unsigned) {}
-inline long long clock64() { return (long long)std::chrono::steady_clock::now().time_since_epoch().count(); }
+// A cycle counter stands in for the SM clock: nanoseconds of the monotonic clock.
+inline long long clock64() {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
 
 // Cache-hint loads and stores (ld.global.nc/.cs/.cg/.ca/.lu/.cv, st.global.cs/.cg/.wb/.wt): the
 // CPU has one memory, so each is a plain load or store, of any type (scalars, float4, ...).
