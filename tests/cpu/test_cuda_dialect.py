@@ -275,3 +275,35 @@ def test_an_include_in_a_comment_is_not_refused(cpu):
     y = kb.asarray(np.zeros(1, np.float32), device=cpu)
     _k(cpu, src).launch(1, 1, (y,))
     assert y.numpy()[0] == 1.0
+
+
+LLM_STYLE = r"""
+#include <stdlib.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <cublasLt.h>
+#include <nvtx3/nvToolsExt.h>
+#include <cuda_profiler_api.h>
+// As llm.c's kernels do: __nv_bfloat16 after including only cuda_runtime.h, an error-checking
+// helper calling the runtime, and unqualified isfinite.
+typedef __nv_bfloat16 floatX;
+inline void check(cudaError_t e) { if (e != cudaSuccess) { printf("%s\\n", cudaGetErrorString(e)); exit(1); } }
+__global__ void k(const floatX* x, float* y, int n, cudaDataType_t t) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = (float)x[i];
+    if (!isfinite(v)) __trap();
+    y[i] = v * (t == CUDA_R_16BF ? 2.0f : 0.0f);
+}
+"""
+
+
+def test_host_headers_of_llm_style_files_compile_and_trap_is_a_launch_error(cpu):
+    x = np.array([1.0, -2.5, 3.0, np.inf], np.float32)
+    xb = (x.view(np.uint32) >> 16).astype(np.uint16)  # exact in bfloat16
+    y = kb.asarray(np.zeros(4, np.float32), device=cpu)
+    k = _k(cpu, LLM_STYLE)
+    k.launch(1, 32, (kb.asarray(xb, device=cpu), y, np.int32(3), np.int32(14)))
+    assert y.numpy()[:3].tolist() == [2.0, -5.0, 6.0]
+    with pytest.raises(kb.LaunchError, match=r"__trap\(\)"):
+        k.launch(1, 32, (kb.asarray(xb, device=cpu), y, np.int32(4), np.int32(14)))

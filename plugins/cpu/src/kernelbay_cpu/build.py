@@ -67,6 +67,12 @@ _SHIMS = (
     "device_functions.h",
     "vector_types.h",
     "math_constants.h",
+    "cuda_profiler_api.h",
+    "nvToolsExt.h",
+    "nvtx3/nvToolsExt.h",
+    "nvtx3/nvToolsExtCudaRt.h",
+    "cublasLt.h",
+    "library_types.h",
 )
 
 

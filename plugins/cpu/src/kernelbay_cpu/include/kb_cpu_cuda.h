@@ -120,7 +120,12 @@ inline float1 make_float1(float x) { return float1{x}; }
 inline uint3 make_uint3(unsigned int x, unsigned int y, unsigned int z) { return uint3{x, y, z}; }
 
 // --- math ---------------------------------------------------------------------------------
-// <cmath> brings sqrtf, expf, fabsf, fminf, fmaxf, ... into the global namespace.
+// <cmath> brings sqrtf, expf, fabsf, fminf, fmaxf, ... into the global namespace; CUDA also
+// declares the classification functions there (an unqualified isfinite(x) in a kernel).
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::signbit;
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
@@ -307,6 +312,9 @@ inline int __rhadd(int a, int b) { return (int)(((long long)a + b + 1) >> 1); }
 inline unsigned int __uhadd(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a + b) >> 1); }
 inline unsigned int __urhadd(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a + b + 1) >> 1); }
 inline void __nanosleep(unsigned) {}
+// A GPU ends the kernel with an error ("unspecified launch failure"): here a LaunchError.
+[[noreturn]] inline void __trap() { throw std::runtime_error("the kernel called __trap()"); }
+[[noreturn]] inline void __brkpt() { throw std::runtime_error("the kernel called __brkpt()"); }
 // A cycle counter stands in for the SM clock: nanoseconds of the monotonic clock.
 inline long long clock64() {
     timespec t;
