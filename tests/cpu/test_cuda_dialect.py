@@ -260,7 +260,6 @@ def test_math_and_bit_builtins_match_their_definitions(cpu):
             r"cuda::barrier, cuda::memcpy_async",
             3,
         ),
-        ("#include <cuda_fp8.h>\n", r"fp8 types \(<cuda_fp8.h>\)", 2),
         ("#include <mma.h>\n__device__ void f() { nvcuda::wmma::fragment<int> a; }\n", r"tensor-core", 2),
     ],
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import kernelbay as kb
 import numpy as np
+import pytest
 
 
 def _k(cpu, src: str, name: str = "k"):
@@ -204,3 +205,49 @@ def test_half_atomics_and_shuffles(cpu):
     assert (b.numpy().astype(np.uint32) << 16).view(np.float32)[0] == 64
     assert h2.numpy().tolist() == [128, 256]
     assert y.numpy().tolist() == [sum(range(32))] * 4
+
+
+FP8 = r"""
+#include <cuda_fp8.h>
+__global__ void k(const float* x, unsigned char* out, float* back, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    __nv_fp8_e4m3 a(x[i]);
+    __nv_fp8_e5m2 b(x[i]);
+    out[i] = a.__x;
+    out[n + i] = b.__x;
+    out[2 * n + i] = __nv_cvt_float_to_fp8(x[i], __NV_NOSAT, __NV_E4M3);
+    out[3 * n + i] = __nv_cvt_float_to_fp8(x[i], __NV_NOSAT, __NV_E5M2);
+    back[i] = (float)a;
+    back[n + i] = (float)b;
+}
+"""
+
+
+def test_fp8_conversions_round_to_nearest_even_and_saturate_as_cuda(cpu):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(6)
+    e4 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    e5 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e5m2).astype(np.float32)
+    grid = np.concatenate([e4, e5, (e4[:-1] + e4[1:]) / 2, (e5[:-1] + e5[1:]) / 2])
+    x = np.concatenate([grid, rng.standard_normal(20_000).astype(np.float32) * 100, [1e6, -1e6, 1e-9]])
+    x = x[np.isfinite(x)].astype(np.float32)
+    n = x.size
+    out = kb.asarray(np.zeros(4 * n, np.uint8), device=cpu)
+    back = kb.asarray(np.zeros(2 * n, np.float32), device=cpu)
+    _k(cpu, FP8).launch(-(-n // 256), 256, (kb.asarray(x, device=cpu), out, back, np.int32(n)))
+    o = out.numpy().reshape(4, n)
+    # ml_dtypes rounds to nearest even without saturation: e4m3fn overflows to NaN, e5m2 to inf.
+    nosat4 = x.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    nosat5 = x.astype(ml_dtypes.float8_e5m2).view(np.uint8)
+    nan4 = (nosat4 & 0x7F) == 0x7F
+    np.testing.assert_array_equal(np.where(nan4, 0x7F, o[2]), np.where(nan4, 0x7F, nosat4))
+    np.testing.assert_array_equal(o[3], nosat5)
+    sat4 = np.where(nan4, (nosat4 & 0x80) | 0x7E, nosat4)
+    inf5 = (nosat5 & 0x7F) == 0x7C
+    sat5 = np.where(inf5, (nosat5 & 0x80) | 0x7B, nosat5)
+    np.testing.assert_array_equal(o[0], sat4)
+    np.testing.assert_array_equal(o[1], sat5)
+    b = back.numpy().reshape(2, n)
+    np.testing.assert_array_equal(b[0], sat4.view(ml_dtypes.float8_e4m3fn).astype(np.float32))
+    np.testing.assert_array_equal(b[1], sat5.view(ml_dtypes.float8_e5m2).astype(np.float32))

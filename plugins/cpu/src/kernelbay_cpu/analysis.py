@@ -29,7 +29,6 @@ _UNSUPPORTED = [
         "libcu++ synchronisation (cuda::barrier, cuda::memcpy_async, cuda::pipeline, cuda::atomic)",
     ),
     (r"\b(?:nvcuda|wmma)\s*::", "warp matrix functions (nvcuda::wmma)"),
-    (r"\b__nv_fp8\w*", "fp8 types (__nv_fp8_*)"),
 ]
 #: Headers with no cpu counterpart, refused by name (an #include line) before g++ says "not found".
 _UNSUPPORTED_INCLUDES = [
@@ -41,7 +40,6 @@ _UNSUPPORTED_INCLUDES = [
     ),
     (r"cooperative_groups/memcpy_async", "cooperative_groups::memcpy_async"),
     (r"mma\.h|cuda/ptx|cute/|cutlass/", "tensor-core and PTX libraries (mma.h, CUTLASS, CuTe, cuda/ptx)"),
-    (r"cuda_fp8", "fp8 types (<cuda_fp8.h>)"),
 ]
 _INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"\n]+)[>\"]", re.M)
 _NOINLINE_RE = re.compile(r"(?<!\(\()\b__noinline__\b")

@@ -58,6 +58,7 @@ _HEADERS = (
 _SHIMS = (
     "cuda_fp16.h",
     "cuda_bf16.h",
+    "cuda_fp8.h",
     "cuda_runtime.h",
     "cuda_runtime_api.h",
     "cuda.h",
