@@ -228,7 +228,7 @@ def test_math_and_bit_builtins_match_their_definitions(cpu):
     np.testing.assert_array_equal(r[:, 15], to32(np.floor(xs)))
     h = g.numpy().reshape(n, 12)
     ax = np.abs(x)
-    want = np.stack(
+    expect = np.stack(
         [
             np.exp(x),
             np.log(ax + 1),
@@ -245,7 +245,7 @@ def test_math_and_bit_builtins_match_their_definitions(cpu):
         ],
         axis=1,
     ).astype(np.float32)
-    np.testing.assert_allclose(h, want, rtol=2e-5, atol=1e-5)
+    np.testing.assert_allclose(h, expect, rtol=2e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -286,7 +286,7 @@ LLM_STYLE = r"""
 // As llm.c's kernels do: __nv_bfloat16 after including only cuda_runtime.h, an error-checking
 // helper calling the runtime, and unqualified isfinite.
 typedef __nv_bfloat16 floatX;
-inline void check(cudaError_t e) { if (e != cudaSuccess) { printf("%s\\n", cudaGetErrorString(e)); exit(1); } }
+inline void check(cudaError_t e) { if (e != cudaSuccess) { printf("%s\n", cudaGetErrorString(e)); exit(1); } }
 __global__ void k(const floatX* x, float* y, int n, cudaDataType_t t) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
