@@ -21,7 +21,11 @@ _UNSUPPORTED = [
     ),
     (r"\b(?:tex[123]D\w*|texture\s*<|surf[123]D\w*|cudaTextureObject_t|cudaSurfaceObject_t)", "textures and surfaces"),
     (r"\basm\b|\b__asm__\b", "inline PTX assembly (asm)"),
-    (r"<<<", "launching kernels from device code (<<< >>>)"),
+    (
+        r"<<<",
+        "a kernel launch (<<< >>>: device-side launches do not run on cpu; host launch code does not belong"
+        " in the source given to compile, as kernelbay launches the kernel)",
+    ),
     (r"\bcub\s*::", "CUB (cub::), which has no cpu implementation"),
     (r"\bthrust\s*::", "Thrust (thrust::), which has no cpu implementation"),
     (
