@@ -306,3 +306,40 @@ def test_host_headers_of_llm_style_files_compile_and_trap_is_a_launch_error(cpu)
     assert y.numpy()[:3].tolist() == [2.0, -5.0, 6.0]
     with pytest.raises(kb.LaunchError, match=r"__trap\(\)"):
         k.launch(1, 32, (kb.asarray(xb, device=cpu), y, np.int32(4), np.int32(14)))
+
+
+def test_inline_next_to_device_is_dropped_and_nothing_else():
+    from kernelbay_cpu.analysis import rewrite_inline
+
+    src = (
+        "#define HD __host__ __device__\n"
+        "#define INL __inline__\n"
+        "__device__ inline float a();\n"
+        "inline __device__ float b();\n"
+        "HD inline float c();\n"
+        "static __device__ INL float d();\n"
+        "inline float host_only();\n"
+        "inline namespace v1 {}\n"
+        "static inline __global__ void k();\n"
+    )
+    out = rewrite_inline(src, [])
+    assert out.splitlines() == [
+        "#define HD __host__ __device__",
+        "#define INL __inline__",
+        "__device__        float a();",
+        "       __device__ float b();",
+        "HD        float c();",
+        "static __device__     float d();",
+        "inline float host_only();",
+        "inline namespace v1 {}",
+        "static        __global__ void k();",
+    ]
+    assert len(out) == len(src)
+
+
+def test_qualifiers_in_source_headers_compile(cpu):
+    head = "#pragma once\n#define DEV_INLINE __device__ __forceinline__\n__device__ inline float twice(float x) { return 2 * x; }\nDEV_INLINE float thrice(float x) { return 3 * x; }\n"
+    src = '#include "util.cuh"\n__global__ inline void k(float* y) { y[threadIdx.x] = twice(1.0f) + thrice(1.0f); }\n'
+    y = kb.asarray(np.zeros(4, np.float32), device=cpu)
+    kb.compile(kb.Source(src, lang="cuda", name="k", headers={"util.cuh": head}), cpu).launch(1, 4, (y,))
+    assert y.numpy().tolist() == [5.0] * 4

@@ -30,6 +30,7 @@ from .analysis import (
     entries,
     needs_fibers,
     rewrite_extern_shared,
+    rewrite_inline,
     rewrite_noinline,
     wrap_thread_loops,
 )
@@ -140,7 +141,16 @@ def build(source: Source) -> Built:
     text, runner = source.text, "run_blocks"
     if source.lang == "cuda":
         check_features(source)
-        text = rewrite_noinline(text)
+        text = rewrite_noinline(rewrite_inline(text, list(source.headers.values())))
+        if source.headers:
+            heads = dict(source.headers)
+            source = attrs.evolve(
+                source,
+                headers={
+                    k: rewrite_noinline(rewrite_inline(v, [source.text, *(o for n, o in heads.items() if n != k)]))
+                    for k, v in heads.items()
+                },
+            )
         if needs_fibers(source):
             text = rewrite_extern_shared(text)
             text, runner = _loops.add_loop_yields(text, strip_comments_and_strings(text)), "run_fibers"

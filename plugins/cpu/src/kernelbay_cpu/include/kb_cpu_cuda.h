@@ -19,14 +19,16 @@
 #include <cstdio>
 #include <cstdlib>
 
-// The whole kernel is one translation unit: __device__/__global__ need no `inline`, and without
-// it every combination nvcc accepts compiles (`__device__ inline`, `static __device__`, ...).
-// __noinline__ is no macro (libstdc++ spells __attribute__((__noinline__))): kernelbay_cpu.analysis
-// rewrites it in the user's files.
-#define __global__
-#define __device__
+// __device__ is `inline`, so the unused device functions of a header cost no code generation;
+// kernelbay_cpu.analysis drops the user's own `inline` next to it or to __global__ (`__device__ inline`, `inline
+// __device__`, `HD inline` with `#define HD __host__ __device__`), so that every combination nvcc
+// accepts compiles. __forceinline__ is `always_inline` without `inline`, as it comes with
+// __device__. __noinline__ is no macro (libstdc++ spells __attribute__((__noinline__))): the
+// analysis rewrites it in the user's files. __global__ is `inline` too, deduplicated alike.
+#define __global__ inline
+#define __device__ inline
 #define __host__
-#define __forceinline__ __inline__ __attribute__((always_inline))
+#define __forceinline__ __attribute__((always_inline))
 #define __cudart_builtin__
 #define __constant__
 // One instance per block: every fiber of a block runs on the OS thread that runs the block.
