@@ -57,7 +57,13 @@ __global__ void k(int* y) {
 """
 
 
-def test_threads_at_different_barriers_is_a_launch_error(cpu):
+def test_threads_at_different_barriers_run_as_on_a_gpu(cpu):
+    # bar.sync counts arrivals: a GPU releases both halves together, and so does the cpu backend.
+    assert _run(cpu, DIVERGENT_BARRIERS).tolist() == [1] * 64
+
+
+def test_threads_at_different_barriers_is_a_launch_error_when_checked(cpu, monkeypatch):
+    monkeypatch.setenv("KERNELBAY_CPU_CHECK", "1")
     with pytest.raises(
         kb.LaunchError,
         match=r"block \(0,0,0\): thread \(32,0,0\) reached the barrier at "
@@ -91,8 +97,11 @@ def test_mask_without_the_calling_lane_is_a_launch_error(cpu):
         _run(cpu, src, block=32, n=32)
 
 
-def test_mask_naming_lanes_past_the_block_is_a_launch_error(cpu):
+def test_mask_naming_lanes_past_the_block_runs_and_is_a_launch_error_when_checked(cpu, monkeypatch):
     src = "__global__ void k(int* y) { y[threadIdx.x] = __reduce_add_sync(0xffffffffu, 1u); }"
+    # A GPU runs a full mask in a partial warp, the missing lanes taking no part; checked mode says.
+    assert _run(cpu, src, block=20, n=20).tolist() == [20] * 20
+    monkeypatch.setenv("KERNELBAY_CPU_CHECK", "1")
     with pytest.raises(kb.LaunchError, match="warp 0 has only 20 lanes"):
         _run(cpu, src, block=20, n=20)
     src_ok = "__global__ void k(int* y) { y[threadIdx.x] = __reduce_add_sync(__activemask(), 1u); }"

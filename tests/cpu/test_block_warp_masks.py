@@ -45,12 +45,15 @@ __global__ void k(unsigned* y) {
     assert _run(cpu, src, block=20)[:15] == [0x7FFF] * 15
 
 
-def test_shuffle_reading_a_lane_outside_its_mask_is_a_launch_error(cpu):
+def test_shuffle_reading_a_lane_outside_its_mask_is_a_launch_error_when_checked(cpu, monkeypatch):
     src = """
 __global__ void k(unsigned* y) {
     if (threadIdx.x < 16) y[threadIdx.x] = __shfl_down_sync(0x0000ffffu, threadIdx.x, 8);
 }
 """
+    # Unchecked, lanes 8..15 read lanes 16..23, which are not at the call: they get 0.
+    assert _run(cpu, src)[:16] == [*range(8, 16), *[0] * 8]
+    monkeypatch.setenv("KERNELBAY_CPU_CHECK", "1")
     with pytest.raises(
         kb.LaunchError,
         match=r"kernel 'k'.*block \(0,0,0\): thread \(8,0,0\) \(lane 8\) in __shfl_down_sync at kernel.cu:3 "
@@ -59,11 +62,13 @@ __global__ void k(unsigned* y) {
         _run(cpu, src)
 
 
-def test_broadcast_from_a_lane_outside_the_mask_is_a_launch_error(cpu):
+def test_broadcast_from_a_lane_outside_the_mask_is_a_launch_error_when_checked(cpu, monkeypatch):
     src = """
 __global__ void k(unsigned* y) {
     if (threadIdx.x > 0) y[threadIdx.x] = __shfl_sync(0xfffffffeu, threadIdx.x, 0);
 }
 """
+    assert _run(cpu, src) == [0] * 32  # lane 0 has exited: it gives 0
+    monkeypatch.setenv("KERNELBAY_CPU_CHECK", "1")
     with pytest.raises(kb.LaunchError, match=r"in __shfl_sync at kernel.cu:3 reads lane 0, which mask 0xfffffffe"):
         _run(cpu, src)

@@ -18,12 +18,13 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+import attrs
 from kernelbay.cache import CacheEntry, locked, lookup, make_key, recheck, store
 from kernelbay.errors import InvalidArgumentError
 from kernelbay.types import Source
 
 from . import _driver
-from .analysis import FILES, check_features, entries, plan_cuda
+from .analysis import FILES, check_features, entries, plan_cuda, rewrite_inline, rewrite_noinline
 from .cxx import run_compiler
 from .deps import deps_unchanged
 from .flags import flags
@@ -51,6 +52,29 @@ _HEADERS = (
     "cooperative_groups.h",
     "cooperative_groups/reduce.h",
     "kb_cpu_fission.h",
+    "cooperative_groups/scan.h",
+)
+# CUDA toolkit headers that device files include: fp16/bf16 types (only kernels that include them
+# pay for them) and harmless stand-ins for host headers. A Source header of the same name wins.
+_SHIMS = (
+    "cuda_fp16.h",
+    "cuda_bf16.h",
+    "cuda_fp8.h",
+    "cuda_runtime.h",
+    "cuda_runtime_api.h",
+    "cuda.h",
+    "cublas_v2.h",
+    "cublas.h",
+    "device_launch_parameters.h",
+    "device_functions.h",
+    "vector_types.h",
+    "math_constants.h",
+    "cuda_profiler_api.h",
+    "nvToolsExt.h",
+    "nvtx3/nvToolsExt.h",
+    "nvtx3/nvToolsExtCudaRt.h",
+    "cublasLt.h",
+    "library_types.h",
 )
 
 
@@ -79,7 +103,7 @@ def _prelude_text() -> dict[str, str]:
     from importlib import resources  # importlib.resources loads tempfile: only when the headers are read
 
     base = resources.files("kernelbay_cpu") / "include"
-    return {h: (base / h).read_text(encoding="utf-8") for h in _HEADERS}
+    return {h: (base / h).read_text(encoding="utf-8") for h in (*_HEADERS, *_SHIMS)}
 
 
 _preludes: dict[str, str] | None = None
@@ -127,6 +151,17 @@ def build(source: Source) -> Built:
     text, runners = source.text, dict.fromkeys(names, "run_blocks")
     if source.lang == "cuda":
         check_features(source)
+        # nvcc's qualifier spellings g++ refuses (`__device__ inline`, `__noinline__`), in place
+        text = rewrite_noinline(rewrite_inline(source.text, list(source.headers.values())))
+        heads = dict(source.headers)
+        source = attrs.evolve(
+            source,
+            code=text,
+            headers={
+                k: rewrite_noinline(rewrite_inline(v, [text, *(o for n, o in heads.items() if n != k)]))
+                for k, v in heads.items()
+            },
+        )
         plan = plan_cuda(source, names)
         text, runners = plan.text, plan.runners
         for n in names:

@@ -11,17 +11,25 @@
 
 #include <algorithm>
 #include <cassert>
+#include <ctime>
 #include <climits>
+#include <limits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
+// __device__ is `inline`, so the unused device functions of a header cost no code generation;
+// kernelbay_cpu.analysis drops the user's own `inline` next to it or to __global__ (`__device__ inline`, `inline
+// __device__`, `HD inline` with `#define HD __host__ __device__`), so that every combination nvcc
+// accepts compiles. __forceinline__ is `always_inline` without `inline`, as it comes with
+// __device__. __noinline__ is no macro (libstdc++ spells __attribute__((__noinline__))): the
+// analysis rewrites it in the user's files. __global__ is `inline` too, deduplicated alike.
 #define __global__ inline
 #define __device__ inline
 #define __host__
 #define __forceinline__ __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
+#define __cudart_builtin__
 #define __constant__
 // One instance per block: every fiber of a block runs on the OS thread that runs the block.
 #define __shared__ __attribute__((aligned(16))) thread_local
@@ -94,11 +102,32 @@ KB_VEC(float, float2, float3, float4)
 KB_VEC(double, double2, double3, double4)
 KB_VEC(int, int2, int3, int4)
 KB_VEC(unsigned int, uint2, uint3_, uint4)
+KB_VEC(signed char, char2, char3, char4)
+KB_VEC(unsigned char, uchar2, uchar3, uchar4)
+KB_VEC(short, short2, short3, short4)
+KB_VEC(unsigned short, ushort2, ushort3, ushort4)
+KB_VEC(long long, longlong2, longlong3, longlong4)
+KB_VEC(unsigned long long, ulonglong2, ulonglong3, ulonglong4)
 #undef KB_VEC
+struct char1 { signed char x; };
+struct uchar1 { unsigned char x; };
+struct int1 { int x; };
+struct uint1 { unsigned int x; };
+struct float1 { float x; };
+inline char1 make_char1(signed char x) { return char1{x}; }
+inline uchar1 make_uchar1(unsigned char x) { return uchar1{x}; }
+inline int1 make_int1(int x) { return int1{x}; }
+inline uint1 make_uint1(unsigned int x) { return uint1{x}; }
+inline float1 make_float1(float x) { return float1{x}; }
 inline uint3 make_uint3(unsigned int x, unsigned int y, unsigned int z) { return uint3{x, y, z}; }
 
 // --- math ---------------------------------------------------------------------------------
-// <cmath> brings sqrtf, expf, fabsf, fminf, fmaxf, ... into the global namespace.
+// <cmath> brings sqrtf, expf, fabsf, fminf, fmaxf, ... into the global namespace; CUDA also
+// declares the classification functions there (an unqualified isfinite(x) in a kernel).
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::signbit;
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
@@ -107,10 +136,33 @@ inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline long long max(long long a, long long b) { return a > b ? a : b; }
 inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
 inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+// Mixed signedness: CUDA's overloads compare as the unsigned type (min(-1, 1u) is 1u).
+inline unsigned int min(int a, unsigned int b) { return min((unsigned int)a, b); }
+inline unsigned int min(unsigned int a, int b) { return min(a, (unsigned int)b); }
+inline unsigned int max(int a, unsigned int b) { return max((unsigned int)a, b); }
+inline unsigned int max(unsigned int a, int b) { return max(a, (unsigned int)b); }
+inline unsigned long long min(long long a, unsigned long long b) { return min((unsigned long long)a, b); }
+inline unsigned long long min(unsigned long long a, long long b) { return min(a, (unsigned long long)b); }
+inline unsigned long long max(long long a, unsigned long long b) { return max((unsigned long long)a, b); }
+inline unsigned long long max(unsigned long long a, long long b) { return max(a, (unsigned long long)b); }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline long max(long a, long b) { return a > b ? a : b; }
+inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
+inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
 inline float min(float a, float b) { return std::fmin(a, b); }
 inline float max(float a, float b) { return std::fmax(a, b); }
 inline double min(double a, double b) { return std::fmin(a, b); }
 inline double max(double a, double b) { return std::fmax(a, b); }
+inline double min(float a, double b) { return std::fmin((double)a, b); }
+inline double min(double a, float b) { return std::fmin(a, (double)b); }
+inline double max(float a, double b) { return std::fmax((double)a, b); }
+inline double max(double a, float b) { return std::fmax(a, (double)b); }
+inline unsigned int umin(unsigned int a, unsigned int b) { return a < b ? a : b; }
+inline unsigned int umax(unsigned int a, unsigned int b) { return a > b ? a : b; }
+inline long long llmin(long long a, long long b) { return a < b ? a : b; }
+inline long long llmax(long long a, long long b) { return a > b ? a : b; }
+inline unsigned long long ullmin(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+inline unsigned long long ullmax(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
@@ -136,15 +188,161 @@ inline unsigned int __brev(unsigned int x) {
     x = ((x >> 4) & 0x0F0F0F0Fu) | ((x & 0x0F0F0F0Fu) << 4);
     return __builtin_bswap32(x);
 }
-template <class T>
-inline T __ldg(const T* p) { return *p; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __frcp_rn(float a) { return 1.0f / a; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __drcp_rn(double a) { return 1.0 / a; }
+inline double __dsqrt_rn(double a) { return std::sqrt(a); }
+inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
+inline float fdividef(float x, float y) { return x / y; }
+inline float exp10f(float x) { return std::pow(10.0f, x); }
+inline double exp10(double x) { return std::pow(10.0, x); }
+inline float __exp10f(float x) { return std::pow(10.0f, x); }
+inline float __log2f(float x) { return std::log2(x); }
+inline float __log10f(float x) { return std::log10(x); }
+inline float __tanf(float x) { return std::tan(x); }
+inline void __sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
+inline void sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
+inline void sincos(double x, double* s, double* c) { *s = std::sin(x); *c = std::cos(x); }
+inline float sinpif(float x) { return std::sin(3.14159265358979323846f * x); }
+inline float cospif(float x) { return std::cos(3.14159265358979323846f * x); }
+inline double sinpi(double x) { return std::sin(3.14159265358979323846 * x); }
+inline double cospi(double x) { return std::cos(3.14159265358979323846 * x); }
+inline float rcbrtf(float x) { return 1.0f / std::cbrt(x); }
+inline float normcdff(float x) { return 0.5f * std::erfc(-x * 0.70710678118654752f); }
+inline double normcdf(double x) { return 0.5 * std::erfc(-x * 0.70710678118654752); }
+inline float saturatef(float x) { return __saturatef(x); }
+inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
+inline long long __double_as_longlong(double d) { long long i; std::memcpy(&i, &d, 8); return i; }
+inline int __double2hiint(double d) { return (int)(__double_as_longlong(d) >> 32); }
+inline int __double2loint(double d) { return (int)__double_as_longlong(d); }
+inline double __hiloint2double(int hi, int lo) {
+    return __longlong_as_double((long long)(((unsigned long long)(unsigned)hi << 32) | (unsigned)lo));
+}
+// Float to integer in each rounding mode: round to nearest even, toward zero, up, down; out of
+// range and NaN saturate as the GPU's cvt does (NaN gives 0).
+namespace kb_cpu {
+template <class I, class F>
+inline I cvt_int(F x, int mode) {
+    if (x != x) return 0;
+    F r = mode == 0 ? std::nearbyint(x) : mode == 1 ? std::trunc(x) : mode == 2 ? std::ceil(x) : std::floor(x);
+    if (r <= (F)std::numeric_limits<I>::min()) return std::numeric_limits<I>::min();
+    if (r >= (F)std::numeric_limits<I>::max()) return std::numeric_limits<I>::max();
+    return (I)r;
+}
+}  // namespace kb_cpu
+#define KB_CVT(F, suffix, I, mode) \
+    inline I __##F##2##suffix(F x) { return kb_cpu::cvt_int<I>(x, mode); }
+#define KB_CVTS(F)                                                                                \
+    KB_CVT(F, int_rn, int, 0) KB_CVT(F, int_rz, int, 1) KB_CVT(F, int_ru, int, 2) KB_CVT(F, int_rd, int, 3) \
+    KB_CVT(F, uint_rn, unsigned, 0) KB_CVT(F, uint_rz, unsigned, 1) KB_CVT(F, uint_ru, unsigned, 2)       \
+    KB_CVT(F, uint_rd, unsigned, 3) KB_CVT(F, ll_rn, long long, 0) KB_CVT(F, ll_rz, long long, 1)         \
+    KB_CVT(F, ll_ru, long long, 2) KB_CVT(F, ll_rd, long long, 3)                                        \
+    KB_CVT(F, ull_rn, unsigned long long, 0) KB_CVT(F, ull_rz, unsigned long long, 1)                    \
+    KB_CVT(F, ull_ru, unsigned long long, 2) KB_CVT(F, ull_rd, unsigned long long, 3)
+KB_CVTS(float)
+KB_CVTS(double)
+#undef KB_CVTS
+#undef KB_CVT
+inline float __int2float_rn(int i) { return (float)i; }
+inline float __uint2float_rn(unsigned i) { return (float)i; }
+inline float __ll2float_rn(long long i) { return (float)i; }
+inline float __ull2float_rn(unsigned long long i) { return (float)i; }
+inline double __int2double_rn(int i) { return (double)i; }
+inline double __uint2double_rn(unsigned i) { return (double)i; }
+inline double __ll2double_rn(long long i) { return (double)i; }
+inline double __ull2double_rn(unsigned long long i) { return (double)i; }
+inline float __double2float_rn(double d) { return (float)d; }
+inline unsigned long long __brevll(unsigned long long x) {
+    return ((unsigned long long)__brev((unsigned)x) << 32) | __brev((unsigned)(x >> 32));
+}
+inline unsigned int __funnelshift_l(unsigned lo, unsigned hi, unsigned sh) {
+    const unsigned long long v = ((unsigned long long)hi << 32 | lo) << (sh & 31);
+    return (unsigned)(v >> 32);
+}
+inline unsigned int __funnelshift_lc(unsigned lo, unsigned hi, unsigned sh) {
+    return sh >= 32 ? hi : __funnelshift_l(lo, hi, sh);
+}
+inline unsigned int __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
+    return (unsigned)(((unsigned long long)hi << 32 | lo) >> (sh & 31));
+}
+inline unsigned int __funnelshift_rc(unsigned lo, unsigned hi, unsigned sh) {
+    return (unsigned)(((unsigned long long)hi << 32 | lo) >> (sh > 32 ? 32 : sh));
+}
+inline unsigned int __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long v = (unsigned long long)y << 32 | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (((s >> (4 * i)) & 7) * 8)) & 0xff) << (8 * i);
+    return r;
+}
+inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; ++i) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+    return c;
+}
+inline unsigned int __dp4a(unsigned a, unsigned b, unsigned c) {
+    for (int i = 0; i < 4; ++i) c += ((a >> (8 * i)) & 0xff) * ((b >> (8 * i)) & 0xff);
+    return c;
+}
+inline int __dp2a_lo(int a, int b, int c) {
+    for (int i = 0; i < 2; ++i) c += (int)(short)(a >> (16 * i)) * (int)(signed char)(b >> (8 * i));
+    return c;
+}
+inline int __dp2a_hi(int a, int b, int c) {
+    for (int i = 0; i < 2; ++i) c += (int)(short)(a >> (16 * i)) * (int)(signed char)(b >> (8 * (i + 2)));
+    return c;
+}
+inline int __mul24(int a, int b) { return (int)((long long)((a << 8) >> 8) * ((b << 8) >> 8)); }
+inline unsigned int __umul24(unsigned a, unsigned b) { return (a & 0xffffffu) * (b & 0xffffffu); }
+inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+inline unsigned int __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+inline long long __mul64hi(long long a, long long b) { return (long long)(((__int128)a * b) >> 64); }
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+    return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
+inline unsigned int __sad(int a, int b, unsigned c) { return c + (unsigned)(a > b ? a - b : b - a); }
+inline unsigned int __usad(unsigned a, unsigned b, unsigned c) { return c + (a > b ? a - b : b - a); }
+inline int __hadd(int a, int b) { return (int)(((long long)a + b) >> 1); }
+inline int __rhadd(int a, int b) { return (int)(((long long)a + b + 1) >> 1); }
+inline unsigned int __uhadd(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a + b) >> 1); }
+inline unsigned int __urhadd(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a + b + 1) >> 1); }
+inline void __nanosleep(unsigned) {}
+// A GPU ends the kernel with an error ("unspecified launch failure"): here a LaunchError.
+[[noreturn]] inline void __trap() { throw std::runtime_error("the kernel called __trap()"); }
+[[noreturn]] inline void __brkpt() { throw std::runtime_error("the kernel called __brkpt()"); }
+// A cycle counter stands in for the SM clock: nanoseconds of the monotonic clock.
+inline long long clock64() {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+// Cache-hint loads and stores (ld.global.nc/.cs/.cg/.ca/.lu/.cv, st.global.cs/.cg/.wb/.wt): the
+// CPU has one memory, so each is a plain load or store, of any type (scalars, float4, ...).
+template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcs(const T* p) { return *p; }
+template <class T> inline T __ldcg(const T* p) { return *p; }
+template <class T> inline T __ldca(const T* p) { return *p; }
+template <class T> inline T __ldlu(const T* p) { return *p; }
+template <class T> inline T __ldcv(const T* p) { return *p; }
+template <class T> inline void __stcs(T* p, T v) { *p = v; }
+template <class T> inline void __stcg(T* p, T v) { *p = v; }
+template <class T> inline void __stwb(T* p, T v) { *p = v; }
+template <class T> inline void __stwt(T* p, T v) { *p = v; }
 
 // --- atomics (the blocks of a grid run on several cores: these are real atomics) -----------
 namespace kb_cpu {
 template <class T, class Op>
 inline T atomic_update(T* addr, Op op) {
-    T old = __atomic_load_n(addr, __ATOMIC_RELAXED);
-    T desired;
+    T old, desired;
+    __atomic_load(addr, &old, __ATOMIC_RELAXED);
     do {
         desired = op(old);
     } while (!__atomic_compare_exchange(addr, &old, &desired, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
@@ -162,55 +360,83 @@ inline T atomic_update_fp(T* addr, T val, int what) {
 }
 }  // namespace kb_cpu
 
+// The value operands are not deduced: as with CUDA's overloads, atomicAdd(unsigned*, int) or
+// atomicMax(unsigned long long*, 0) convert the value to the pointee type.
+namespace kb_cpu {
 template <class T>
-inline T atomicAdd(T* a, T v) {
-    if constexpr (std::is_floating_point<T>::value) return kb_cpu::atomic_update_fp(a, v, 0);
-    else return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
+struct same {
+    using type = T;
+};
+template <class T>
+using same_t = typename same<T>::type;
+}  // namespace kb_cpu
+
+template <class T>
+inline T atomicAdd(T* a, kb_cpu::same_t<T> v) {
+    if constexpr (std::is_integral<T>::value) return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
+    else return kb_cpu::atomic_update(a, [v](T o) { return T(o + v); });
 }
 template <class T>
-inline T atomicSub(T* a, T v) {
-    if constexpr (std::is_floating_point<T>::value) return kb_cpu::atomic_update_fp(a, v, 1);
-    else return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);
+inline T atomicSub(T* a, kb_cpu::same_t<T> v) {
+    if constexpr (std::is_integral<T>::value) return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);
+    else return kb_cpu::atomic_update(a, [v](T o) { return T(o - v); });
 }
 template <class T>
-inline T atomicMin(T* a, T v) {
+inline T atomicMin(T* a, kb_cpu::same_t<T> v) {
     if constexpr (std::is_floating_point<T>::value) return kb_cpu::atomic_update_fp(a, v, 2);
     else return kb_cpu::atomic_update(a, [v](T o) { return v < o ? v : o; });
 }
 template <class T>
-inline T atomicMax(T* a, T v) {
+inline T atomicMax(T* a, kb_cpu::same_t<T> v) {
     if constexpr (std::is_floating_point<T>::value) return kb_cpu::atomic_update_fp(a, v, 3);
     else return kb_cpu::atomic_update(a, [v](T o) { return v > o ? v : o; });
 }
 template <class T>
-inline T atomicExch(T* a, T v) {
+inline T atomicExch(T* a, kb_cpu::same_t<T> v) {
     T old;
     __atomic_exchange(a, &v, &old, __ATOMIC_SEQ_CST);
     return old;
 }
 template <class T>
-inline T atomicCAS(T* a, T compare, T v) {
+inline T atomicCAS(T* a, kb_cpu::same_t<T> compare, kb_cpu::same_t<T> v) {
     __atomic_compare_exchange(a, &compare, &v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     return compare;  // holds the old value either way
 }
 template <class T>
-inline T atomicAnd(T* a, T v) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); }
+inline T atomicAnd(T* a, kb_cpu::same_t<T> v) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); }
 template <class T>
-inline T atomicOr(T* a, T v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }
+inline T atomicOr(T* a, kb_cpu::same_t<T> v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }
 template <class T>
-inline T atomicXor(T* a, T v) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); }
+inline T atomicXor(T* a, kb_cpu::same_t<T> v) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); }
 inline unsigned int atomicInc(unsigned int* a, unsigned int v) {
     return kb_cpu::atomic_update(a, [v](unsigned int o) { return o >= v ? 0u : o + 1; });
 }
 inline unsigned int atomicDec(unsigned int* a, unsigned int v) {
     return kb_cpu::atomic_update(a, [v](unsigned int o) { return (o == 0 || o > v) ? v : o - 1; });
 }
+// Scopes: the CPU's atomics are coherent for every thread of the process.
 #define atomicAdd_block atomicAdd
 #define atomicAdd_system atomicAdd
-#define atomicMax_block atomicMax
+#define atomicSub_block atomicSub
+#define atomicSub_system atomicSub
 #define atomicMin_block atomicMin
+#define atomicMin_system atomicMin
+#define atomicMax_block atomicMax
+#define atomicMax_system atomicMax
 #define atomicExch_block atomicExch
+#define atomicExch_system atomicExch
 #define atomicCAS_block atomicCAS
+#define atomicCAS_system atomicCAS
+#define atomicAnd_block atomicAnd
+#define atomicAnd_system atomicAnd
+#define atomicOr_block atomicOr
+#define atomicOr_system atomicOr
+#define atomicXor_block atomicXor
+#define atomicXor_system atomicXor
+#define atomicInc_block atomicInc
+#define atomicInc_system atomicInc
+#define atomicDec_block atomicDec
+#define atomicDec_system atomicDec
 
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
@@ -283,11 +509,10 @@ inline int __any_sync(unsigned mask, int p, int line = __builtin_LINE(), const c
     return __ballot_sync(mask, p, line, file) != 0;
 }
 inline int __all_sync(unsigned mask, int p, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
-    return __ballot_sync(mask, p, line, file) == mask;
+    return __ballot_sync(mask, !p, line, file) == 0;  // lanes past a partial warp take no part
 }
 inline int __uni_sync(unsigned mask, int p, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
-    const unsigned b = __ballot_sync(mask, p, line, file);
-    return b == 0 || b == mask;
+    return __ballot_sync(mask, p, line, file) == 0 || __ballot_sync(mask, !p, line, file) == 0;
 }
 // The lanes of the calling warp executing this call together with it (see the plugin README).
 #if defined(__has_builtin)

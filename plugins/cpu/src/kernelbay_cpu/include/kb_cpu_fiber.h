@@ -102,7 +102,7 @@ inline void ctx_make(Ctx& c, char* lo, std::size_t size, void (*entry)()) {
 
 // --- per-OS-thread block state ---------------------------------------------------------------
 
-enum : unsigned char { F_READY, F_BARRIER, F_WARP, F_DONE };
+enum : unsigned char { F_READY, F_BARRIER, F_WARP, F_DONE, F_TILE };
 
 // --- warp operation names (the operations are in kb_cpu_sync.h) ----------------------------------
 
@@ -144,6 +144,8 @@ struct Sched {
     int bar_count = 0, bar_line = 0, bar_acc = 0, bar_res[2] = {0, 0};
     unsigned bar_gen = 0;
     const char* bar_file = "";
+    // tiles of more than 32 threads (cooperative_groups): arrivals at each tile's sync, by first warp
+    int tile_count[MAX_FIBERS / 32];
     int active_wait[MAX_FIBERS / 32];  // lanes of each warp waiting in __activemask
     int wait_line[MAX_FIBERS];
     const char* wait_file[MAX_FIBERS];
@@ -338,15 +340,16 @@ inline void fiber_entry() {
 
 // Why the block cannot go on: which threads wait where, and which thread they wait for.
 inline void describe_deadlock(Sched& s) {
-    int at_bar = 0, first_bar = -1, first_done = -1, first_warp = -1;
+    int at_bar = 0, first_bar = -1, first_done = -1, first_warp = -1, first_tile = -1;
     for (int i = 0; i < s.n; ++i) {
+        if (s.state[i] == F_TILE && first_tile < 0) first_tile = i;
         if (s.state[i] == F_BARRIER) { ++at_bar; if (first_bar < 0) first_bar = i; }
         else if (s.state[i] == F_DONE) { if (first_done < 0) first_done = i; }
         else if (s.state[i] == F_WARP && first_warp < 0) first_warp = i;
     }
     const uint3 b = s.block;
     if (first_bar >= 0) {
-        const int other = first_done >= 0 ? first_done : first_warp;
+        const int other = first_done >= 0 ? first_done : first_warp >= 0 ? first_warp : first_tile;
         const uint3 o = tid_of(s, other);
         if (first_done >= 0)
             std::snprintf(s.msg, sizeof(s.msg),
@@ -359,7 +362,16 @@ inline void describe_deadlock(Sched& s) {
                           "block (%u,%u,%u): %d of %d threads wait at the barrier at %s:%d, but thread (%u,%u,%u) "
                           "waits in %s at %s:%d for lanes that are at the barrier (a GPU would hang)",
                           b.x, b.y, b.z, at_bar, s.n, base_name(s.bar_file), s.bar_line, o.x, o.y, o.z,
-                          op_name(s.lane[other].op), base_name(s.wait_file[other]), s.wait_line[other]);
+                          first_warp >= 0 ? op_name(s.lane[other].op) : "a cooperative_groups tile's sync",
+                          base_name(s.wait_file[other]), s.wait_line[other]);
+        return;
+    }
+    if (first_warp < 0) {
+        const uint3 t = tid_of(s, first_tile);
+        std::snprintf(s.msg, sizeof(s.msg),
+                      "block (%u,%u,%u): thread (%u,%u,%u) waits in a cooperative_groups tile's sync at %s:%d, but "
+                      "not every thread of its tile reaches it (a GPU would hang)",
+                      b.x, b.y, b.z, t.x, t.y, t.z, base_name(s.wait_file[first_tile]), s.wait_line[first_tile]);
         return;
     }
     const Lane& w = s.lane[first_warp];
@@ -402,6 +414,7 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
     s.bar_count = 0;
     s.bar_gen = 0;
     std::memset(s.active_wait, 0, sizeof(int) * (std::size_t)((n + 31) / 32));
+    std::memset(s.tile_count, 0, sizeof(int) * (std::size_t)((n + 31) / 32));
     s.tid_slot = &::kb_threadIdx;
     for (int i = 0; i < n; ++i) {
         s.tid[i] = tid_of(s, i);

@@ -4,8 +4,20 @@
 // computes every participant's result. Misuse ends the block with a message naming the line.
 #pragma once
 #include "kb_cpu_fiber.h"
+#include <strings.h>
 
 namespace kb_cpu {
+
+// Checked mode (KERNELBAY_CPU_CHECK set, as for the sanitizers): what a GPU runs but CUDA leaves
+// undefined -- threads of a block meeting at different __syncthreads, a shuffle reading a lane
+// its mask does not name -- ends the block with an error naming the line, as compute-sanitizer
+// would. Otherwise such kernels run as GPUs run them. Read when such a case arises, not before.
+inline bool checked() {
+    const char* e = std::getenv("KERNELBAY_CPU_CHECK");
+    if (e == nullptr || *e == 0) return false;
+    return std::strcmp(e, "0") != 0 && strcasecmp(e, "off") != 0 && strcasecmp(e, "no") != 0 &&
+           strcasecmp(e, "false") != 0;
+}
 
 // --- block barrier ----------------------------------------------------------------------------
 
@@ -13,11 +25,14 @@ enum : int { BAR_SYNC, BAR_COUNT, BAR_AND, BAR_OR };
 
 inline int barrier(int kind, int pred, int line, const char* file) {
     Sched& s = sched("__syncthreads");
-    if (s.bar_count > 0 && (s.bar_line != line || (s.bar_file != file && std::strcmp(s.bar_file, file) != 0))) {
+    // bar.sync counts arrivals, wherever they come from: halves of a block meeting at two
+    // __syncthreads (a double-buffered GEMM) pass together on a GPU, and do here.
+    if (s.bar_count > 0 && (s.bar_line != line || (s.bar_file != file && std::strcmp(s.bar_file, file) != 0)) &&
+        checked()) {
         uint3 t = tid_of(s, s.cur);
         fail("block (%u,%u,%u): thread (%u,%u,%u) reached the barrier at %s:%d while %d other threads wait at "
-             "the barrier at %s:%d; every thread of a block must reach the same __syncthreads (a GPU may hang "
-             "or give wrong results)",
+             "the barrier at %s:%d; every thread of a block must reach the same __syncthreads (CUDA leaves "
+             "this undefined; reported because KERNELBAY_CPU_CHECK is set)",
              s.block.x, s.block.y, s.block.z, t.x, t.y, t.z, base_name(file), line, s.bar_count,
              base_name(s.bar_file), s.bar_line);
     }
@@ -40,6 +55,21 @@ inline int barrier(int kind, int pred, int line, const char* file) {
     // Two results suffice: no thread can pass the next barrier while one has not left this one.
     const int c = s.bar_res[gen & 1];
     return kind == BAR_COUNT ? c : kind == BAR_AND ? (c == s.n) : kind == BAR_OR ? (c > 0) : 0;
+}
+
+// --- the sync of a cooperative_groups tile of n > 32 threads (n a power of two) ----------------------
+
+inline void tile_barrier(unsigned n, int line, const char* file) {
+    Sched& s = sched("thread_block_tile::sync");
+    const int first = (int)((unsigned)s.cur / n * n), end = first + (int)n < s.n ? first + (int)n : s.n;
+    int& count = s.tile_count[first >> 5];
+    if (++count == end - first) {
+        count = 0;
+        for (int i = first; i < end; ++i)
+            if (s.state[i] == F_TILE) s.state[i] = F_READY;
+    } else {
+        wait_here(s, F_TILE, line, file);
+    }
 }
 
 // --- warp operations: a rendezvous of the lanes named by the mask --------------------------------
@@ -133,14 +163,26 @@ inline void warp_complete(Sched& s, int base, unsigned mask, int op) {
         default: me.res = acc; continue;
         }
         if (!(mask >> src & 1)) {
-            // A GPU gives an undefined value (PTX: "results are undefined if a thread sources a
-            // register from an inactive thread or a thread that is not in membermask").
-            const uint3 t = tid_of(s, base + l);
-            fail("block (%u,%u,%u): thread (%u,%u,%u) (lane %d) in %s at %s:%d reads lane %d, which mask 0x%08x "
-                 "does not name (a GPU gives an undefined value); name every lane read in the mask, or read only "
-                 "lanes that take part",
-                 s.block.x, s.block.y, s.block.z, t.x, t.y, t.z, l, op_name(op), base_name(me.file), me.line, src,
-                 mask);
+            // PTX: "results are undefined if a thread sources a register from an inactive thread or a
+            // thread that is not in membermask". A lane waiting at this same call with another mask
+            // gives its value. Any other lane (exited, elsewhere, past the end of the block) gives 0:
+            // what the final partial-mask reduction of NVIDIA's reduction sample needs to sum
+            // correctly, as it does on GPUs (lane 0 adds lanes 16, 8 and 4, which sit out).
+            // Checked mode reports the read instead.
+            const int sl = base + src;
+            const bool past = sl >= s.n;
+            const bool here = !past && s.state[sl] == F_WARP && L[src].op == op && L[src].line == me.line &&
+                              (L[src].file == me.file || std::strcmp(L[src].file, me.file) == 0);
+            if (checked()) {
+                const uint3 t = tid_of(s, base + l);
+                fail("block (%u,%u,%u): thread (%u,%u,%u) (lane %d) in %s at %s:%d reads lane %d, which mask "
+                     "0x%08x does not name (a GPU gives an undefined value; reported because KERNELBAY_CPU_CHECK "
+                     "is set); name every lane read in the mask, or read only lanes that take part",
+                     s.block.x, s.block.y, s.block.z, t.x, t.y, t.z, l, op_name(op), base_name(me.file), me.line,
+                     src, mask);
+            }
+            me.res = here ? L[src].val : 0;
+            continue;
         }
         me.res = L[src].val;
     }
@@ -172,9 +214,12 @@ inline std::uint64_t warp_op(int op, unsigned mask, std::uint64_t val, int arg, 
         fail("block (%u,%u,%u): thread (%u,%u,%u) (lane %d) calls %s at %s:%d with mask 0x%08x, which does not "
              "name the calling lane",
              s.block.x, s.block.y, s.block.z, me3.x, me3.y, me3.z, lane, op_name(op), base_name(file), line, mask);
+    // A full mask in a block whose last warp is partial (blockDim 16, 48, ...): GPUs run it, the
+    // lanes past the block taking no part. Checked mode reports it.
+    if ((mask & ~exist) && !checked()) mask &= exist;
     if (mask & ~exist)
         fail("block (%u,%u,%u): %s at %s:%d has mask 0x%08x, but warp %d has only %d lanes (blockDim has %d "
-             "threads): lanes past the block do not exist",
+             "threads): lanes past the block do not exist (reported because KERNELBAY_CPU_CHECK is set)",
              s.block.x, s.block.y, s.block.z, op_name(op), base_name(file), line, mask, t >> 5, nl, s.n);
     if (width <= 0 || width > 32 || (width & (width - 1)))
         fail("%s at %s:%d: width %d must be a power of two from 1 to 32", op_name(op), base_name(file), line, width);

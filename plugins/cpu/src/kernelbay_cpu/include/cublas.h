@@ -1,0 +1,3 @@
+// kernelbay CPU backend: see cublas_v2.h.
+#pragma once
+#include "cublas_v2.h"

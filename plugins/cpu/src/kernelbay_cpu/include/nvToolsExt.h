@@ -1,0 +1,3 @@
+// kernelbay CPU backend: see nvtx3/nvToolsExt.h.
+#pragma once
+#include "nvtx3/nvToolsExt.h"
