@@ -1,4 +1,4 @@
-// kernelbay shim for NVRTC (kernelbay_cuda/include; see kernelbay_cuda/README.md, "Headers"): device assert, as nvcc's
+// kernelbay shim for NVRTC (kernelbay_cuda/include; see plugins/cuda/README.md, "Headers"): device assert, as nvcc's
 // assert.h gives device code. Re-includable: NDEBUG is read at each include, as C requires.
 #undef assert
 #ifdef NDEBUG

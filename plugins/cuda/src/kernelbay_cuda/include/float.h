@@ -1,4 +1,4 @@
-// kernelbay shim for NVRTC (kernelbay_cuda/include; see kernelbay_cuda/README.md, "Headers"): IEEE 754 float and double limits.
+// kernelbay shim for NVRTC (kernelbay_cuda/include; see plugins/cuda/README.md, "Headers"): IEEE 754 float and double limits.
 #ifndef KERNELBAY_SHIM_FLOAT_H
 #define KERNELBAY_SHIM_FLOAT_H
 #define FLT_RADIX 2

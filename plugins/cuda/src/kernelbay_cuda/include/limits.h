@@ -1,4 +1,4 @@
-// kernelbay shim for NVRTC (kernelbay_cuda/include; see kernelbay_cuda/README.md, "Headers"): integer limits (LP64, as on Linux x86-64 and aarch64).
+// kernelbay shim for NVRTC (kernelbay_cuda/include; see plugins/cuda/README.md, "Headers"): integer limits (LP64, as on Linux x86-64 and aarch64).
 #ifndef KERNELBAY_SHIM_LIMITS_H
 #define KERNELBAY_SHIM_LIMITS_H
 #define CHAR_BIT 8

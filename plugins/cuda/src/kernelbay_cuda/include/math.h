@@ -1,4 +1,4 @@
-// kernelbay shim for NVRTC (kernelbay_cuda/include; see kernelbay_cuda/README.md, "Headers"): NVRTC declares the math functions
+// kernelbay shim for NVRTC (kernelbay_cuda/include; see plugins/cuda/README.md, "Headers"): NVRTC declares the math functions
 // itself; this adds the constants device code takes from math.h.
 #ifndef KERNELBAY_SHIM_MATH_H
 #define KERNELBAY_SHIM_MATH_H

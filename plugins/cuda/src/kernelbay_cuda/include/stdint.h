@@ -1,4 +1,4 @@
-// kernelbay shim for NVRTC (kernelbay_cuda/include; see kernelbay_cuda/README.md, "Headers"): fixed-width integer types (LP64).
+// kernelbay shim for NVRTC (kernelbay_cuda/include; see plugins/cuda/README.md, "Headers"): fixed-width integer types (LP64).
 #ifndef KERNELBAY_SHIM_STDINT_H
 #define KERNELBAY_SHIM_STDINT_H
 typedef signed char int8_t;
