@@ -29,6 +29,7 @@ fixtures) and :mod:`.kernels` (the CUDA C++ sources).
 from __future__ import annotations
 
 from .base import Suite
+from .globals import GlobalsTests
 from .kernels import BAD_CUDA, SAXPY_CUDA, SCALAR_DTYPES, scalar_kernel_cuda
 from .launch import LaunchTests
 from .memory import MemoryTests, NumpyProtocolTests
@@ -40,5 +41,5 @@ __all__ = ["BackendConformance", "BAD_CUDA", "SAXPY_CUDA", "SCALAR_DTYPES", "sca
 
 # pytest runs a class's inherited tests base first: this order keeps the suite's running order
 # (memory, launch, scalars, streams, NumPy protocol).
-class BackendConformance(NumpyProtocolTests, StreamTests, ScalarTests, LaunchTests, MemoryTests, Suite):
+class BackendConformance(GlobalsTests, NumpyProtocolTests, StreamTests, ScalarTests, LaunchTests, MemoryTests, Suite):
     """The conformance suite. Set ``backend`` in a subclass."""
