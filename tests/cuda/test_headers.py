@@ -96,6 +96,34 @@ def test_shimmed_headers_compile(cache_dir, header, body) -> None:
     assert img.data[:4] == b"\x7fELF" and img.lowered == {"k": "k"}
 
 
+@pytest.mark.parametrize(("header", "body"), SHIMMED, ids=[h for h, _ in SHIMMED])
+def test_shimmed_headers_need_no_cuda_headers(cache_dir, monkeypatch, header, body) -> None:
+    monkeypatch.setattr(nvrtc, "toolkit_include", lambda: ())
+    assert _compile(header, body).data[:4] == b"\x7fELF"
+
+
+# Our shims beside CCCL's own: both orders, one translation unit (CCCL defines int64_t globally under NVRTC).
+MIXED = [
+    ("cstdint", "cuda/std/cstdint"),
+    ("cuda/std/cstdint", "stdint.h"),
+    ("climits", "cuda/std/climits"),
+    ("cfloat", "cuda/std/cfloat"),
+    ("cuda/std/cmath", "cmath"),
+    ("cmath", "cuda_fp16.h"),
+    ("type_traits", "cuda/std/type_traits"),
+]
+
+
+@pytest.mark.parametrize("pair", MIXED, ids=["+".join(p) for p in MIXED])
+def test_shims_and_cccl_in_one_kernel(cache_dir, pair) -> None:
+    if not nvrtc.toolkit_include():
+        pytest.skip("no CUDA headers found")
+    ints = any("stdint" in h for h in pair)
+    body = "int64_t a = INT64_MAX; y[0] = (float)a;" if ints else "y[0] = 1.0f;"
+    src = "".join(f"#include <{h}>\n" for h in pair) + KERNEL.format(body=body)
+    assert nvrtc.compile_image(kb.Source(src, "cuda", name="k"), (9, 0)).data[:4] == b"\x7fELF"
+
+
 @pytest.mark.parametrize(("header", "body"), TOOLKIT, ids=[h for h, _ in TOOLKIT])
 def test_toolkit_headers_compile(cache_dir, header, body) -> None:
     if not nvrtc.toolkit_include():
