@@ -99,6 +99,7 @@ class Binding:
     graph_replay: Callable[[Device, Any, Any], None]
     graph_update: Callable[[Device, Any, Step], bool]
     graph_destroy: Callable[[Device, Any], None]
+    module_global: Callable[[Kernel, str, np.ndarray | None, bool], int | None]
     device_timer: Callable[[], Any]
 
     def __init__(self, name: str, plugin: object, distribution: str | None) -> None:

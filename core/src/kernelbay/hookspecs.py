@@ -618,6 +618,32 @@ def kernelbay_graph_destroy(device: Device, graph: Any) -> None:
     """
 
 
+# --- module globals ---------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def kernelbay_module_global(kernel: Kernel, name: str, host: np.ndarray | None, write: bool) -> int | None:
+    """*Optional* (fallback: ``UnsupportedError`` naming the backend). Read or write a
+    ``__constant__`` or ``__device__`` variable of ``kernel``'s module from the host (what
+    ``cudaMemcpyToSymbol`` and CuPy's ``RawModule.get_global`` do), for
+    :meth:`kernelbay.Kernel.set_global` and :meth:`~kernelbay.Kernel.get_global`. Not hot path.
+
+    The copy is ordered after all work queued on ``kernel``'s device and has finished when this
+    returns (launches queued afterwards see a written value). The core checks nothing about
+    sizes: the backend raises :class:`~kernelbay.errors.InvalidArgumentError` when ``host`` is
+    larger than the variable.
+
+    :param kernel: a kernel this backend compiled (not closed).
+    :param name: the variable's symbol (a global-namespace C++ variable's name is its symbol).
+    :param host: ``None`` to ask only for the size; else a C-contiguous numpy array, the bytes
+        to write (``write``) or the buffer to read into (its first ``host.nbytes`` bytes).
+    :param write: copy host to device (``True``) or device to host (``False``).
+    :return: the variable's size in bytes, or ``None`` when the module has no such symbol.
+
+    .. versionadded:: 0.2
+    """
+
+
 # --- tracing ----------------------------------------------------------------------------
 
 

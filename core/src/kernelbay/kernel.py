@@ -180,6 +180,56 @@ class Kernel:
     def __deepcopy__(self, memo: dict[int, Any]) -> Kernel:
         return self
 
+    def _global(self, name: str, host: Any, write: bool) -> int:
+        if self.handle is None:
+            raise UseAfterFreeError(f"kernel {self.name!r} on {self.device} was used after close()")
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"a module global is named by a non-empty str, got {name!r}")
+        size = self._binding.module_global(self, name, host, write)
+        if size is None:
+            raise InvalidArgumentError(
+                f"the module of kernel {self.name!r} on {self.device} has no global {name!r}: declare it at "
+                'namespace scope (__constant__ or __device__), and extern "C" or in the global namespace'
+            )
+        return size
+
+    def global_nbytes(self, name: str) -> int:
+        """The size in bytes of the ``__constant__``/``__device__`` variable ``name`` of this
+        kernel's module.
+
+        :raises InvalidArgumentError: the module has no such variable.
+        :raises UnsupportedError: the backend cannot reach module globals.
+        """
+        return self._global(name, None, False)
+
+    def set_global(self, name: str, value: Any) -> None:
+        """Write ``value`` (anything ``numpy.asarray`` takes: give it the variable's dtype) to the
+        module variable ``name`` (``cudaMemcpyToSymbol``), after the work queued on the device;
+        launches after this see it. ``value`` may be smaller than the variable (its first bytes).
+
+        :raises InvalidArgumentError: no such variable, or ``value`` is larger than it.
+        :raises UnsupportedError: the backend cannot reach module globals.
+        """
+        import numpy as np  # deferred: the core imports numpy where used
+
+        self._global(name, np.ascontiguousarray(value), True)
+
+    def get_global(self, name: str, dtype: Any = "uint8", shape: Any = None) -> Any:
+        """The module variable ``name`` as a new numpy array of ``dtype`` (read after the work
+        queued on the device). ``shape`` defaults to all of the variable's bytes as ``dtype``.
+
+        :raises InvalidArgumentError: no such variable, or ``shape`` is larger than it.
+        :raises UnsupportedError: the backend cannot reach module globals.
+        """
+        import numpy as np  # deferred: the core imports numpy where used
+
+        dt = np.dtype(dtype)
+        if shape is None:
+            shape = (self.global_nbytes(name) // dt.itemsize,)
+        out = np.empty(shape, dt)
+        self._global(name, out, False)
+        return out
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` unloaded the kernel (a later launch raises :class:`UseAfterFreeError`)."""

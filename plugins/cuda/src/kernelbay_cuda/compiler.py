@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelbay.errors import InvalidArgumentError
+from kernelbay.errors import InvalidArgumentError, UseAfterFreeError
 from kernelbay.types import Device, Source
 
 from . import _driver
@@ -23,7 +23,15 @@ from .nvrtc import compile_image, entry_names, typed_params
 from .packing import layout
 from .triton_kernels import compile_triton
 
-__all__ = ["cache", "compile_kernel", "close_kernel", "set_max_kernels", "module_stats", "gpu_free_bytes"]
+__all__ = [
+    "cache",
+    "compile_kernel",
+    "close_kernel",
+    "module_global",
+    "set_max_kernels",
+    "module_stats",
+    "gpu_free_bytes",
+]
 
 #: The kernels ``kb.compile`` handed out, by ``(device index, Source)``.
 cache = KernelCache()
@@ -62,6 +70,15 @@ def close_kernel(kernel: Any) -> None:
     takes its kernels out of the cache and unloads it once the device has finished the work
     queued before (see :mod:`.modules`)."""
     cache.release(kernel.handle)
+
+
+def module_global(kernel: Any, name: str, host: Any, write: bool) -> int | None:
+    """The ``kernelbay_module_global`` hook: a ``__constant__``/``__device__`` variable of the
+    kernel's module read or written from the host (see :meth:`.modules.Module.global_copy`)."""
+    mod = kernel.handle.module
+    if mod.handle is None:
+        raise UseAfterFreeError(f"the module of kernel {kernel.name!r} on {kernel.device} was unloaded")
+    return mod.global_copy(name, host, write)
 
 
 def _image_for(device: Device, source: Any) -> tuple[Image, str, dict[str, Any]]:

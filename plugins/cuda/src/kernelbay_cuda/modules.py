@@ -108,6 +108,39 @@ class Module:
             )
         return fn.value  # type: ignore[return-value]  # a function found is never NULL
 
+    def global_copy(self, name: str, host: Any, write: bool) -> int | None:
+        """The ``kernelbay_module_global`` hook's work: ``cuModuleGetGlobal``, then (with ``host``)
+        a blocking copy after ``cuCtxSynchronize``. The variable's size, or None when absent."""
+        lib = _driver.libcuda()
+        idx = self.device_index
+        _driver.ensure_current(idx)
+        dptr, size = ctypes.c_uint64(), ctypes.c_size_t()
+        rc = lib.cuModuleGetGlobal_v2(
+            ctypes.byref(dptr), ctypes.byref(size), ctypes.c_void_p(self.handle), name.encode()
+        )
+        if rc:
+            if rc == 500:  # CUDA_ERROR_NOT_FOUND
+                return None
+            _driver.check(rc, f"cuModuleGetGlobal({name!r}) on cuda:{idx}", idx)
+        if host is None:
+            return size.value
+        if host.nbytes > size.value:
+            raise InvalidArgumentError(
+                f"module global {name!r} on cuda:{idx} has {size.value} bytes; {'writing' if write else 'reading'} "
+                f"{host.nbytes} bytes ({host.dtype}{list(host.shape)}) overruns it: give a smaller value or shape"
+            )
+        _driver.check(lib.cuCtxSynchronize(), f"synchronizing cuda:{idx} before copying global {name!r}", idx)
+        if write:
+            rc = lib.cuMemcpyHtoD_v2(
+                ctypes.c_uint64(dptr.value), ctypes.c_void_p(host.ctypes.data), ctypes.c_size_t(host.nbytes)
+            )
+        else:
+            rc = lib.cuMemcpyDtoH_v2(
+                ctypes.c_void_p(host.ctypes.data), ctypes.c_uint64(dptr.value), ctypes.c_size_t(host.nbytes)
+            )
+        _driver.check(rc, f"copying module global {name!r} on cuda:{idx}", idx)
+        return size.value
+
     def take_handle(self) -> int | None:
         """The module handle, which this object then no longer owns (disarms its kernels)."""
         h, self.handle = self.handle, None

@@ -41,6 +41,7 @@ __all__ = [
     "entry_names",
     "include_digests",
     "nvrtc_version",
+    "shim_include",
     "supported_archs",
     "toolkit_include",
     "typed_params",
@@ -135,13 +136,50 @@ def toolkit_include() -> tuple[str, ...]:
     return _toolkit_include[0]
 
 
+def shim_include() -> str:
+    """kernelbay's own small headers for NVRTC (``kernelbay_cuda/include``): the C and C++
+    standard headers device code includes under nvcc (``assert.h`` with a device ``assert``,
+    ``float.h``, ``limits.h``, ``stdint.h``, ``math.h``, ``stdio.h``, ``type_traits`` and
+    ``limits`` from CCCL...) and host-only ones (``iostream``, ``cublas_v2.h``) as empty
+    headers. Searched before the toolkit's folders (which hold none of these names but the host-only
+    ``cuda.h`` and library headers, whose host functions NVRTC refuses); their content is in the cache key
+    (:func:`include_digests`)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
 def _options(source: Any, arch: str) -> list[str]:
     opts = [str(o) for o in source.options]
     if not any(o.startswith(("-arch", "--gpu-architecture")) for o in opts):
         opts.insert(0, f"--gpu-architecture={arch}")
-    if "#include" in source.text:
-        opts += [f"--include-path={d}" for d in toolkit_include()]
+    if "#include" in source.text or any("#include" in t for t in source.headers.values()):
+        opts += [f"--include-path={d}" for d in (shim_include(), *toolkit_include())]
     return opts
+
+
+_MISSING_RE = re.compile(r'^(\S+)\((\d+)\): catastrophic error: cannot open source file "([^"]+)"', re.M)
+_HOST_LAUNCH_RE = re.compile(r"cub/cub\.cuh|thrust/system/cuda")
+
+
+def _hint(log: str) -> str:
+    """What to do, for the errors NVRTC gives on headers it cannot compile, naming the
+    include and its line; ``""`` for others."""
+    if _HOST_LAUNCH_RE.search(log):
+        return (
+            "; <cub/cub.cuh> brings CUB's device-wide algorithms, which launch kernels from host code that NVRTC "
+            "cannot compile: include the block- and warp-level headers the kernel uses instead "
+            "(<cub/block/block_reduce.cuh>, <cub/warp/warp_reduce.cuh>...)"
+        )
+    m = _MISSING_RE.search(log)
+    if m:
+        where, line, name = m.groups()
+        found = ", ".join(toolkit_include()) or "none found"
+        return (
+            f"; #include <{name}> ({where} line {line}) is not a header NVRTC or kernelbay knows: pass its "
+            f"text in Source(headers={{{name!r}: ...}}), add its folder with options=['-I...'], or install the "
+            f"CUDA headers (the nvidia-cuda-runtime and nvidia-cuda-cccl wheels, or a toolkit under CUDA_PATH; "
+            f"found: {found})"
+        )
+    return ""
 
 
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
@@ -273,7 +311,7 @@ def _nvrtc(source: Any, exprs: list[str], opts: list[str], kind: str, arch: str,
             lines = {int(m) for m in _LOG_LINE_RE.findall(log) if 0 < int(m) <= text.count("\n") + 1}
             raise CompileError(
                 f"NVRTC {'.'.join(map(str, nvrtc_version()))} failed to compile {source.name or 'the kernel'!r} "
-                f"for {arch} (options: {' '.join(opts)})",
+                f"for {arch} (options: {' '.join(opts)}){_hint(log)}",
                 log=log,
                 source=text,
                 lines=lines,

@@ -39,6 +39,7 @@ from __future__ import annotations
 import pytest
 
 from .base import ARRAY_DTYPES, Suite
+from .globals import GlobalsTests
 from .interop import InteropTests
 from .kernels import BAD_CUDA, SAXPY_CUDA, SCALAR_DTYPES, scalar_kernel_cuda
 from .launch import LaunchTests
@@ -50,8 +51,8 @@ __all__ = ["ARRAY_DTYPES", "BackendConformance", "BAD_CUDA", "SAXPY_CUDA", "SCAL
 
 
 # pytest runs a class's inherited tests base first: this order keeps the suite's running order
-# (memory, launch, scalars, streams, NumPy protocol, interop).
-class BackendConformance(InteropTests, NumpyProtocolTests, StreamTests, ScalarTests, LaunchTests, MemoryTests, Suite):
+# (memory, launch, scalars, streams, NumPy protocol, interop, module globals).
+class BackendConformance(GlobalsTests, InteropTests, NumpyProtocolTests, StreamTests, ScalarTests, LaunchTests, MemoryTests, Suite):
     """The conformance suite. Set ``backend`` in a subclass."""
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
