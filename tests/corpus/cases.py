@@ -1,0 +1,200 @@
+"""The corpus cases: real public CUDA kernels with numpy references (data only, no pytest).
+
+Each :class:`Case` names a file under ``tests/corpus/``, the kernel's entry name (with template
+arguments where upstream instantiates a template), and a ``make`` function that builds the
+inputs at CI-small sizes, the launch configuration exactly as the upstream host code computes
+it, and the expected outputs. :func:`run_case` compiles and launches one case on one device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CORPUS_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch: arguments (numpy arrays are copied to the device), config, expected outputs.
+
+    :ivar expected: argument index -> expected host array after the launch.
+    :ivar rtol, atol: tolerance for ``np.testing.assert_allclose``.
+    """
+
+    args: list[Any]
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    expected: dict[int, np.ndarray]
+    shared_mem: int = 0
+    rtol: float = 1e-5
+    atol: float = 1e-5
+    check: Callable[[dict[int, np.ndarray]], None] | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kernel of the corpus.
+
+    :ivar id: ``project/file:kernel``-style identifier used by pytest and the report.
+    :ivar path: the .cu file, relative to ``tests/corpus``.
+    :ivar kernel: the entry name (``name<T>`` for a template instantiation).
+    :ivar make: builds a :class:`Launch` from a seeded generator.
+    :ivar globals_: module globals the upstream host code fills (``__constant__``), name -> array.
+    """
+
+    id: str
+    path: str
+    kernel: str
+    make: Callable[[np.random.Generator], Launch]
+    globals_: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def source_text(self) -> str:
+        return (CORPUS_DIR / self.path).read_text()
+
+
+def ceil_div(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def fill_module_globals(kernel: Any, globals_: dict[str, np.ndarray]) -> None:
+    """Fill ``__constant__``/``__device__`` globals the way the upstream host code does.
+
+    kernelbay has no module-global API yet; cases that need one are listed in
+    known_failures.py ("no module-global API yet"). Switch this on when the API lands.
+    """
+    if globals_:
+        raise NotImplementedError("no module-global API yet: cannot fill " + ", ".join(sorted(globals_)))
+
+
+def run_case(case: Case, device: str, seed: int = 0) -> dict[int, np.ndarray]:
+    """Compile and launch ``case`` on ``device``; return the outputs named in ``expected``.
+
+    Raises ``AssertionError`` on a mismatch, a ``kernelbay.errors`` exception on a compile or
+    launch error.
+    """
+    import kernelbay as kb
+
+    launch = case.make(np.random.default_rng(seed))
+    dev = kb.device(device)
+    template = "<" in case.kernel
+    src = kb.Source(
+        case.source_text(),
+        lang="cuda",
+        name=case.kernel,
+        name_expressions=(case.kernel,) if template else (),
+    )
+    kernel = kb.compile(src, device=dev)
+    fill_module_globals(kernel, case.globals_)
+    dev_args = [kb.asarray(a, device=dev) if isinstance(a, np.ndarray) else a for a in launch.args]
+    kernel.launch(grid=launch.grid, block=launch.block, args=tuple(dev_args), shared_mem=launch.shared_mem)
+    dev.synchronize()
+    outs = {i: dev_args[i].numpy() for i in launch.expected}
+    for i, want in launch.expected.items():
+        np.testing.assert_allclose(
+            outs[i].astype(np.float64) if outs[i].dtype.kind == "f" else outs[i],
+            want,
+            rtol=launch.rtol,
+            atol=launch.atol,
+            err_msg=f"{case.id}: argument {i}",
+        )
+    if launch.check is not None:
+        launch.check(outs)
+    return outs
+
+
+# ---------------------------------------------------------------------------------------------
+# siboehm/SGEMM_CUDA: C = alpha * A @ B + beta * C, row-major, launches as in src/runner.cu.
+
+
+def _sgemm(grid_of: Callable[[int, int], tuple[int, ...]], block: tuple[int, ...], m: int = 128,
+           n: int = 128, k: int = 64) -> Callable[[np.random.Generator], Launch]:
+    def make(rng: np.random.Generator) -> Launch:
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        b = rng.standard_normal((k, n), dtype=np.float32)
+        c = rng.standard_normal((m, n), dtype=np.float32)
+        alpha, beta = np.float32(0.5), np.float32(3.0)
+        want = alpha * (a.astype(np.float64) @ b) + beta * c.astype(np.float64)
+        args = [np.int32(m), np.int32(n), np.int32(k), alpha, a.ravel(), b.ravel(), beta, c.ravel()]
+        return Launch(args, grid_of(m, n), block, {7: want.ravel()}, rtol=1e-4, atol=1e-4)
+
+    return make
+
+
+def _sgemm_cases() -> list[Case]:
+    d = "sgemm_cuda/"
+    by_m = lambda m, n: (ceil_div(m, 32), ceil_div(n, 32))  # noqa: E731
+    return [
+        Case("sgemm_cuda/1_naive:sgemm_naive", d + "1_naive.cu", "sgemm_naive", _sgemm(by_m, (32, 32))),
+        Case("sgemm_cuda/2_coalesce:sgemm_global_mem_coalesce<32>", d + "2_kernel_global_mem_coalesce.cu",
+             "sgemm_global_mem_coalesce<32>", _sgemm(by_m, (32 * 32,))),
+        Case("sgemm_cuda/3_smem:sgemm_shared_mem_block<32>", d + "3_kernel_shared_mem_blocking.cu",
+             "sgemm_shared_mem_block<32>", _sgemm(by_m, (32 * 32,))),
+        Case("sgemm_cuda/4_1d_blocktiling:sgemm1DBlocktiling<64,64,8,8>", d + "4_kernel_1D_blocktiling.cu",
+             "sgemm1DBlocktiling<64, 64, 8, 8>",
+             _sgemm(lambda m, n: (ceil_div(n, 64), ceil_div(m, 64)), (64 * 64 // 8,))),
+        Case("sgemm_cuda/5_2d_blocktiling:sgemm2DBlocktiling<128,128,8,8,8>", d + "5_kernel_2D_blocktiling.cu",
+             "sgemm2DBlocktiling<128, 128, 8, 8, 8>",
+             _sgemm(lambda m, n: (ceil_div(n, 128), ceil_div(m, 128)), (128 * 128 // 64,))),
+        Case("sgemm_cuda/6_vectorize:sgemmVectorize<128,128,8,8,8>", d + "6_kernel_vectorize.cu",
+             "sgemmVectorize<128, 128, 8, 8, 8>",
+             _sgemm(lambda m, n: (ceil_div(n, 128), ceil_div(m, 128)), (128 * 128 // 64,))),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# NVIDIA/cuda-samples
+
+
+def _vector_add(rng: np.random.Generator) -> Launch:
+    n = 50000  # upstream's numElements
+    a = rng.random(n, dtype=np.float32)
+    b = rng.random(n, dtype=np.float32)
+    threads = 256
+    return Launch([a, b, np.zeros(n, np.float32), np.int32(n)], (ceil_div(n, threads),), (threads,),
+                  {2: a.astype(np.float64) + b})
+
+
+def _atomics(rng: np.random.Generator) -> Launch:
+    threads, blocks = 256, 64  # upstream numThreads, numBlocks
+    nt = threads * blocks
+    data = np.zeros(11, np.int32)
+    data[8] = data[10] = 0xFF
+    tids = np.arange(nt, dtype=np.int64)
+    want = data.astype(np.int64).copy()
+    want[0] = 10 * nt
+    want[1] = -10 * nt
+    want[3] = nt - 1
+    want[4] = 0
+    want[8] = np.bitwise_and.reduce(2 * tids + 7) & 0xFF
+    want[9] = -1  # OR of 1 << tid over tid 0..31 sets every bit (larger shifts are UB in C)
+    x = 0xFF
+    for t in range(nt):
+        x ^= t
+    want[10] = x
+    det = [0, 1, 3, 4, 8, 9, 10]
+
+    def check(outs: dict[int, np.ndarray]) -> None:
+        got = outs[0].astype(np.int64)
+        np.testing.assert_array_equal(got[det], want[det], err_msg="deterministic atomics")
+        # [2] exch, [5] inc, [6] dec, [7] cas depend on thread order (upstream's computeGold
+        # checks properties, as here): [2] is some tid, [5] in 0..17, [6] in 0..137, [7] a tid.
+        assert 0 <= got[2] < nt and 0 <= got[5] <= 17 and 0 <= got[6] <= 137 and -1 <= got[7] < nt, got
+
+    return Launch([data], (blocks,), (threads,), {}, check=check)
+
+
+def _cuda_samples_cases() -> list[Case]:
+    d = "cuda_samples/"
+    return [
+        Case("cuda_samples/vectorAdd:vectorAdd", d + "vectorAdd.cu", "vectorAdd", _vector_add),
+        Case("cuda_samples/simpleAtomicIntrinsics:testKernel", d + "simpleAtomicIntrinsics_kernel.cu",
+             "testKernel", _atomics),
+    ]
+
+
+CASES: list[Case] = [*_sgemm_cases(), *_cuda_samples_cases()]
