@@ -52,9 +52,14 @@ class Case:
     kernel: str
     make: Callable[[np.random.Generator], Launch]
     globals_: dict[str, np.ndarray] = field(default_factory=dict)
+    headers: tuple[str, ...] = ()
 
     def source_text(self) -> str:
         return (CORPUS_DIR / self.path).read_text()
+
+    def header_texts(self) -> dict[str, str]:
+        """Project headers the file includes (``#include "name"``), by include name."""
+        return {Path(h).name: (CORPUS_DIR / h).read_text() for h in self.headers}
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -87,6 +92,7 @@ def run_case(case: Case, device: str, seed: int = 0) -> dict[int, np.ndarray]:
         lang="cuda",
         name=case.kernel,
         name_expressions=(case.kernel,) if template else (),
+        headers=case.header_texts(),
     )
     kernel = kb.compile(src, device=dev)
     fill_module_globals(kernel, case.globals_)
@@ -197,4 +203,147 @@ def _cuda_samples_cases() -> list[Case]:
     ]
 
 
-CASES: list[Case] = [*_sgemm_cases(), *_cuda_samples_cases()]
+# ---------------------------------------------------------------------------------------------
+# karpathy/llm.c dev/cuda: fp32 kernels, launches as in each file's host launchers.
+
+_LLMC_H = ("llm_c/common.h",)
+
+
+def _softmax(grid_of: Callable[[int, int], int], block: int, smem_of: Callable[[int], int] = lambda bs: 0
+             ) -> Callable[[np.random.Generator], Launch]:
+    def make(rng: np.random.Generator) -> Launch:
+        n, c = 64, 256
+        x = (rng.standard_normal((n, c)) * 3).astype(np.float32)
+        e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+        want = e / e.sum(axis=1, keepdims=True)
+        return Launch([np.zeros(n * c, np.float32), x.ravel(), np.int32(n), np.int32(c)], (grid_of(n, block),),
+                      (block,), {0: want.ravel()}, shared_mem=smem_of(block), rtol=1e-4, atol=1e-6)
+
+    return make
+
+
+def _softmax_cases() -> list[Case]:
+    f = "llm_c/softmax_forward.cu"
+    rows = lambda n, bs: n  # noqa: E731
+    per_thread = lambda n, bs: ceil_div(n, bs)  # noqa: E731
+    per_warp = lambda n, bs: ceil_div(n * 32, bs)  # noqa: E731
+    specs = [
+        ("softmax_forward_kernel1", per_thread, 128, lambda bs: 0),
+        ("softmax_forward_kernel2", rows, 128, lambda bs: bs * 4),
+        ("softmax_forward_kernel3", rows, 32, lambda bs: bs * 4),
+        ("softmax_forward_kernel4", rows, 128, lambda bs: bs // 32 * 4),
+        ("softmax_forward_online_kernel1", per_thread, 128, lambda bs: 0),
+        ("softmax_forward_online_kernel2", per_warp, 128, lambda bs: 0),
+        ("softmax_forward_kernel7", rows, 128, lambda bs: 2 * bs // 32 * 4),
+        ("softmax_forward_online_kernel8", per_warp, 128, lambda bs: 0),
+    ]
+    return [Case(f"llm_c/softmax_forward:{k}", f, k, _softmax(g, b, sm), headers=_LLMC_H) for k, g, b, sm in specs]
+
+
+def _ln_inputs(rng: np.random.Generator) -> tuple[int, int, int, int, np.ndarray, np.ndarray, np.ndarray]:
+    b, t, c = 8, 16, 256
+    x = rng.standard_normal((b * t, c), dtype=np.float32)
+    w = rng.standard_normal(c, dtype=np.float32)
+    bias = rng.standard_normal(c, dtype=np.float32)
+    return b, t, b * t, c, x, w, bias
+
+
+def _ln_ref(x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=1)
+    rstd = 1.0 / np.sqrt(((x64 - mean[:, None]) ** 2).mean(axis=1) + 1e-5)
+    out = (x64 - mean[:, None]) * rstd[:, None] * w + bias
+    return out, mean, rstd
+
+
+def _layernorm(grid_of: Callable[[int, int], int], block: tuple[int, ...], smem_of: Callable[[int, int], int]
+               = lambda bs, c: 0) -> Callable[[np.random.Generator], Launch]:
+    def make(rng: np.random.Generator) -> Launch:
+        _, _, n, c, x, w, bias = _ln_inputs(rng)
+        out, mean, rstd = _ln_ref(x, w, bias)
+        threads = int(np.prod(block))
+        args = [np.zeros(n * c, np.float32), np.zeros(n, np.float32), np.zeros(n, np.float32), x.ravel(), w, bias,
+                np.int32(n), np.int32(c)]
+        return Launch(args, (grid_of(n, threads),), block, {0: out.ravel(), 1: mean, 2: rstd},
+                      shared_mem=smem_of(threads, c), rtol=1e-4, atol=1e-4)
+
+    return make
+
+
+def _ln_mean(rng: np.random.Generator) -> Launch:
+    _, _, n, c, x, w, bias = _ln_inputs(rng)
+    bs = 128
+    _, mean, _ = _ln_ref(x, w, bias)
+    return Launch([np.zeros(n, np.float32), x.ravel(), np.int32(n), np.int32(c), np.int32(bs)], (n,), (bs,),
+                  {0: mean}, shared_mem=bs * 4, rtol=1e-4, atol=1e-5)
+
+
+def _ln_rstd(rng: np.random.Generator) -> Launch:
+    _, _, n, c, x, w, bias = _ln_inputs(rng)
+    bs = 128
+    _, mean, rstd = _ln_ref(x, w, bias)
+    return Launch([np.zeros(n, np.float32), x.ravel(), mean.astype(np.float32), np.int32(n), np.int32(c),
+                   np.int32(bs)], (n,), (bs,), {0: rstd}, shared_mem=bs * 4, rtol=1e-4, atol=1e-5)
+
+
+def _ln_norm(rng: np.random.Generator) -> Launch:
+    b, t, n, c, x, w, bias = _ln_inputs(rng)
+    out, mean, rstd = _ln_ref(x, w, bias)
+    args = [np.zeros(n * c, np.float32), x.ravel(), mean.astype(np.float32), rstd.astype(np.float32), w, bias,
+            np.int32(b), np.int32(t), np.int32(c)]
+    return Launch(args, (ceil_div(n * c, 256),), (256,), {0: out.ravel()}, rtol=1e-4, atol=1e-4)
+
+
+def _layernorm_cases() -> list[Case]:
+    f = "llm_c/layernorm_forward.cu"
+    per_warp = lambda n, bs: ceil_div(n * 32, bs)  # noqa: E731
+    specs: list[tuple[str, Callable[[np.random.Generator], Launch]]] = [
+        ("layernorm_forward_kernel1", _layernorm(lambda n, bs: ceil_div(n, bs), (128,))),
+        ("mean_kernel", _ln_mean),
+        ("rstd_kernel", _ln_rstd),
+        ("normalization_kernel", _ln_norm),
+        ("layernorm_forward_kernel3", _layernorm(per_warp, (128,))),
+        ("layernorm_forward_kernel4", _layernorm(per_warp, (128,))),
+        ("layernorm_forward_kernel5", _layernorm(lambda n, bs: n, (128,))),
+        ("layernorm_forward_kernel6", _layernorm(lambda n, bs: ceil_div(n, bs // 32), (32, 4),
+                                                 lambda bs, c: (2 + bs // 32) * c * 4)),
+    ]
+    return [Case(f"llm_c/layernorm_forward:{k}", f, k, m, headers=_LLMC_H) for k, m in specs]
+
+
+def _adamw(rng: np.random.Generator) -> Launch:
+    n = 5000
+    p, g, m, v = (rng.standard_normal(n, dtype=np.float32) for _ in range(4))
+    v = np.abs(v)
+    lr, b1, b2, eps, wd, step = 1e-3, 0.9, 0.999, 1e-8, 0.01, 3
+    c1, c2 = 1.0 - b1**step, 1.0 - b2**step
+    m2 = b1 * m.astype(np.float64) + (1 - b1) * g
+    v2 = b2 * v.astype(np.float64) + (1 - b2) * g.astype(np.float64) ** 2
+    p2 = p - lr * ((m2 / c1) / (np.sqrt(v2 / c2) + eps) + wd * p)
+    f32 = np.float32
+    args = [p, g, m, v, np.int64(n), f32(lr), f32(b1), f32(b2), f32(c1), f32(c2), f32(eps), f32(wd)]
+    return Launch(args, (ceil_div(n, 512),), (512,), {0: p2, 2: m2, 3: v2}, rtol=1e-4, atol=1e-5)
+
+
+def _crossentropy(rng: np.random.Generator) -> Launch:
+    b, t, v = 4, 32, 100
+    logits = rng.standard_normal((b, t, v))
+    probs = (np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)).astype(np.float32)
+    targets = rng.integers(0, v, size=(b, t), dtype=np.int32)
+    want = -np.log(np.take_along_axis(probs.astype(np.float64), targets[..., None], axis=-1))[..., 0]
+    args = [np.zeros(b * t, np.float32), probs.ravel(), targets.ravel(), np.int32(b), np.int32(t), np.int32(v)]
+    return Launch(args, (ceil_div(b * t, 128),), (128,), {0: want.ravel()}, rtol=1e-5, atol=1e-6)
+
+
+def _llm_c_cases() -> list[Case]:
+    return [
+        *_softmax_cases(),
+        *_layernorm_cases(),
+        Case("llm_c/adamw:adamw_kernel1", "llm_c/adamw.cu", "adamw_kernel1", _adamw, headers=_LLMC_H),
+        Case("llm_c/adamw:adamw_kernel2", "llm_c/adamw.cu", "adamw_kernel2", _adamw, headers=_LLMC_H),
+        Case("llm_c/crossentropy_forward:crossentropy_forward_kernel1", "llm_c/crossentropy_forward.cu",
+             "crossentropy_forward_kernel1", _crossentropy, headers=_LLMC_H),
+    ]
+
+
+CASES: list[Case] = [*_sgemm_cases(), *_cuda_samples_cases(), *_llm_c_cases()]
