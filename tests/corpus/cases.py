@@ -117,8 +117,9 @@ def run_case(case: Case, device: str, seed: int = 0) -> dict[int, np.ndarray]:
 # siboehm/SGEMM_CUDA: C = alpha * A @ B + beta * C, row-major, launches as in src/runner.cu.
 
 
-def _sgemm(grid_of: Callable[[int, int], tuple[int, ...]], block: tuple[int, ...], m: int = 128,
-           n: int = 128, k: int = 64) -> Callable[[np.random.Generator], Launch]:
+def _sgemm(
+    grid_of: Callable[[int, int], tuple[int, ...]], block: tuple[int, ...], m: int = 128, n: int = 128, k: int = 64
+) -> Callable[[np.random.Generator], Launch]:
     def make(rng: np.random.Generator) -> Launch:
         a = rng.standard_normal((m, k), dtype=np.float32)
         b = rng.standard_normal((k, n), dtype=np.float32)
@@ -133,22 +134,39 @@ def _sgemm(grid_of: Callable[[int, int], tuple[int, ...]], block: tuple[int, ...
 
 def _sgemm_cases() -> list[Case]:
     d = "sgemm_cuda/"
-    by_m = lambda m, n: (ceil_div(m, 32), ceil_div(n, 32))  # noqa: E731
+    by_m = lambda m, n: (ceil_div(m, 32), ceil_div(n, 32))
     return [
         Case("sgemm_cuda/1_naive:sgemm_naive", d + "1_naive.cu", "sgemm_naive", _sgemm(by_m, (32, 32))),
-        Case("sgemm_cuda/2_coalesce:sgemm_global_mem_coalesce<32>", d + "2_kernel_global_mem_coalesce.cu",
-             "sgemm_global_mem_coalesce<32>", _sgemm(by_m, (32 * 32,))),
-        Case("sgemm_cuda/3_smem:sgemm_shared_mem_block<32>", d + "3_kernel_shared_mem_blocking.cu",
-             "sgemm_shared_mem_block<32>", _sgemm(by_m, (32 * 32,))),
-        Case("sgemm_cuda/4_1d_blocktiling:sgemm1DBlocktiling<64,64,8,8>", d + "4_kernel_1D_blocktiling.cu",
-             "sgemm1DBlocktiling<64, 64, 8, 8>",
-             _sgemm(lambda m, n: (ceil_div(n, 64), ceil_div(m, 64)), (64 * 64 // 8,))),
-        Case("sgemm_cuda/5_2d_blocktiling:sgemm2DBlocktiling<128,128,8,8,8>", d + "5_kernel_2D_blocktiling.cu",
-             "sgemm2DBlocktiling<128, 128, 8, 8, 8>",
-             _sgemm(lambda m, n: (ceil_div(n, 128), ceil_div(m, 128)), (128 * 128 // 64,))),
-        Case("sgemm_cuda/6_vectorize:sgemmVectorize<128,128,8,8,8>", d + "6_kernel_vectorize.cu",
-             "sgemmVectorize<128, 128, 8, 8, 8>",
-             _sgemm(lambda m, n: (ceil_div(n, 128), ceil_div(m, 128)), (128 * 128 // 64,))),
+        Case(
+            "sgemm_cuda/2_coalesce:sgemm_global_mem_coalesce<32>",
+            d + "2_kernel_global_mem_coalesce.cu",
+            "sgemm_global_mem_coalesce<32>",
+            _sgemm(by_m, (32 * 32,)),
+        ),
+        Case(
+            "sgemm_cuda/3_smem:sgemm_shared_mem_block<32>",
+            d + "3_kernel_shared_mem_blocking.cu",
+            "sgemm_shared_mem_block<32>",
+            _sgemm(by_m, (32 * 32,)),
+        ),
+        Case(
+            "sgemm_cuda/4_1d_blocktiling:sgemm1DBlocktiling<64,64,8,8>",
+            d + "4_kernel_1D_blocktiling.cu",
+            "sgemm1DBlocktiling<64, 64, 8, 8>",
+            _sgemm(lambda m, n: (ceil_div(n, 64), ceil_div(m, 64)), (64 * 64 // 8,)),
+        ),
+        Case(
+            "sgemm_cuda/5_2d_blocktiling:sgemm2DBlocktiling<128,128,8,8,8>",
+            d + "5_kernel_2D_blocktiling.cu",
+            "sgemm2DBlocktiling<128, 128, 8, 8, 8>",
+            _sgemm(lambda m, n: (ceil_div(n, 128), ceil_div(m, 128)), (128 * 128 // 64,)),
+        ),
+        Case(
+            "sgemm_cuda/6_vectorize:sgemmVectorize<128,128,8,8,8>",
+            d + "6_kernel_vectorize.cu",
+            "sgemmVectorize<128, 128, 8, 8, 8>",
+            _sgemm(lambda m, n: (ceil_div(n, 128), ceil_div(m, 128)), (128 * 128 // 64,)),
+        ),
     ]
 
 
@@ -161,8 +179,9 @@ def _vector_add(rng: np.random.Generator) -> Launch:
     a = rng.random(n, dtype=np.float32)
     b = rng.random(n, dtype=np.float32)
     threads = 256
-    return Launch([a, b, np.zeros(n, np.float32), np.int32(n)], (ceil_div(n, threads),), (threads,),
-                  {2: a.astype(np.float64) + b})
+    return Launch(
+        [a, b, np.zeros(n, np.float32), np.int32(n)], (ceil_div(n, threads),), (threads,), {2: a.astype(np.float64) + b}
+    )
 
 
 def _atomics(rng: np.random.Generator) -> Launch:
@@ -198,8 +217,12 @@ def _cuda_samples_cases() -> list[Case]:
     d = "cuda_samples/"
     return [
         Case("cuda_samples/vectorAdd:vectorAdd", d + "vectorAdd.cu", "vectorAdd", _vector_add),
-        Case("cuda_samples/simpleAtomicIntrinsics:testKernel", d + "simpleAtomicIntrinsics_kernel.cu",
-             "testKernel", _atomics),
+        Case(
+            "cuda_samples/simpleAtomicIntrinsics:testKernel",
+            d + "simpleAtomicIntrinsics_kernel.cu",
+            "testKernel",
+            _atomics,
+        ),
     ]
 
 
@@ -209,24 +232,32 @@ def _cuda_samples_cases() -> list[Case]:
 _LLMC_H = ("llm_c/common.h",)
 
 
-def _softmax(grid_of: Callable[[int, int], int], block: int, smem_of: Callable[[int], int] = lambda bs: 0
-             ) -> Callable[[np.random.Generator], Launch]:
+def _softmax(
+    grid_of: Callable[[int, int], int], block: int, smem_of: Callable[[int], int] = lambda bs: 0
+) -> Callable[[np.random.Generator], Launch]:
     def make(rng: np.random.Generator) -> Launch:
         n, c = 64, 256
         x = (rng.standard_normal((n, c)) * 3).astype(np.float32)
         e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
         want = e / e.sum(axis=1, keepdims=True)
-        return Launch([np.zeros(n * c, np.float32), x.ravel(), np.int32(n), np.int32(c)], (grid_of(n, block),),
-                      (block,), {0: want.ravel()}, shared_mem=smem_of(block), rtol=1e-4, atol=1e-6)
+        return Launch(
+            [np.zeros(n * c, np.float32), x.ravel(), np.int32(n), np.int32(c)],
+            (grid_of(n, block),),
+            (block,),
+            {0: want.ravel()},
+            shared_mem=smem_of(block),
+            rtol=1e-4,
+            atol=1e-6,
+        )
 
     return make
 
 
 def _softmax_cases() -> list[Case]:
     f = "llm_c/softmax_forward.cu"
-    rows = lambda n, bs: n  # noqa: E731
-    per_thread = lambda n, bs: ceil_div(n, bs)  # noqa: E731
-    per_warp = lambda n, bs: ceil_div(n * 32, bs)  # noqa: E731
+    rows = lambda n, bs: n
+    per_thread = lambda n, bs: ceil_div(n, bs)
+    per_warp = lambda n, bs: ceil_div(n * 32, bs)
     specs = [
         ("softmax_forward_kernel1", per_thread, 128, lambda bs: 0),
         ("softmax_forward_kernel2", rows, 128, lambda bs: bs * 4),
@@ -256,16 +287,32 @@ def _ln_ref(x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray,
     return out, mean, rstd
 
 
-def _layernorm(grid_of: Callable[[int, int], int], block: tuple[int, ...], smem_of: Callable[[int, int], int]
-               = lambda bs, c: 0) -> Callable[[np.random.Generator], Launch]:
+def _layernorm(
+    grid_of: Callable[[int, int], int], block: tuple[int, ...], smem_of: Callable[[int, int], int] = lambda bs, c: 0
+) -> Callable[[np.random.Generator], Launch]:
     def make(rng: np.random.Generator) -> Launch:
         _, _, n, c, x, w, bias = _ln_inputs(rng)
         out, mean, rstd = _ln_ref(x, w, bias)
         threads = int(np.prod(block))
-        args = [np.zeros(n * c, np.float32), np.zeros(n, np.float32), np.zeros(n, np.float32), x.ravel(), w, bias,
-                np.int32(n), np.int32(c)]
-        return Launch(args, (grid_of(n, threads),), block, {0: out.ravel(), 1: mean, 2: rstd},
-                      shared_mem=smem_of(threads, c), rtol=1e-4, atol=1e-4)
+        args = [
+            np.zeros(n * c, np.float32),
+            np.zeros(n, np.float32),
+            np.zeros(n, np.float32),
+            x.ravel(),
+            w,
+            bias,
+            np.int32(n),
+            np.int32(c),
+        ]
+        return Launch(
+            args,
+            (grid_of(n, threads),),
+            block,
+            {0: out.ravel(), 1: mean, 2: rstd},
+            shared_mem=smem_of(threads, c),
+            rtol=1e-4,
+            atol=1e-4,
+        )
 
     return make
 
@@ -274,29 +321,52 @@ def _ln_mean(rng: np.random.Generator) -> Launch:
     _, _, n, c, x, w, bias = _ln_inputs(rng)
     bs = 128
     _, mean, _ = _ln_ref(x, w, bias)
-    return Launch([np.zeros(n, np.float32), x.ravel(), np.int32(n), np.int32(c), np.int32(bs)], (n,), (bs,),
-                  {0: mean}, shared_mem=bs * 4, rtol=1e-4, atol=1e-5)
+    return Launch(
+        [np.zeros(n, np.float32), x.ravel(), np.int32(n), np.int32(c), np.int32(bs)],
+        (n,),
+        (bs,),
+        {0: mean},
+        shared_mem=bs * 4,
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 def _ln_rstd(rng: np.random.Generator) -> Launch:
     _, _, n, c, x, w, bias = _ln_inputs(rng)
     bs = 128
     _, mean, rstd = _ln_ref(x, w, bias)
-    return Launch([np.zeros(n, np.float32), x.ravel(), mean.astype(np.float32), np.int32(n), np.int32(c),
-                   np.int32(bs)], (n,), (bs,), {0: rstd}, shared_mem=bs * 4, rtol=1e-4, atol=1e-5)
+    return Launch(
+        [np.zeros(n, np.float32), x.ravel(), mean.astype(np.float32), np.int32(n), np.int32(c), np.int32(bs)],
+        (n,),
+        (bs,),
+        {0: rstd},
+        shared_mem=bs * 4,
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 def _ln_norm(rng: np.random.Generator) -> Launch:
     b, t, n, c, x, w, bias = _ln_inputs(rng)
     out, mean, rstd = _ln_ref(x, w, bias)
-    args = [np.zeros(n * c, np.float32), x.ravel(), mean.astype(np.float32), rstd.astype(np.float32), w, bias,
-            np.int32(b), np.int32(t), np.int32(c)]
+    args = [
+        np.zeros(n * c, np.float32),
+        x.ravel(),
+        mean.astype(np.float32),
+        rstd.astype(np.float32),
+        w,
+        bias,
+        np.int32(b),
+        np.int32(t),
+        np.int32(c),
+    ]
     return Launch(args, (ceil_div(n * c, 256),), (256,), {0: out.ravel()}, rtol=1e-4, atol=1e-4)
 
 
 def _layernorm_cases() -> list[Case]:
     f = "llm_c/layernorm_forward.cu"
-    per_warp = lambda n, bs: ceil_div(n * 32, bs)  # noqa: E731
+    per_warp = lambda n, bs: ceil_div(n * 32, bs)
     specs: list[tuple[str, Callable[[np.random.Generator], Launch]]] = [
         ("layernorm_forward_kernel1", _layernorm(lambda n, bs: ceil_div(n, bs), (128,))),
         ("mean_kernel", _ln_mean),
@@ -305,8 +375,10 @@ def _layernorm_cases() -> list[Case]:
         ("layernorm_forward_kernel3", _layernorm(per_warp, (128,))),
         ("layernorm_forward_kernel4", _layernorm(per_warp, (128,))),
         ("layernorm_forward_kernel5", _layernorm(lambda n, bs: n, (128,))),
-        ("layernorm_forward_kernel6", _layernorm(lambda n, bs: ceil_div(n, bs // 32), (32, 4),
-                                                 lambda bs, c: (2 + bs // 32) * c * 4)),
+        (
+            "layernorm_forward_kernel6",
+            _layernorm(lambda n, bs: ceil_div(n, bs // 32), (32, 4), lambda bs, c: (2 + bs // 32) * c * 4),
+        ),
     ]
     return [Case(f"llm_c/layernorm_forward:{k}", f, k, m, headers=_LLMC_H) for k, m in specs]
 
@@ -341,8 +413,13 @@ def _llm_c_cases() -> list[Case]:
         *_layernorm_cases(),
         Case("llm_c/adamw:adamw_kernel1", "llm_c/adamw.cu", "adamw_kernel1", _adamw, headers=_LLMC_H),
         Case("llm_c/adamw:adamw_kernel2", "llm_c/adamw.cu", "adamw_kernel2", _adamw, headers=_LLMC_H),
-        Case("llm_c/crossentropy_forward:crossentropy_forward_kernel1", "llm_c/crossentropy_forward.cu",
-             "crossentropy_forward_kernel1", _crossentropy, headers=_LLMC_H),
+        Case(
+            "llm_c/crossentropy_forward:crossentropy_forward_kernel1",
+            "llm_c/crossentropy_forward.cu",
+            "crossentropy_forward_kernel1",
+            _crossentropy,
+            headers=_LLMC_H,
+        ),
     ]
 
 
