@@ -76,6 +76,9 @@ def table(results: dict[str, dict[str, dict[str, str]]], case_ids: list[str]) ->
     lines.append("")
     for b in backends:
         n = len(case_ids)
+        if n == 0:
+            lines.append(f"- **{b}**: no cases selected.")
+            continue
         ok = sum(results[b][c]["status"] == "pass" for c in case_ids)
         lines.append(f"- **{b}**: {ok} / {n} pass verbatim ({100.0 * ok / n:.0f} %).")
     return "\n".join(lines) + "\n"

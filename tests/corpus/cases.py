@@ -213,6 +213,39 @@ def _atomics(rng: np.random.Generator) -> Launch:
     return Launch([data], (blocks,), (threads,), {}, check=check)
 
 
+def _vote_pattern() -> np.ndarray:
+    size = 4 * 32  # VOTE_DATA_GROUP * warp_size; genVoteTestPattern
+    i = np.arange(size, dtype=np.uint32)
+    pat = np.zeros(size, np.uint32)
+    q1 = slice(size // 4, size // 2)
+    pat[q1] = np.where(i[q1] & 1, i[q1], 0)
+    q2 = slice(size // 2, 3 * size // 4)
+    pat[q2] = np.where(i[q2] & 1, 0, i[q2])
+    pat[3 * size // 4 :] = 0xFFFFFFFF
+    return pat
+
+
+def _vote(all_: bool) -> Callable[[np.random.Generator], Launch]:
+    def make(rng: np.random.Generator) -> Launch:
+        pat = _vote_pattern()
+        warps = pat.reshape(4, 32) != 0
+        per_warp = warps.all(axis=1) if all_ else warps.any(axis=1)
+        want = np.repeat(per_warp.astype(np.uint32), 32)
+        return Launch([pat, np.full(pat.size, 7, np.uint32), np.int32(pat.size)], (1, 1), (pat.size, 1), {1: want})
+
+    return make
+
+
+def _vote3(rng: np.random.Generator) -> Launch:
+    ws = 32
+    tx = np.arange(3 * ws)
+    upper = tx >= (ws * 3) // 2
+    warp_any = np.repeat(upper.reshape(3, ws).any(axis=1), ws)
+    warp_all = np.repeat(upper.reshape(3, ws).all(axis=1), ws)
+    want = np.stack([warp_any, upper, warp_all], axis=1).ravel()
+    return Launch([np.zeros(3 * 3 * ws, np.bool_), np.int32(ws)], (1,), (3 * ws,), {0: want})
+
+
 def _cuda_samples_cases() -> list[Case]:
     d = "cuda_samples/"
     return [
@@ -223,6 +256,9 @@ def _cuda_samples_cases() -> list[Case]:
             "testKernel",
             _atomics,
         ),
+        Case("cuda_samples/simpleVote:VoteAnyKernel1", d + "simpleVote_kernel.cu", "VoteAnyKernel1", _vote(False)),
+        Case("cuda_samples/simpleVote:VoteAllKernel2", d + "simpleVote_kernel.cu", "VoteAllKernel2", _vote(True)),
+        Case("cuda_samples/simpleVote:VoteAnyKernel3", d + "simpleVote_kernel.cu", "VoteAnyKernel3", _vote3),
     ]
 
 
