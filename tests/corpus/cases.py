@@ -246,6 +246,17 @@ def _vote3(rng: np.random.Generator) -> Launch:
     return Launch([np.zeros(3 * 3 * ws, np.bool_), np.int32(ws)], (1,), (3 * ws,), {0: want})
 
 
+def _transpose(transposes: bool) -> Callable[[np.random.Generator], Launch]:
+    def make(rng: np.random.Generator) -> Launch:
+        sx, sy, tile, rows = 128, 128, 32, 16  # upstream: dim3 grid(size_x / TILE_DIM, size_y / TILE_DIM)
+        x = rng.standard_normal((sy, sx), dtype=np.float32)
+        want = x.T.copy() if transposes else x
+        args = [np.zeros(sx * sy, np.float32), x.ravel(), np.int32(sx), np.int32(sy)]
+        return Launch(args, (sx // tile, sy // tile), (tile, rows), {0: want.ravel()}, rtol=0, atol=0)
+
+    return make
+
+
 def _cuda_samples_cases() -> list[Case]:
     d = "cuda_samples/"
     return [
@@ -259,6 +270,17 @@ def _cuda_samples_cases() -> list[Case]:
         Case("cuda_samples/simpleVote:VoteAnyKernel1", d + "simpleVote_kernel.cu", "VoteAnyKernel1", _vote(False)),
         Case("cuda_samples/simpleVote:VoteAllKernel2", d + "simpleVote_kernel.cu", "VoteAllKernel2", _vote(True)),
         Case("cuda_samples/simpleVote:VoteAnyKernel3", d + "simpleVote_kernel.cu", "VoteAnyKernel3", _vote3),
+        *(
+            Case(f"cuda_samples/transpose:{k}", d + "transpose.cu", k, _transpose(k != "copy" and k != "copySharedMem"))
+            for k in (
+                "copy",
+                "copySharedMem",
+                "transposeNaive",
+                "transposeCoalesced",
+                "transposeNoBankConflicts",
+                "transposeDiagonal",
+            )
+        ),
     ]
 
 
