@@ -257,9 +257,57 @@ def _transpose(transposes: bool) -> Callable[[np.random.Generator], Launch]:
     return make
 
 
+_CONV_R = 8  # KERNEL_RADIUS in convolutionSeparable_common.h
+
+
+def _conv_taps() -> np.ndarray:
+    return np.random.default_rng(1).random(2 * _CONV_R + 1, dtype=np.float32)  # c_Kernel, as main.cpp fills it
+
+
+def _convolution(axis: int) -> Callable[[np.random.Generator], Launch]:
+    def make(rng: np.random.Generator) -> Launch:
+        w, h = 128, 128
+        src = rng.random((h, w), dtype=np.float32)
+        taps = _conv_taps().astype(np.float64)
+        pad = [(0, 0), (0, 0)]
+        pad[axis] = (_CONV_R, _CONV_R)
+        padded = np.pad(src.astype(np.float64), pad)
+        want = np.zeros((h, w))
+        for k in range(-_CONV_R, _CONV_R + 1):  # convolutionRowCPU / convolutionColumnCPU
+            shifted = padded[:, _CONV_R + k : _CONV_R + k + w] if axis == 1 else padded[_CONV_R + k : _CONV_R + k + h]
+            want += shifted * taps[_CONV_R - k]
+        args = [np.zeros(w * h, np.float32), src.ravel(), np.int32(w), np.int32(h), np.int32(w)]
+        if axis == 1:  # convolutionRowsGPU
+            grid, block = (w // (8 * 16), h // 4), (16, 4)
+        else:  # convolutionColumnsGPU
+            grid, block = (w // 16, h // (8 * 8)), (16, 8)
+        return Launch(args, grid, block, {0: want.ravel()}, rtol=1e-5, atol=1e-5)
+
+    return make
+
+
 def _cuda_samples_cases() -> list[Case]:
     d = "cuda_samples/"
+    conv = d + "convolutionSeparable.cu"
+    conv_h = (d + "convolutionSeparable_common.h",)
+    conv_g = {"c_Kernel": _conv_taps()}
     return [
+        Case(
+            "cuda_samples/convolutionSeparable:convolutionRowsKernel",
+            conv,
+            "convolutionRowsKernel",
+            _convolution(1),
+            globals_=conv_g,
+            headers=conv_h,
+        ),
+        Case(
+            "cuda_samples/convolutionSeparable:convolutionColumnsKernel",
+            conv,
+            "convolutionColumnsKernel",
+            _convolution(0),
+            globals_=conv_g,
+            headers=conv_h,
+        ),
         Case("cuda_samples/vectorAdd:vectorAdd", d + "vectorAdd.cu", "vectorAdd", _vector_add),
         Case(
             "cuda_samples/simpleAtomicIntrinsics:testKernel",
