@@ -77,7 +77,7 @@ def fill_module_globals(kernel: Any, globals_: dict[str, np.ndarray]) -> None:
 
 
 def run_case(case: Case, device: str, seed: int = 0) -> dict[int, np.ndarray]:
-    """Compile and launch ``case`` on ``device``; return the outputs named in ``expected``.
+    """Compile and launch ``case`` on ``device``; return every array argument after the launch.
 
     Raises ``AssertionError`` on a mismatch, a ``kernelbay.errors`` exception on a compile or
     launch error.
@@ -99,7 +99,7 @@ def run_case(case: Case, device: str, seed: int = 0) -> dict[int, np.ndarray]:
     dev_args = [kb.asarray(a, device=dev) if isinstance(a, np.ndarray) else a for a in launch.args]
     kernel.launch(grid=launch.grid, block=launch.block, args=tuple(dev_args), shared_mem=launch.shared_mem)
     dev.synchronize()
-    outs = {i: dev_args[i].numpy() for i in launch.expected}
+    outs = {i: a.numpy() for i, a in enumerate(dev_args) if isinstance(launch.args[i], np.ndarray)}
     for i, want in launch.expected.items():
         np.testing.assert_allclose(
             outs[i].astype(np.float64) if outs[i].dtype.kind == "f" else outs[i],
@@ -286,12 +286,60 @@ def _convolution(axis: int) -> Callable[[np.random.Generator], Launch]:
     return make
 
 
+def _reduction(which: int) -> Callable[[np.random.Generator], Launch]:
+    """reduction.cpp's getNumBlocksAndThreads (maxThreads 256, maxBlocks 64) and reduce<int>'s smem."""
+
+    def make(rng: np.random.Generator) -> Launch:
+        n, max_threads, max_blocks = 1 << 16, 256, 64
+        x = rng.integers(0, 256, size=n, dtype=np.int32)  # upstream: rand() & 0xFF
+        if which < 3:
+            threads = max_threads
+            blocks = ceil_div(n, threads)
+        else:
+            threads = max_threads
+            blocks = ceil_div(n, threads * 2)
+            if which >= 6:
+                blocks = min(max_blocks, blocks)
+        smem = 2 * threads * 4 if threads <= 32 else threads * 4
+        if which == 9:
+            smem = 2 * 4  # numOfMultiWarpGroups * sizeof(T)
+        total = int(x.astype(np.int64).sum())
+
+        def check(outs: dict[int, np.ndarray]) -> None:
+            got = int(outs[1][:blocks].astype(np.int64).sum())
+            assert got == total, f"sum of the {blocks} block partials is {got}, want {total}"
+            if which < 6:  # one block per contiguous chunk: compare each partial
+                chunk = threads if which < 3 else 2 * threads
+                want = x.astype(np.int64).reshape(blocks, chunk).sum(axis=1)
+                np.testing.assert_array_equal(outs[1][:blocks], want)
+
+        return Launch(
+            [x, np.zeros(blocks, np.int32), np.uint32(n)], (blocks,), (threads,), {}, shared_mem=smem, check=check
+        )
+
+    return make
+
+
 def _cuda_samples_cases() -> list[Case]:
     d = "cuda_samples/"
     conv = d + "convolutionSeparable.cu"
     conv_h = (d + "convolutionSeparable_common.h",)
     conv_g = {"c_Kernel": _conv_taps()}
+    red = d + "reduction_kernel.cu"
+    red_kernels = [
+        (0, "reduce0<int>"),
+        (1, "reduce1<int>"),
+        (2, "reduce2<int>"),
+        (3, "reduce3<int>"),
+        (4, "reduce4<int, 256>"),
+        (5, "reduce5<int, 256>"),
+        (6, "reduce6<int, 256, true>"),
+        (7, "reduce7<int, 256, true>"),
+        (8, "cg_reduce<int>"),
+        (9, "multi_warp_cg_reduce<int, 256, 128>"),
+    ]
     return [
+        *(Case(f"cuda_samples/reduction:{k.replace(' ', '')}", red, k, _reduction(w)) for w, k in red_kernels),
         Case(
             "cuda_samples/convolutionSeparable:convolutionRowsKernel",
             conv,

@@ -8,6 +8,16 @@ from __future__ import annotations
 
 KNOWN_FAILURES: dict[str, dict[str, str]] = {
     "cpu": {
+        "cuda_samples/reduction:reduce0<int>": "cpu: `__device__ __forceinline__`/`__device__ inline` gives 'duplicate inline'; behind it no cg::block_tile_memory",
+        "cuda_samples/reduction:reduce1<int>": "cpu: `__device__ __forceinline__`/`__device__ inline` gives 'duplicate inline'; behind it no cg::block_tile_memory",
+        "cuda_samples/reduction:reduce2<int>": "cpu: `__device__ __forceinline__`/`__device__ inline` gives 'duplicate inline'; behind it no cg::block_tile_memory",
+        "cuda_samples/reduction:reduce3<int>": "cpu: `__device__ __forceinline__`/`__device__ inline` gives 'duplicate inline'; behind it no cg::block_tile_memory",
+        "cuda_samples/reduction:reduce4<int,256>": "cpu: `__device__ __forceinline__`/`__device__ inline` gives 'duplicate inline'; behind it no cg::block_tile_memory",
+        "cuda_samples/reduction:reduce5<int,256>": "cpu: `__device__ __forceinline__`/`__device__ inline` gives 'duplicate inline'; behind it no cg::block_tile_memory",
+        "cuda_samples/reduction:reduce6<int,256,true>": "cpu: `__device__ __forceinline__`/`__device__ inline` gives 'duplicate inline'; behind it no cg::block_tile_memory",
+        "cuda_samples/reduction:reduce7<int,256,true>": "cpu: `__device__ __forceinline__`/`__device__ inline` gives 'duplicate inline'; behind it no cg::block_tile_memory",
+        "cuda_samples/reduction:cg_reduce<int>": "cpu: `__device__ __forceinline__`/`__device__ inline` gives 'duplicate inline'; behind it no cg::block_tile_memory",
+        "cuda_samples/reduction:multi_warp_cg_reduce<int,256,128>": "cpu: `__device__ __forceinline__`/`__device__ inline` gives 'duplicate inline'; behind it no cg::block_tile_memory",
         "cuda_samples/convolutionSeparable:convolutionRowsKernel": "no module-global API yet: c_Kernel (__constant__) is filled by the host (reference checked with the taps baked in)",
         "cuda_samples/convolutionSeparable:convolutionColumnsKernel": "no module-global API yet: c_Kernel (__constant__) is filled by the host (reference checked with the taps baked in)",
         "sgemm_cuda/1_naive:sgemm_naive": "cpu prelude has no <cublas_v2.h> (passes with the include removed)",
