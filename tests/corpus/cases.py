@@ -102,7 +102,7 @@ def run_case(case: Case, device: str, seed: int = 0) -> dict[int, np.ndarray]:
     outs = {i: a.numpy() for i, a in enumerate(dev_args) if isinstance(launch.args[i], np.ndarray)}
     for i, want in launch.expected.items():
         np.testing.assert_allclose(
-            outs[i].astype(np.float64) if outs[i].dtype.kind == "f" else outs[i],
+            outs[i].astype(np.float64) if outs[i].dtype.kind in "fV" or outs[i].dtype.name == "bfloat16" else outs[i],
             want,
             rtol=launch.rtol,
             atol=launch.atol,
@@ -561,8 +561,94 @@ def _crossentropy(rng: np.random.Generator) -> Launch:
     return Launch(args, (ceil_div(b * t, 128),), (128,), {0: want.ravel()}, rtol=1e-5, atol=1e-6)
 
 
+def _ce_softmax_backward(rng: np.random.Generator) -> Launch:
+    b, t, v = 4, 16, 64
+    logits = rng.standard_normal((b, t, v))
+    probs = (np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)).astype(np.float32)
+    targets = rng.integers(0, v, size=(b, t), dtype=np.int32)
+    dlosses = rng.random((b, t), dtype=np.float32)
+    dlogits = rng.standard_normal((b, t, v), dtype=np.float32)
+    onehot = np.eye(v)[targets]
+    want = dlogits + (probs.astype(np.float64) - onehot) * dlosses[..., None]
+    args = [dlogits.ravel(), dlosses.ravel(), probs.ravel(), targets.ravel(), np.int32(b), np.int32(t), np.int32(v)]
+    return Launch(args, (ceil_div(b * t * v, 256),), (256,), {0: want.ravel()}, rtol=1e-5, atol=1e-6)
+
+
+def _encoder_backward(kernel: int) -> Callable[[np.random.Generator], Launch]:
+    def make(rng: np.random.Generator) -> Launch:
+        b, t, c, v = 4, 16, 64, 50
+        dout = rng.standard_normal((b, t, c), dtype=np.float32)
+        inp = rng.integers(0, v, size=(b, t), dtype=np.int32)
+        dwte = np.zeros((v, c), np.float64)
+        np.add.at(dwte, inp.ravel(), dout.reshape(b * t, c))
+        dwpe = dout.astype(np.float64).sum(axis=0)
+        args = [
+            np.zeros(v * c, np.float32),
+            np.zeros(t * c, np.float32),
+            dout.ravel(),
+            inp.ravel(),
+            np.int32(b),
+            np.int32(t),
+            np.int32(c),
+        ]
+        grid = ceil_div(b * t * c, 256) if kernel == 1 else ceil_div(c, 256)
+        return Launch(args, (grid,), (256,), {0: dwte.ravel(), 1: dwpe.ravel()}, rtol=1e-4, atol=1e-5)
+
+    return make
+
+
+def _residual_bf16(kernel: int) -> Callable[[np.random.Generator], Launch]:
+    def make(rng: np.random.Generator) -> Launch:
+        import ml_dtypes
+
+        n = 8192
+        bf16 = ml_dtypes.bfloat16
+        a = rng.standard_normal(n).astype(bf16)
+        b = rng.standard_normal(n).astype(bf16)
+        want = (a.astype(np.float32) + b.astype(np.float32)).astype(bf16).astype(np.float64)
+        grid = ceil_div(n, 256) if kernel == 1 else ceil_div(n, 256 * 8)  # x128::size is 8 for bf16
+        return Launch([np.zeros(n, bf16), a, b, np.int32(n)], (grid,), (256,), {0: want}, rtol=0, atol=0)
+
+    return make
+
+
 def _llm_c_cases() -> list[Case]:
     return [
+        Case(
+            "llm_c/crossentropy_softmax_backward:crossentropy_softmax_backward_kernel1",
+            "llm_c/crossentropy_softmax_backward.cu",
+            "crossentropy_softmax_backward_kernel1",
+            _ce_softmax_backward,
+            headers=_LLMC_H,
+        ),
+        Case(
+            "llm_c/encoder_backward:encoder_backward_kernel1",
+            "llm_c/encoder_backward.cu",
+            "encoder_backward_kernel1",
+            _encoder_backward(1),
+            headers=_LLMC_H,
+        ),
+        Case(
+            "llm_c/encoder_backward:encoder_backward_kernel2",
+            "llm_c/encoder_backward.cu",
+            "encoder_backward_kernel2",
+            _encoder_backward(2),
+            headers=_LLMC_H,
+        ),
+        Case(
+            "llm_c/residual_forward:residual_forward_kernel1",
+            "llm_c/residual_forward.cu",
+            "residual_forward_kernel1",
+            _residual_bf16(1),
+            headers=_LLMC_H,
+        ),
+        Case(
+            "llm_c/residual_forward:residual_forward_kernel2",
+            "llm_c/residual_forward.cu",
+            "residual_forward_kernel2",
+            _residual_bf16(2),
+            headers=_LLMC_H,
+        ),
         *_softmax_cases(),
         *_layernorm_cases(),
         Case("llm_c/adamw:adamw_kernel1", "llm_c/adamw.cu", "adamw_kernel1", _adamw, headers=_LLMC_H),
