@@ -612,8 +612,104 @@ def _residual_bf16(kernel: int) -> Callable[[np.random.Generator], Launch]:
     return make
 
 
+_GELU_S = np.float32(np.sqrt(2.0 / np.pi))
+
+
+def _gelu_bf16(backward: bool, packed: bool) -> Callable[[np.random.Generator], Launch]:
+    """llm.c gelu_forward/gelu_backward in bf16: float math on bf16 inputs, rounded to bf16."""
+
+    def make(rng: np.random.Generator) -> Launch:
+        import ml_dtypes
+
+        bf16, n = ml_dtypes.bfloat16, 8192
+        x = rng.standard_normal(n).astype(bf16)
+        xf = x.astype(np.float32)
+        arg = _GELU_S * (xf + np.float32(0.044715) * xf**3)
+        grid = ceil_div(n, 256 * 8) if packed else ceil_div(n, 256)  # x128::size is 8 for bf16
+        if not backward:
+            want = (np.float32(0.5) * xf * (np.float32(1.0) + np.tanh(arg))).astype(bf16)
+            return Launch(
+                [np.zeros(n, bf16), x, np.int32(n)], (grid,), (256,), {0: want.astype(np.float64)}, rtol=1e-2, atol=1e-2
+            )
+        dout = rng.standard_normal(n).astype(bf16)
+        sech = np.float32(1.0) / np.cosh(arg) ** 2
+        grad = np.float32(0.5) * (np.float32(1.0) + np.tanh(arg)) + xf * np.float32(0.5) * sech * _GELU_S * (
+            np.float32(1.0) + np.float32(3.0 * 0.044715) * xf * xf
+        )
+        want = (grad * dout.astype(np.float32)).astype(bf16)
+        return Launch(
+            [np.zeros(n, bf16), x, dout, np.int32(n)],
+            (grid,),
+            (256,),
+            {0: want.astype(np.float64)},
+            rtol=1e-2,
+            atol=1e-2,
+        )
+
+    return make
+
+
+def _encoder_forward_bf16(kernel: int) -> Callable[[np.random.Generator], Launch]:
+    def make(rng: np.random.Generator) -> Launch:
+        import ml_dtypes
+
+        bf16 = ml_dtypes.bfloat16
+        b, t, c, v = 4, 16, 64, 50
+        inp = rng.integers(0, v, size=(b, t), dtype=np.int32)
+        wte = rng.standard_normal((v, c)).astype(bf16)
+        wpe = rng.standard_normal((t, c)).astype(bf16)
+        want = (wte.astype(np.float32)[inp] + wpe.astype(np.float32)[None]).astype(bf16).astype(np.float64)
+        n = {1: b * t, 2: b * t * c, 3: b * t * c}[kernel]
+        grid = ceil_div(n, 256 * 8) if kernel == 3 else ceil_div(n, 256)
+        args = [np.zeros(b * t * c, bf16), inp.ravel(), wte.ravel(), wpe.ravel(), np.int32(b), np.int32(t), np.int32(c)]
+        return Launch(args, (grid,), (256,), {0: want.ravel()}, rtol=0, atol=0)
+
+    return make
+
+
 def _llm_c_cases() -> list[Case]:
+    bf16_cases = [
+        Case(
+            "llm_c/gelu_forward:gelu_forward_kernel1",
+            "llm_c/gelu_forward.cu",
+            "gelu_forward_kernel1",
+            _gelu_bf16(False, False),
+            headers=_LLMC_H,
+        ),
+        Case(
+            "llm_c/gelu_forward:gelu_forward_kernel2",
+            "llm_c/gelu_forward.cu",
+            "gelu_forward_kernel2",
+            _gelu_bf16(False, True),
+            headers=_LLMC_H,
+        ),
+        Case(
+            "llm_c/gelu_backward:gelu_backward1",
+            "llm_c/gelu_backward.cu",
+            "gelu_backward1",
+            _gelu_bf16(True, False),
+            headers=_LLMC_H,
+        ),
+        Case(
+            "llm_c/gelu_backward:gelu_backward2",
+            "llm_c/gelu_backward.cu",
+            "gelu_backward2",
+            _gelu_bf16(True, True),
+            headers=_LLMC_H,
+        ),
+        *(
+            Case(
+                f"llm_c/encoder_forward:encoder_forward_kernel{i}",
+                "llm_c/encoder_forward.cu",
+                f"encoder_forward_kernel{i}",
+                _encoder_forward_bf16(i),
+                headers=_LLMC_H,
+            )
+            for i in (1, 2, 3)
+        ),
+    ]
     return [
+        *bf16_cases,
         Case(
             "llm_c/crossentropy_softmax_backward:crossentropy_softmax_backward_kernel1",
             "llm_c/crossentropy_softmax_backward.cu",
