@@ -68,8 +68,10 @@ def check(root: Path) -> list[str]:
     """Each way uv.lock disagrees with the workspace's pyprojects (empty when it agrees)."""
     lock = tomllib.loads((root / "uv.lock").read_text(encoding="utf-8"))
     rootp = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-    globs = rootp["tool"]["uv"]["workspace"]["members"]
-    paths = [root] + sorted({p.parent for g in globs for p in root.glob(f"{g}/pyproject.toml")})
+    ws = rootp["tool"]["uv"]["workspace"]
+    globs, skip = ws["members"], ws.get("exclude", [])
+    excluded = {p.parent for g in skip for p in root.glob(f"{g}/pyproject.toml")}
+    paths = [root] + sorted({p.parent for g in globs for p in root.glob(f"{g}/pyproject.toml")} - excluded)
     projects = {p: tomllib.loads((p / "pyproject.toml").read_text(encoding="utf-8"))["project"] for p in paths}
     members = {_norm(pr["name"]) for pr in projects.values()}
     locked = {_norm(p["name"]): p for p in lock["package"] if "editable" in p["source"] or "virtual" in p["source"]}
