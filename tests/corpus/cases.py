@@ -67,13 +67,17 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def fill_module_globals(kernel: Any, globals_: dict[str, np.ndarray]) -> None:
-    """Fill ``__constant__``/``__device__`` globals the way the upstream host code does.
+    """Fill ``__constant__``/``__device__`` globals the way the upstream host code does
+    (``cudaMemcpyToSymbol``): ``Kernel.set_global``. A backend without module globals raises
+    ``UnsupportedError``, turned into ``NotImplementedError`` (an expected failure where listed in
+    known_failures.py)."""
+    import kernelbay as kb
 
-    kernelbay has no module-global API yet; cases that need one are listed in
-    known_failures.py ("no module-global API yet"). Switch this on when the API lands.
-    """
-    if globals_:
-        raise NotImplementedError("no module-global API yet: cannot fill " + ", ".join(sorted(globals_)))
+    for name, value in globals_.items():
+        try:
+            kernel.set_global(name, value)
+        except kb.UnsupportedError as exc:
+            raise NotImplementedError(f"module globals on {kernel.device}: {exc}") from exc
 
 
 def run_case(case: Case, device: str, seed: int = 0) -> dict[int, np.ndarray]:
