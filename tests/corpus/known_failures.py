@@ -11,6 +11,5 @@ KNOWN_FAILURES: dict[str, dict[str, str]] = {
         "cuda_samples/convolutionSeparable:convolutionRowsKernel": "cpu has no module globals yet (kernelbay_module_global is implemented on cuda only)",
         "cuda_samples/convolutionSeparable:convolutionColumnsKernel": "cpu has no module globals yet (kernelbay_module_global is implemented on cuda only)",
     },
-    "cuda": {
-    },
+    "cuda": {},
 }

@@ -10,8 +10,8 @@ import sys
 import kernelbay as kb
 import numpy as np
 import pytest
-from kernelbay_cpu import _loops
 from kernelbay.csource import strip_comments_and_strings
+from kernelbay_cpu import _loops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:

@@ -312,7 +312,7 @@ def streams(fake, monkeypatch):
 
 
 def test_a_block_freed_on_its_own_stream_is_reused_there_with_no_event(streams) -> None:
-    al, mem, ev, (S1, S2, NB) = streams
+    al, mem, ev, (S1, _S2, _NB) = streams
     a = al.malloc_on(MiB, S1)
     al.pool.note_use(a, S1)  # work on its own stream: nothing to note
     al.free(a)
@@ -340,7 +340,7 @@ def test_blocks_of_the_default_stream_serve_blocking_streams_but_not_others(stre
 
 def test_a_block_used_on_another_stream_waits_for_that_stream(streams) -> None:
     # allocate on s1, use on s2, free, allocate on s1 while s2 still runs: not the same block.
-    al, mem, ev, (S1, S2, NB) = streams
+    al, mem, ev, (S1, S2, _NB) = streams
     a = al.malloc_on(MiB, S1)
     al.pool.note_use(a, S2)
     al.free(a)
@@ -357,7 +357,7 @@ def test_a_block_used_on_another_stream_waits_for_that_stream(streams) -> None:
 def test_every_use_off_the_home_stream_is_noted(streams) -> None:
     # CUDA orders the legacy default stream with blocking streams, but not transitively: a block
     # the default stream frees may go to a blocking stream that is not ordered with a third one.
-    al, mem, ev, (S1, S2, NB) = streams
+    al, _mem, ev, (S1, _S2, NB) = streams
     d = al.malloc(MiB)  # home: the legacy default stream
     al.pool.note_use(d, 0)
     al.free(d)
@@ -374,7 +374,7 @@ def test_every_use_off_the_home_stream_is_noted(streams) -> None:
 
 
 def test_closing_a_stream_gives_its_blocks_to_the_default_stream(streams) -> None:
-    al, mem, ev, (S1, S2, NB) = streams
+    al, _mem, ev, (S1, S2, NB) = streams
     a = al.malloc_on(MiB, S1)
     b = al.malloc_on(2 * MiB, S1)
     al.free(a)
@@ -391,7 +391,7 @@ def test_closing_a_stream_gives_its_blocks_to_the_default_stream(streams) -> Non
 
 
 def test_memory_stats_count_frees_that_waited_on_other_streams(streams) -> None:
-    al, mem, ev, (S1, S2, NB) = streams
+    al, _mem, _ev, (S1, S2, NB) = streams
     a = al.malloc_on(MiB, S1)
     al.pool.note_use(a, S2)
     al.pool.note_use(a, NB)

@@ -52,7 +52,9 @@ __all__ = ["ARRAY_DTYPES", "BackendConformance", "BAD_CUDA", "SAXPY_CUDA", "SCAL
 
 # pytest runs a class's inherited tests base first: this order keeps the suite's running order
 # (memory, launch, scalars, streams, NumPy protocol, interop, module globals).
-class BackendConformance(GlobalsTests, InteropTests, NumpyProtocolTests, StreamTests, ScalarTests, LaunchTests, MemoryTests, Suite):
+class BackendConformance(
+    GlobalsTests, InteropTests, NumpyProtocolTests, StreamTests, ScalarTests, LaunchTests, MemoryTests, Suite
+):
     """The conformance suite. Set ``backend`` in a subclass."""
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
