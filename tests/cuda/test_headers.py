@@ -35,6 +35,10 @@ SHIMMED = [
     ("vector", "y[0] = 1.0f;"),
     ("cuda.h", "y[0] = 1.0f;"),
     ("cublas_v2.h", "y[0] = 1.0f;"),
+    ("time.h", "y[0] = (float)clock64();"),
+    ("ctime", "y[0] = (float)clock();"),
+    ("unistd.h", "y[0] = 1.0f;"),
+    ("sys/time.h", "y[0] = 1.0f;"),
 ]
 
 # Headers found in the CUDA toolkit's or CCCL's folders (or built on them).

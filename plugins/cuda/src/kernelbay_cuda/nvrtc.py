@@ -125,6 +125,11 @@ def toolkit_include() -> tuple[str, ...]:
                 if d:
                     found.append(d)
         except ImportError:  # an old cuda-pathfinder: the usual places
+            pass
+        # The usual places too, searched after what pathfinder found: where that is a wheel's
+        # partial set (nvidia/cu13/include has mma.h but not the crt/mma.h it includes), the
+        # toolkit's folder supplies the rest.
+        if not found or not any(os.path.exists(os.path.join(d, "crt", "mma.h")) for d in found):
             for base in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
                 if base and os.path.exists(os.path.join(base, "include", "cooperative_groups.h")):
                     found.append(os.path.join(base, "include"))
