@@ -154,6 +154,12 @@ def shim_include() -> str:
 
 def _options(source: Any, arch: str) -> list[str]:
     opts = [str(o) for o in source.options]
+    # Functions without __host__/__device__ in a kernel's file (a shared header's helpers and
+    # host prototypes) are host functions, which NVRTC's JIT mode refuses outright; nvcc
+    # compiles them for the host and lets the kernels be. As device functions they cost nothing
+    # unless a kernel calls them (and nvcc would have refused that call).
+    if not any(o in ("-default-device", "--device-as-default-execution-space") for o in opts):
+        opts.append("-default-device")
     if not any(o.startswith(("-arch", "--gpu-architecture")) for o in opts):
         opts.insert(0, f"--gpu-architecture={arch}")
     if "#include" in source.text or any("#include" in t for t in source.headers.values()):

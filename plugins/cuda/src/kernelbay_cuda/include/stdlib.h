@@ -2,6 +2,7 @@
 // heap). NVRTC compiles no host functions, so exit, getenv and the like are not declared.
 #ifndef KERNELBAY_SHIM_STDLIB_H
 #define KERNELBAY_SHIM_STDLIB_H
+#include <sys/types.h>
 #define EXIT_SUCCESS 0
 #define EXIT_FAILURE 1
 #endif
