@@ -7,9 +7,6 @@ A listed case runs as a strict expected failure: when it starts passing, the tes
 from __future__ import annotations
 
 KNOWN_FAILURES: dict[str, dict[str, str]] = {
-    "cpu": {
-        "cuda_samples/convolutionSeparable:convolutionRowsKernel": "cpu has no module globals yet (kernelbay_module_global is implemented on cuda only)",
-        "cuda_samples/convolutionSeparable:convolutionColumnsKernel": "cpu has no module globals yet (kernelbay_module_global is implemented on cuda only)",
-    },
+    "cpu": {},
     "cuda": {},
 }

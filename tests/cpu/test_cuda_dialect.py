@@ -343,3 +343,33 @@ def test_qualifiers_in_source_headers_compile(cpu):
     y = kb.asarray(np.zeros(4, np.float32), device=cpu)
     kb.compile(kb.Source(src, lang="cuda", name="k", headers={"util.cuh": head}), cpu).launch(1, 4, (y,))
     assert y.numpy().tolist() == [5.0] * 4
+
+
+def test_module_globals_are_read_and_written_from_the_host() -> None:
+    # cudaMemcpyToSymbol's job: __constant__ taps filled before a launch, a __device__ counter
+    # read back after it, a 2-D initialised table; a namespace's or a function's are not globals.
+    src = r"""
+    __constant__ float taps[4];
+    static __device__ int counter = 5;
+    __device__ __constant__ double tab[2][3] = {{1, 2, 3}, {4, 5, 6}};
+    namespace inner { __device__ int hidden; }
+    __device__ float helper(int x);
+    __global__ void k(float* y) {
+        int i = threadIdx.x;
+        y[i] = taps[i] + (float)tab[1][i % 3];
+        if (i == 0) counter += 1;
+    }
+    """
+    k = kb.compile(kb.Source(src, "cuda", name="k"), "cpu")
+    k.set_global("taps", np.array([10, 20, 30, 40], np.float32))
+    assert k.global_nbytes("taps") == 16 and k.global_nbytes("tab") == 48
+    np.testing.assert_array_equal(k.get_global("tab", "float64", (2, 3)), [[1, 2, 3], [4, 5, 6]])
+    y = kb.zeros(4, device="cpu")
+    k.launch(1, 4, (y,))
+    np.testing.assert_array_equal(y.numpy(), [14, 25, 36, 44])
+    assert int(k.get_global("counter", "int32")[0]) == 6
+    for missing in ("hidden", "helper"):
+        with pytest.raises(kb.InvalidArgumentError, match="has no global"):
+            k.get_global(missing, "int32")
+    with pytest.raises(kb.InvalidArgumentError, match="overruns it"):
+        k.set_global("taps", np.zeros(8, np.float32))

@@ -324,3 +324,38 @@ def entries(source: Source) -> list[str]:
         if not _ENTRY_RE.match(n):
             raise InvalidArgumentError(f"{n!r} is not a C++ function name or template instantiation")
     return names
+
+
+# A `__constant__`/`__device__`/`__managed__` variable at namespace scope: `__constant__ float k[17];`,
+# `static __device__ int n = 0;` (not a function: its name is followed by `[...]`, `=` or `;`).
+_GLOBAL_VAR_RE = re.compile(
+    r"(?:^|(?<=[;}]))\s*(?:(?:static|extern|const|volatile)\s+)*(?:__constant__|__device__|__managed__)"
+    r"(?:\s+(?:__constant__|__device__|__managed__|static|const|volatile))*\s+"
+    r"[A-Za-z_][\w:<>,\s\*&]*?\b(?P<name>[A-Za-z_]\w*)\s*(?:\[[^\];{}()]*\]\s*)*(?:=[^;]*)?;",
+    re.M,
+)
+
+
+def module_globals(text: str) -> list[str]:
+    """The names of the `__constant__`/`__device__` variables defined at file scope of ``text``
+    (outside any brace: a namespace's need their qualified name, which the host cannot give;
+    outside preprocessor conditionals, which may compile them out)."""
+    clean = strip_comments_and_strings(text)
+    # Lines inside #if/#ifdef/#ifndef ... #endif may be compiled out: no accessor is made for a
+    # variable there (one for a variable that is not compiled would break the build).
+    cond, guarded = 0, []
+    for line in clean.split("\n"):
+        d = line.strip()
+        if d.startswith("#") and d[1:].lstrip().startswith(("if", "ifdef", "ifndef")):
+            cond += 1
+        elif d.startswith("#") and d[1:].lstrip().startswith("endif"):
+            cond = max(0, cond - 1)
+        guarded.append(cond > 0)
+    names: list[str] = []
+    for m in _GLOBAL_VAR_RE.finditer(clean):
+        depth = clean.count("{", 0, m.start()) - clean.count("}", 0, m.start())
+        line = clean.count("\n", 0, m.end() - 1)
+        if depth or guarded[line] or "extern" in m.group(0).split() or m.group("name") in names:
+            continue
+        names.append(m.group("name"))
+    return names

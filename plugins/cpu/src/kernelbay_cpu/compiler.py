@@ -12,7 +12,7 @@ import ctypes
 import gc
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kernelbay.types import Device, Kernel, Source
 
@@ -139,3 +139,41 @@ def close_kernel(kernel: Kernel) -> None:
     """Drop the process cache's reference to the module of ``kernel`` (its handle): once no
     kernel of it is left, the shared object is unloaded."""
     _modules.drop_lib(kernel.handle.lib)
+
+
+def module_global(kernel: Kernel, name: str, host: Any, write: bool) -> int | None:
+    """The ``kernelbay_module_global`` hook: a ``__constant__``/``__device__`` variable at file
+    scope of the kernel's source, through the accessor the build generated for it
+    (``kb_global_<name>``), after the device's queued work. None when there is no such variable."""
+    from kernelbay.errors import InvalidArgumentError, UnsupportedError
+
+    from . import streams
+
+    h = kernel.handle
+    if _driver.isolated():
+        raise UnsupportedError(
+            "module globals on cpu with KERNELBAY_CPU_ISOLATE=1 (or checked mode): the kernels run in a worker "
+            "process whose variables the host cannot reach; unset it to read or write them"
+        )
+    if not name.isidentifier():
+        return None
+    try:
+        fn = getattr(h.lib, f"kb_global_{name}")
+    except AttributeError:
+        return None
+    fn.restype = ctypes.c_void_p
+    size = ctypes.c_longlong()
+    addr = fn(ctypes.byref(size))
+    if host is None:
+        return size.value
+    if host.nbytes > size.value:
+        raise InvalidArgumentError(
+            f"module global {name!r} on {kernel.device} has {size.value} bytes; {'writing' if write else 'reading'} "
+            f"{host.nbytes} bytes ({host.dtype}{list(host.shape)}) overruns it: give a smaller value or shape"
+        )
+    streams.synchronize(kernel.device, None)  # after the work queued on the device
+    if write:
+        ctypes.memmove(addr, host.ctypes.data, host.nbytes)
+    else:
+        ctypes.memmove(host.ctypes.data, addr, host.nbytes)
+    return size.value

@@ -23,6 +23,7 @@ kernelbay_to_dlpack = hookimpl(allocator.to_dlpack)
 kernelbay_dlpack_device = hookimpl(allocator.dlpack_device)
 kernelbay_compile = hookimpl(compiler.compile_source)
 kernelbay_close_kernel = hookimpl(compiler.close_kernel)
+kernelbay_module_global = hookimpl(compiler.module_global)
 kernelbay_launch = hookimpl(launcher.launch)
 kernelbay_device_timer = hookimpl(timing.device_timer)
 
