@@ -74,4 +74,10 @@ def test_cuda_matches_cpu(case: Case) -> None:
     on_cuda = run_case(case, "cuda")
     on_cpu = run_case(case, "cpu")
     for i, got in on_cuda.items():
-        np.testing.assert_allclose(got, on_cpu[i], rtol=1e-4, atol=1e-4, err_msg=f"{case.id}: argument {i}")
+        want = on_cpu[i]
+        skip = case.order_dependent.get(i, ())
+        if skip:  # thread-order results: each run checked their properties already
+            keep = np.ones(got.size, bool)
+            keep[list(skip)] = False
+            got, want = got.reshape(-1)[keep], want.reshape(-1)[keep]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{case.id}: argument {i}")
