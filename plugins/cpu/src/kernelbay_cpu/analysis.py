@@ -344,8 +344,8 @@ def module_globals(text: str) -> list[str]:
     # Lines inside #if/#ifdef/#ifndef ... #endif may be compiled out: no accessor is made for a
     # variable there (one for a variable that is not compiled would break the build).
     cond, guarded = 0, []
-    for line in clean.split("\n"):
-        d = line.strip()
+    for text_line in clean.split("\n"):
+        d = text_line.strip()
         if d.startswith("#") and d[1:].lstrip().startswith(("if", "ifdef", "ifndef")):
             cond += 1
         elif d.startswith("#") and d[1:].lstrip().startswith("endif"):
@@ -354,8 +354,8 @@ def module_globals(text: str) -> list[str]:
     names: list[str] = []
     for m in _GLOBAL_VAR_RE.finditer(clean):
         depth = clean.count("{", 0, m.start()) - clean.count("}", 0, m.start())
-        line = clean.count("\n", 0, m.end() - 1)
-        if depth or guarded[line] or "extern" in m.group(0).split() or m.group("name") in names:
+        at = clean.count("\n", 0, m.end() - 1)
+        if depth or guarded[at] or "extern" in m.group(0).split() or m.group("name") in names:
             continue
         names.append(m.group("name"))
     return names
