@@ -129,7 +129,9 @@ def test_block(path: str, line: int, info: str, code: str, tmp_path) -> None:
         script = "\n".join(_python_blocks_before(path, line))
         env = dict(_reader_env(), KERNELBAY_DEVICE="cpu")
         env.update(w.split("=", 1) for w in words if re.match(r"[A-Z_][A-Z0-9_]*=", w))
+    # A script file, as a reader runs it (spawned workers, as kb.tune's, re-import the main file).
+    (tmp_path / "docs_blocks.py").write_text(script, encoding="utf-8")
     r = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "docs_blocks.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
     )
     assert r.returncode == 0, f"{path}:{line} failed:\n{textwrap.indent(script, '    ')}\n{r.stderr[-3000:]}"

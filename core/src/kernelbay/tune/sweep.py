@@ -289,6 +289,19 @@ class Sweep:
             atol=o["atol"],
             flush_l2=o["flush_l2"],
         )
+        main = sys.modules.get("__main__")
+        if main is not None and not getattr(main, "__file__", None):
+            inline = [
+                getattr(f, "__qualname__", "?")
+                for f in (self.launch, self.check, self.host_args)
+                if callable(f) and getattr(f, "__module__", None) == "__main__"
+            ]
+            if inline:
+                raise InvalidArgumentError(
+                    f"the tuner's worker processes cannot import {', '.join(inline)}: they are defined in a "
+                    "program with no file (python -c, standard input or an interactive session); put them in a "
+                    "script file or a module"
+                )
         try:
             pickle.dumps(job)
         except Exception as exc:
