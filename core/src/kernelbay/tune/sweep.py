@@ -18,7 +18,7 @@ from ..errors import InvalidArgumentError, TuneError
 from ..kernel import Kernel
 from ..memory import Array
 from ..source import Source
-from . import results as _results
+from .results import Store
 from .runner import WorkerHandle, sweep_device
 from .space import Config, Space, apply, as_space, config_text, pick
 from .worker import Job
@@ -189,7 +189,7 @@ def tune(
     dev0 = devs[0]
     props = {k: v for k, v in dev0.properties.items() if isinstance(v, (int, float, str, bool))}
     host_args = _host_args(args)
-    store = _results.Store(
+    store = Store(
         {
             "device": {"backend": dev0.backend, "name": dev0.name, "properties": props},
             "key": repr(key) if key is not None else _problem_key(host_args),
@@ -212,9 +212,9 @@ def tune(
     )
     all_configs = sp.configs()
     if strategy == "optuna":
-        from . import optuna_strategy  # the optional extra, imported only when asked for
+        from .optuna_strategy import run as run_optuna  # the optional extra, imported only when asked for
 
-        optuna_strategy.run(sweep, sp, all_configs, max_configs, seed)
+        run_optuna(sweep, sp, all_configs, max_configs, seed)
     else:
         sweep.evaluate(pick(all_configs, strategy, max_configs, seed))
     return sweep.choose()
@@ -231,7 +231,7 @@ class Sweep:
         host_args: Any,
         check: Any,
         devs: list[Device],
-        store: _results.Store,
+        store: Store,
         options: dict[str, Any],
         force: bool,
         show: bool,
