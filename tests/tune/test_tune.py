@@ -68,13 +68,13 @@ def test_two_workers_on_one_device_take_turns_and_neither_times_out(cpu):
 
 def test_a_default_config_that_crashes_is_not_charged_to_another(cpu):
     space = {"BLOCK": [64], "UNROLL": [1], "MODE": [2, 0]}
-    with pytest.raises(kb.errors.TuneError, match=r"default config .*'MODE': 2.*crashed.*check="):
+    with pytest.raises(kb.TuneError, match=r"default config .*'MODE': 2.*crashed.*check="):
         kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", repeats=2, progress=False)
 
 
 def test_a_builder_function_and_a_restricted_random_space(cpu):
     space = kb.tune.Space({"BLOCK": [32, 64, 128], "UNROLL": [1, 2, 4, 8]}, restrict=lambda c: c["UNROLL"] <= 4)
-    r = kb.tune(K.source_for, space, K.launch, args=K.make_args, strategy="random", max_configs=3, **OPTS)
+    r = kb.tune(K.source_for, space, K.launch, args=K.make_args, devices="cpu", strategy="random", max_configs=3, **OPTS)
     tried = [c for c, _ in r.records]
     assert len(tried) == 3 and tried[0] == {"BLOCK": 32, "UNROLL": 1}  # the default is always tried
     assert all(c["UNROLL"] <= 4 for c in tried)
@@ -138,7 +138,7 @@ def test_cli_runs_a_declared_sweep_and_exports(cpu, tmp_path):
 def test_optuna_proposes_configs_batch_by_batch(cpu):
     pytest.importorskip("optuna", reason="optuna is not installed (the kernelbay[optuna] extra)")
     space = {"BLOCK": [32, 64, 128], "UNROLL": [1, 2, 4]}
-    r = kb.tune(K.source(), space, K.launch, args=K.host_args(), strategy="optuna", max_configs=4, **OPTS)
+    r = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", strategy="optuna", max_configs=4, **OPTS)
     tried = [c for c, _ in r.records]
     assert 2 <= len(tried) <= 4 and tried[0] == {"BLOCK": 32, "UNROLL": 1}
     assert len({json.dumps(c, sort_keys=True) for c in tried}) == len(tried)
@@ -150,3 +150,8 @@ def test_optuna_missing_is_said_plainly(cpu, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)  # as if not installed
     with pytest.raises(kb.UnsupportedError, match=r"kernelbay\[optuna\]"):
         kb.tune(K.source(), {"BLOCK": [32], "UNROLL": [1]}, K.launch, args=K.host_args(), strategy="optuna", **OPTS)
+
+
+def test_when_every_config_fails_the_error_says_why(cpu):
+    with pytest.raises(kb.TuneError, match=r"1 compile_error\); the first failure \(compile_error\): .*line"):
+        kb.tune(K.source(), {"BLOCK": [64], "UNROLL": [1], "MODE": [4]}, K.launch, args=K.host_args(), devices="cpu", **OPTS)

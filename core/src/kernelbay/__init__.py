@@ -27,6 +27,7 @@ from .errors import (
     NoDeviceError,
     OutOfMemoryError,
     SettingError,
+    TuneError,
     UnsupportedError,
     UseAfterFreeError,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "SlowPathWarning",
     "Source",
     "Stream",
+    "TuneError",
     "UnsupportedError",
     "UseAfterFreeError",
     "__version__",

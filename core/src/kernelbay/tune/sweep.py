@@ -405,9 +405,11 @@ def _choose(
         counts: dict[str, int] = {}
         for r in records.values():
             counts[r["status"]] = counts.get(r["status"], 0) + 1
+        first = next((r for r in records.values() if r.get("detail")), None)
+        why = f"; the first failure ({first['status']}): {first['detail']}" if first else ""
         raise TuneError(
             f"no config of {len(configs)} compiled, ran and matched the reference "
-            f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); see the log (KERNELBAY_LOG=info) "
+            f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}){why}; see the log (KERNELBAY_LOG=info) "
             "or rerun with force=True after fixing the kernel"
         )
     fastest = min(ok, key=lambda i: records[i]["median"])
