@@ -339,3 +339,57 @@ def test_two_first_party_copies_of_one_name_are_refused(monkeypatch):
         _EntryPoint("cpu", "other", "other.plugin", FakeBackend("cpu")),
     )
     assert {r.name: r.status for r in kb.backends()} == {"cpu": "broken"}
+
+
+class DirectBackend(FakeBackend):
+    """A backend whose launch and allocate offer direct callables (hookspecs: *Direct*)."""
+
+    def __init__(self, name: str = "direct", make_launch=None):
+        super().__init__(name)
+        self.direct_calls: list[str] = []
+        backend = self
+
+        def direct_launch(kernel, grid, block, args, shared_mem, stream):
+            backend.direct_calls.append("launch")
+            return kernel.handle(*args)
+
+        def direct_allocate(device, nbytes):
+            backend.direct_calls.append("allocate")
+            return bytearray(nbytes)
+
+        type(self).kernelbay_launch.kernelbay_direct = make_launch or (lambda: direct_launch)
+        type(self).kernelbay_allocate.kernelbay_direct = lambda: direct_allocate
+
+    @kb.hookimpl
+    def kernelbay_launch(self, kernel, grid, block, args, shared_mem, stream):
+        self.calls.append("launch")
+        return kernel.handle(*args)
+
+    @kb.hookimpl
+    def kernelbay_allocate(self, device, nbytes):
+        self.calls.append("allocate")
+        return bytearray(nbytes)
+
+
+def test_a_direct_callable_replaces_the_hook_after_the_probe_and_yields_to_wrappers(add_backend):
+    be = add_backend(DirectBackend())
+    k = kb.compile(kb.Source(lambda v: v + 1, lang="python", name="inc"), device="direct")  # probes
+    assert k.launch(1, args=(1,)) == 2 and kb.buffer(8, "direct").nbytes == 8
+    assert be.direct_calls == ["launch", "allocate"] and "launch" not in be.calls
+    tracer = Tracer()
+    kb.register(tracer)
+    try:
+        assert k.launch(1, args=(2,)) == 3  # the wrapper runs: through the hook, not the direct callable
+        assert tracer.seen == [("inc", 1)] and be.calls.count("launch") == 1
+    finally:
+        kb.unregister(tracer)
+    assert k.launch(1, args=(3,)) == 4
+    assert be.direct_calls == ["launch", "allocate", "launch"]
+
+
+@pytest.mark.parametrize("make", [lambda: None, lambda: 1 / 0, lambda: "not callable"])
+def test_a_direct_factory_that_declines_or_fails_keeps_the_hook(add_backend, make, caplog):
+    be = add_backend(DirectBackend("declines", make_launch=make))
+    k = kb.compile(kb.Source(lambda v: v * 3, lang="python", name="triple"), device="declines")
+    assert k.launch(1, args=(2,)) == 6
+    assert be.calls.count("launch") == 1 and "launch" not in be.direct_calls

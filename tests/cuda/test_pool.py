@@ -402,3 +402,39 @@ def test_memory_stats_count_frees_that_waited_on_other_streams(streams) -> None:
     assert c["cross_stream_bytes"] == MiB and c["misses_while_set_aside"] == 1
     al.clear_cache()
     assert al.stats().counters["event_waits"] == 1
+
+
+def test_the_direct_hooks_behave_as_the_hooks(streams, monkeypatch) -> None:
+    # allocate/free as C callables (hookspecs: *Direct*): hits and plain frees in C, the rest
+    # through the Python hooks, with the same results and the same exact statistics.
+    al, mem, ev, (_S1, S2, _NB) = streams
+    monkeypatch.setattr(A, "_allocators", {0: al})
+    monkeypatch.setattr(A, "_pools", {0: al.pool})
+    alloc, free = A.allocate.kernelbay_direct(), A.free.kernelbay_direct()
+    if native.module() is None:
+        assert alloc is None and free is None  # the pure-Python hooks stay
+        return
+    assert (alloc.kind, free.kind) == (0, 1)
+
+    class Dev:
+        index = 0
+
+    dev = Dev()
+    a = alloc(dev, MiB)  # a miss: the hook allocates
+    assert mem.allocs == 1 and al.stats().active == MiB
+    free(dev, a)
+    assert al.stats().cached == MiB and al.stats().active == 0
+    assert alloc(dev, MiB - 100) == a and mem.allocs == 1  # a hit, in C
+    slots = [alloc(dev, 4) for _ in range(3)]  # small requests: the hook's slots
+    assert len(set(slots)) == 3 and al.stats().active == MiB + 24
+    for p in slots:
+        free(dev, p)  # the pool says "not mine": the hook's rest frees the slot
+    assert al.stats().active == MiB
+    al.pool.note_use(a, S2)  # used on another stream: the free records an event there
+    free(dev, a)
+    assert ev.recorded == [S2] and al.stats().active == 0
+    free(dev, 0xDEAD)  # unknown and foreign handles never raise
+    free(dev, object())
+    assert alloc(dev, MiB) != a  # set aside until S2's work is done
+    with pytest.raises(TypeError):
+        alloc(dev, "lots")  # the hook's own error, through the fallback

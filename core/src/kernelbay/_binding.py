@@ -141,6 +141,8 @@ class Binding:
         t0 = time.perf_counter()
         try:
             self._probe_once(label)
+            if self._devices is not None:
+                apply_direct(self)
         finally:
             ms = (time.perf_counter() - t0) * 1e3
             if self._devices is not None:
@@ -218,6 +220,34 @@ def bind(pm: pluggy.PluginManager, b: Binding, others: list[object], argnames: d
             wrapped = wrapped or len(impls) > 1
         setattr(b, attr, fn)
     b.wrapped = wrapped
+    if b._devices is not None:
+        apply_direct(b)
+
+
+#: Hot-path hooks whose implementation may offer a direct callable (hookspecs: *Direct*).
+DIRECT_HOOKS = ("allocate", "free", "launch")
+
+
+def apply_direct(b: Binding) -> None:
+    """Put each hot-path hook's direct callable (``fn.kernelbay_direct()``) in its place, where
+    the backend offers one and no extension wraps the hook (a chained wrapper has no such attribute)."""
+    for attr in DIRECT_HOOKS:
+        make = getattr(getattr(b, attr, None), "kernelbay_direct", None)
+        if make is None:
+            continue
+        try:
+            direct = make()
+        except Exception as exc:
+            log.warning("%s: its direct %s could not be made, the hook runs instead: %r", b.name, attr, exc)
+            continue
+        if direct is None:
+            continue
+        if not callable(direct):
+            log.warning(
+                "%s: its kernelbay_direct for %s returned %r, not a callable; the hook runs", b.name, attr, direct
+            )
+            continue
+        setattr(b, attr, direct)
 
 
 def _chain(b: Binding, impls: list[pluggy.HookImpl], argnames: tuple[str, ...]) -> Callable[..., Any] | None:

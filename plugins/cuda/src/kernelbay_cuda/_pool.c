@@ -6,6 +6,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* ---- the pool of one device's allocator --------------------------------------------------
@@ -558,9 +559,183 @@ static PyTypeObject PoolType = {
     .tp_getset = Pool_getset,
 };
 
+/* ---- Direct: the allocate, free and launch hooks as C callables (hookspecs: kernelbay_direct) ----
+ *
+ * Direct(kind, pools, fallback, flags): kind 0 is allocate(device, nbytes), 1 free(device, handle),
+ * 2 launch(kernel, grid, block, args, shared_mem, stream). `pools` maps a device index to its
+ * Pool; `flags` is the core's kernelbay.streams module dict, whose "intercept" says that some
+ * thread has a current stream or records a graph. Whatever the C path does not cover (a cache
+ * miss, a current stream, a block other streams used, a foreign handle) calls `fallback`, the
+ * Python hook with the same parameters (for free: fallback(device, handle, r) after the pool's
+ * free returned r != 0), so both give the same results. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int kind;
+    PyObject *pools;
+    PyObject *fallback;
+    PyObject *flags;
+} Direct;
+
+static PyObject *d_intercept, *d_index, *d_handle, *d_entry;
+
+static int long_is_zero(PyObject *v) { /* v: an exact int from the pool */
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) PyErr_Clear();
+    return x == 0;
+}
+
+static PyObject *Direct_call(Direct *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+static PyObject *Direct_vcall_entry(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+static int Direct_init(Direct *self, PyObject *args, PyObject *kw) {
+    int kind;
+    PyObject *pools, *fallback, *flags;
+    if (!PyArg_ParseTuple(args, "iO!OO!", &kind, &PyDict_Type, &pools, &fallback, &PyDict_Type, &flags)) return -1;
+    if (kind < 0 || kind > 2) {
+        PyErr_SetString(PyExc_ValueError, "Direct kind is 0 (allocate), 1 (free) or 2 (launch)");
+        return -1;
+    }
+    if (!d_intercept) {
+        d_intercept = PyUnicode_InternFromString("intercept");
+        d_index = PyUnicode_InternFromString("index");
+        d_handle = PyUnicode_InternFromString("handle");
+        d_entry = PyUnicode_InternFromString("entry");
+        if (!d_intercept || !d_index || !d_handle || !d_entry) return -1;
+    }
+    self->kind = kind;
+    Py_INCREF(pools);
+    Py_XSETREF(self->pools, pools);
+    Py_INCREF(fallback);
+    Py_XSETREF(self->fallback, fallback);
+    Py_INCREF(flags);
+    Py_XSETREF(self->flags, flags);
+    return 0;
+}
+
+static void Direct_dealloc(Direct *self) {
+    Py_XDECREF(self->pools);
+    Py_XDECREF(self->fallback);
+    Py_XDECREF(self->flags);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The device's Pool (borrowed), or NULL (no exception) where the fallback must run. */
+static Pool *direct_pool(Direct *self, PyObject *device) {
+    PyObject *v = PyDict_GetItemWithError(self->flags, d_intercept); /* borrowed */
+    if (v == NULL) {
+        PyErr_Clear();
+    } else if (v != Py_False && v != Py_None) {
+        int t = PyObject_IsTrue(v);
+        if (t != 0) {
+            PyErr_Clear();
+            return NULL;
+        }
+    }
+    PyObject *idx = PyObject_GetAttr(device, d_index);
+    if (idx == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *pool = PyDict_GetItemWithError(self->pools, idx); /* borrowed */
+    Py_DECREF(idx);
+    if (pool == NULL || Py_TYPE(pool) != &PoolType) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return (Pool *)pool;
+}
+
+static PyObject *Direct_call(Direct *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs != (self->kind == 2 ? 6 : 2))
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    if (self->kind == 2) { /* kernel.handle.entry(grid, block, args, shared_mem, stream) */
+        PyObject *h = PyObject_GetAttr(args[0], d_handle);
+        if (h == NULL) return NULL;
+        PyObject *entry = PyObject_GetAttr(h, d_entry);
+        Py_DECREF(h);
+        if (entry == NULL) return NULL;
+        PyObject *r = PyObject_Vectorcall(entry, args + 1, 5, NULL);
+        Py_DECREF(entry);
+        return r;
+    }
+    Pool *pool = direct_pool(self, args[0]);
+    if (self->kind == 0) {
+        if (pool == NULL || !PyLong_CheckExact(args[1])) return PyObject_Vectorcall(self->fallback, args, 2, NULL);
+        PyObject *p = Pool_malloc(pool, args[1]);
+        if (p == NULL) return NULL;
+        if (p == Py_None || (PyLong_CheckExact(p) && long_is_zero(p))) {
+            Py_DECREF(p);
+            return PyObject_Vectorcall(self->fallback, args, 2, NULL); /* a miss: the hook allocates */
+        }
+        return p;
+    }
+    /* free: never raises, like the hook */
+    if (pool == NULL || !PyLong_CheckExact(args[1])) {
+        PyObject *r = PyObject_Vectorcall(self->fallback, args, 2, NULL);
+        if (r == NULL) PyErr_Clear();
+        Py_XDECREF(r);
+        Py_RETURN_NONE;
+    }
+    PyObject *r = Pool_free(pool, args[1]);
+    if (r == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (!long_is_zero(r)) {
+        PyObject *call[3] = {args[0], args[1], r};
+        PyObject *x = PyObject_Vectorcall(self->fallback, call, 3, NULL);
+        if (x == NULL) PyErr_Clear();
+        Py_XDECREF(x);
+    }
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Direct_vcall_entry(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    return Direct_call((Direct *)self, args, nargsf, kwnames);
+}
+
+static PyObject *Direct_tp_call(PyObject *self, PyObject *args, PyObject *kw) {
+    return PyVectorcall_Call(self, args, kw);
+}
+
+static PyObject *Direct_get_kind(Direct *self, void *c) { return PyLong_FromLong(self->kind); }
+
+static PyGetSetDef Direct_getset[] = {
+    {"kind", (getter)Direct_get_kind, NULL, "0 allocate, 1 free, 2 launch", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *Direct_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *self = PyType_GenericNew(type, args, kw);
+    if (self) ((Direct *)self)->vectorcall = Direct_vcall_entry;
+    return self;
+}
+
+static PyTypeObject DirectType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_kbcuda_native.Direct",
+    .tp_basicsize = sizeof(Direct),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A hot-path hook (allocate, free, launch) as a C callable, with its Python hook as the fallback.",
+    .tp_new = Direct_new,
+    .tp_init = (initproc)Direct_init,
+    .tp_dealloc = (destructor)Direct_dealloc,
+    .tp_call = Direct_tp_call,
+    .tp_vectorcall_offset = offsetof(Direct, vectorcall),
+    .tp_getset = Direct_getset,
+};
+
 /* Add the Pool type to module m; -1 with an exception set on failure. */
 static int pool_add_type(PyObject *m) {
-    if (PyType_Ready(&PoolType) < 0) return -1;
+    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&DirectType) < 0) return -1;
+    Py_INCREF(&DirectType);
+    if (PyModule_AddObject(m, "Direct", (PyObject *)&DirectType) < 0) {
+        Py_DECREF(&DirectType);
+        return -1;
+    }
     Py_INCREF(&PoolType);
     if (PyModule_AddObject(m, "Pool", (PyObject *)&PoolType) < 0) {
         Py_DECREF(&PoolType);

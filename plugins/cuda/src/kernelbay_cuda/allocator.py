@@ -68,6 +68,7 @@ class DeviceAllocator:
         self.slabs: list[int] = []
         self.total = total_memory
         self.pool = native.make_pool(int(total_memory * DEFAULT_FRACTION) if total_memory else None)
+        _pools[index] = self.pool  # what the direct allocate and free read (see _direct)
         self.deferred: deque[tuple[list[Any], int, int]] = deque()  # (events, ptr, size), in record order
         self.deferred_bytes = 0
         self.events: list[Any] = []  # spare events for deferral
@@ -276,6 +277,7 @@ class DeviceAllocator:
 
 
 _allocators = OnceMap()  # device index -> DeviceAllocator
+_pools: dict[int, Any] = {}  # device index -> its allocator's pool
 
 
 def allocator(device: Any) -> DeviceAllocator:
@@ -371,3 +373,33 @@ def stream_closed(index: int, handle: int) -> None:
     a = _allocators.get(index)
     if a is not None:
         a.pool.rehome(handle)
+
+
+def _free_rest(device: Any, handle: Any, r: Any = None) -> None:
+    """The direct free's fallback: the whole hook, or (``r`` given) what follows the pool's
+    ``free`` returning ``r != 0`` (a small slot, a block to give back, a block other streams used)."""
+    if r is None:
+        free(device, handle)
+        return
+    a = _allocators.get(device.index)
+    if a is not None:
+        try:
+            a.free_slow(handle, r)
+        except Exception:
+            pass
+
+
+def _direct(kind: int, fallback: Any) -> Any:
+    def make() -> Any:
+        mod = native.module()
+        if mod is None or not hasattr(mod, "Direct"):
+            return None
+        return mod.Direct(kind, _pools, fallback, vars(_core_streams))
+
+    return make
+
+
+# The hooks as C callables (hookspecs.py, *Direct*): a cache hit or a plain free runs no Python
+# frame; everything else calls the hooks above, so both paths behave the same.
+allocate.kernelbay_direct = _direct(0, allocate)  # type: ignore[attr-defined]
+free.kernelbay_direct = _direct(1, _free_rest)  # type: ignore[attr-defined]

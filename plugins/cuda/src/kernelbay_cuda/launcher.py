@@ -94,6 +94,15 @@ def launch(kernel: Any, grid: Any, block: Any, args: Sequence[Any], shared_mem: 
     return kernel.handle.entry(grid, block, args, shared_mem, stream)
 
 
+def _direct_launch() -> Any:
+    mod = native.module()
+    return None if mod is None or not hasattr(mod, "Direct") else mod.Direct(2, {}, launch, {})
+
+
+# The hook as a C callable (hookspecs.py, *Direct*): kernel.handle.entry(...) with no Python frame.
+launch.kernelbay_direct = _direct_launch  # type: ignore[attr-defined]
+
+
 def slow_launch(k: CudaKernel, grid: Any, block: Any, args: Sequence[Any], shared_mem: int, stream: Any) -> Any:
     """Every launch the fast path does not take: any geometry, any stream, new argument types."""
     g, b, shm = k.geometry(grid, block, shared_mem)
