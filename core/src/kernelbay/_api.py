@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -121,8 +122,6 @@ MAX_NBYTES = 1 << 48
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
-    import operator
-
     if type(shape) is int:
         shp: tuple[int, ...] = (shape,)
     else:
@@ -140,9 +139,20 @@ def _shape(shape: Any) -> tuple[int, ...]:
 
 def empty(shape: Any, dtype: Any = "float32", device: DeviceLike = None) -> Array:
     """A new uninitialised array of ``shape`` and ``dtype`` on ``device``."""
-    dev, b = _resolve(device)
-    shp = _shape(shape)
-    dt = _dtype(dtype)
+    # An allocation hot path, like buffer(): the common spellings (a kb.Device, an int shape, a
+    # dtype seen before) take no helper call; the helpers check everything else.
+    if type(device) is Device:
+        dev = device
+        b = runtime.bindings.get(dev.backend)
+        if b is None:
+            b = binding(dev.backend)
+    else:
+        dev, b = _resolve(device)
+    shp = (shape,) if type(shape) is int and shape >= 0 else _shape(shape)
+    try:
+        dt = _dtypes[dtype]
+    except (KeyError, TypeError):
+        dt = _dtype(dtype)
     n = dt.itemsize
     for s in shp:
         n *= s
