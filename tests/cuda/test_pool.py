@@ -438,3 +438,40 @@ def test_the_direct_hooks_behave_as_the_hooks(streams, monkeypatch) -> None:
     assert alloc(dev, MiB) != a  # set aside until S2's work is done
     with pytest.raises(TypeError):
         alloc(dev, "lots")  # the hook's own error, through the fallback
+
+
+def test_the_direct_allocate_takes_the_current_stream_as_home(streams, monkeypatch) -> None:
+    # Inside `with stream:` the hook gives a block of that stream's own (malloc_on); the direct
+    # callable reads the same thread state (kernelbay.streams) in C.
+    from kernelbay import streams as core_streams
+
+    al, mem, _ev, (S1, _S2, _NB) = streams
+    monkeypatch.setattr(A, "_allocators", {0: al})
+    monkeypatch.setattr(A, "_pools", {0: al.pool})
+    alloc = A.allocate.kernelbay_direct()
+    if alloc is None:
+        pytest.skip(f"the native helpers are unavailable here: {native.status()}")
+
+    class Dev:
+        index = 0
+
+    class Handle:
+        handle = S1
+
+    class FakeStream:
+        handle = Handle()
+
+    dev = Dev()
+    state = core_streams._ThreadState()
+    monkeypatch.setattr(core_streams._local, "s", state, raising=False)
+    monkeypatch.setattr(core_streams, "intercept", 1)
+    a = al.malloc_on(MiB, S1)
+    al.free(a)  # cached for S1
+    assert alloc(dev, MiB) != a  # no current stream in this thread: a block of the default stream
+    state.current[dev] = [FakeStream()]
+    assert alloc(dev, MiB) == a and mem.allocs == 2  # S1 is current: its own cached block, in C
+    al.free(a)
+    assert A.allocate(dev, MiB) == a  # the Python hook makes the same choice
+    al.free(a)
+    state.current[dev] = [object()]  # not a stream kernelbay knows: the hook decides, the same way
+    assert alloc(dev, MiB) != a and mem.allocs == 3  # S1's cached block stays S1's

@@ -577,7 +577,7 @@ typedef struct {
     PyObject *flags;
 } Direct;
 
-static PyObject *d_intercept, *d_index, *d_handle, *d_entry;
+static PyObject *d_intercept, *d_index, *d_handle, *d_entry, *d_local, *d_s, *d_current;
 
 static int long_is_zero(PyObject *v) { /* v: an exact int from the pool */
     long long x = PyLong_AsLongLong(v);
@@ -601,7 +601,10 @@ static int Direct_init(Direct *self, PyObject *args, PyObject *kw) {
         d_index = PyUnicode_InternFromString("index");
         d_handle = PyUnicode_InternFromString("handle");
         d_entry = PyUnicode_InternFromString("entry");
-        if (!d_intercept || !d_index || !d_handle || !d_entry) return -1;
+        d_local = PyUnicode_InternFromString("_local");
+        d_s = PyUnicode_InternFromString("s");
+        d_current = PyUnicode_InternFromString("current");
+        if (!d_intercept || !d_index || !d_handle || !d_entry || !d_local || !d_s || !d_current) return -1;
     }
     self->kind = kind;
     Py_INCREF(pools);
@@ -620,18 +623,79 @@ static void Direct_dealloc(Direct *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The device's Pool (borrowed), or NULL (no exception) where the fallback must run. */
-static Pool *direct_pool(Direct *self, PyObject *device) {
+/* Whether some thread has a current stream or records a graph (kernelbay.streams.intercept). */
+static int direct_intercept(Direct *self) {
     PyObject *v = PyDict_GetItemWithError(self->flags, d_intercept); /* borrowed */
     if (v == NULL) {
         PyErr_Clear();
-    } else if (v != Py_False && v != Py_None) {
-        int t = PyObject_IsTrue(v);
-        if (t != 0) {
+        return 0;
+    }
+    if (v == Py_False || v == Py_None) return 0;
+    int t = PyObject_IsTrue(v);
+    if (t < 0) PyErr_Clear();
+    return t != 0;
+}
+
+/* The allocate hook's home for `device` in this thread: the CUstream (a new reference to a
+ * non-zero int) of the stream made current by `with stream:` (kernelbay.streams: _local.s.current
+ * [device][-1].handle.handle), Py_None where there is none, or NULL (no exception) where anything
+ * is not as expected: the caller then runs the Python hook. */
+static PyObject *direct_home(Direct *self, PyObject *device) {
+    PyObject *local = PyDict_GetItemWithError(self->flags, d_local); /* borrowed */
+    if (local == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *st = PyObject_GetAttr(local, d_s);
+    if (st == NULL) { /* this thread never entered a stream */
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *cur = PyObject_GetAttr(st, d_current);
+    Py_DECREF(st);
+    if (cur == NULL || !PyDict_Check(cur)) {
+        Py_XDECREF(cur);
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *stack = PyDict_GetItemWithError(cur, device); /* borrowed from cur */
+    if (stack == NULL || !PyList_Check(stack) || PyList_GET_SIZE(stack) == 0) {
+        Py_DECREF(cur);
+        if (PyErr_Occurred()) {
             PyErr_Clear();
             return NULL;
         }
+        Py_RETURN_NONE;
     }
+    PyObject *stream = PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1);
+    Py_INCREF(stream);
+    Py_DECREF(cur);
+    PyObject *h = PyObject_GetAttr(stream, d_handle);
+    Py_DECREF(stream);
+    if (h == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *cu = h == Py_None ? NULL : PyObject_GetAttr(h, d_handle);
+    Py_DECREF(h);
+    if (cu == NULL) {
+        if (!PyErr_Occurred()) Py_RETURN_NONE; /* a stream of no handle: the device's one stream */
+        PyErr_Clear();
+        return NULL;
+    }
+    if (!PyLong_CheckExact(cu)) {
+        Py_DECREF(cu);
+        return NULL;
+    }
+    if (long_is_zero(cu)) {
+        Py_DECREF(cu);
+        Py_RETURN_NONE;
+    }
+    return cu;
+}
+
+/* The device's Pool (borrowed), or NULL (no exception) where the fallback must run. */
+static Pool *direct_pool(Direct *self, PyObject *device) {
     PyObject *idx = PyObject_GetAttr(device, d_index);
     if (idx == NULL) {
         PyErr_Clear();
@@ -663,7 +727,21 @@ static PyObject *Direct_call(Direct *self, PyObject *const *args, size_t nargsf,
     Pool *pool = direct_pool(self, args[0]);
     if (self->kind == 0) {
         if (pool == NULL || !PyLong_CheckExact(args[1])) return PyObject_Vectorcall(self->fallback, args, 2, NULL);
-        PyObject *p = Pool_malloc(pool, args[1]);
+        PyObject *p;
+        if (direct_intercept(self)) { /* `with stream:` somewhere: this thread's current stream is the home */
+            PyObject *home = direct_home(self, args[0]);
+            if (home == NULL) return PyObject_Vectorcall(self->fallback, args, 2, NULL);
+            if (home == Py_None) {
+                Py_DECREF(home);
+                p = Pool_malloc(pool, args[1]);
+            } else {
+                PyObject *on[2] = {args[1], home};
+                p = Pool_malloc_on(pool, on, 2);
+                Py_DECREF(home);
+            }
+        } else {
+            p = Pool_malloc(pool, args[1]);
+        }
         if (p == NULL) return NULL;
         if (p == Py_None || (PyLong_CheckExact(p) && long_is_zero(p))) {
             Py_DECREF(p);
