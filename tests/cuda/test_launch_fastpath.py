@@ -62,6 +62,30 @@ def test_fast_path_uses_the_chosen_launcher(dev, k, launcher) -> None:
         assert fast.__globals__["LAUNCH"] is not getattr(native.module(), "launch", None)
 
 
+def test_every_1d_spelling_takes_the_fast_path(dev, k, launcher) -> None:
+    # The README writes grid=(n,): in C and in the generated Python path alike, (n,), (n, 1, 1)
+    # and n are one launch and none of them takes the slow path.
+    if launcher == "native":
+        pytest.skip("the C fast path takes every geometry: tests/cuda/test_call_forms.py")
+    x, y = _arr(dev, 1.0), _arr(dev, 0.0)
+    args = (x, y, np.float32(1), np.int32(N))
+    k.launch(1, N, args)  # makes the fast path
+    slow = []
+    from kernelbay_cuda import launcher as L
+
+    original = L.slow_launch
+    fast = k.handle.entry
+    fast.__globals__["slow"] = lambda *a: (slow.append(a[1:3]), original(*a))[1]
+    try:
+        for grid, block in (((1,), (N,)), ((1, 1, 1), (N, 1, 1)), ((1, 1), N), (1, (N,))):
+            k.launch(grid, block, args)
+    finally:
+        fast.__globals__["slow"] = original
+    dev.synchronize()
+    assert slow == []
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 5.0, np.float32))
+
+
 ALLKINDS = r"""
 extern "C" __global__ void kinds(double* o, signed char b, short h, int i, long long q, unsigned char B,
                                  unsigned short H, unsigned int I, unsigned long long Q, float f, double d, bool t) {

@@ -210,6 +210,10 @@ def _cu_launch() -> Any:
 
 _FAST_TEMPLATE = """
 def fast(grid, block, args, shared_mem, stream):
+    if type(grid) is tuple and 0 < len(grid) <= 3 and grid[1:] in ((), (1,), (1, 1)):
+        grid = grid[0]  # (n,), (n, 1), (n, 1, 1): the same launch as n
+    if type(block) is tuple and 0 < len(block) <= 3 and block[1:] in ((), (1,), (1, 1)):
+        block = block[0]
     if type(grid) is int and type(block) is int and get_ident() == TID:
         if stream is None:
             s = S0
@@ -250,7 +254,8 @@ def make_fast(k: CudaKernel, args: Sequence[Any]) -> Any:
     native helpers (:mod:`.native`) and plain argument kinds it is a ``FastLaunch`` object: every
     call form (grid and block as ints or 1-3 tuples, the default stream, a kernelbay Stream or a
     foreign stream) in C. Otherwise a generated Python function for int grid and block and the
-    default stream or a kernelbay Stream, launching the kernel's prepacked parameter block
+    default stream or a kernelbay Stream (1-D geometry: ints or tuples such as ``(n,)`` and
+    ``(n, 1, 1)``), launching the kernel's prepacked parameter block
     through the native ``launch`` or the cuda.bindings driver binding. Everything else goes to
     :func:`slow_launch`, which validates fully."""
     d = _driver.driver()
