@@ -32,6 +32,7 @@ __global__ void null_deref(float* y, int n) {
 __global__ void div_zero(int* y, int n) { volatile int zero = 0; if (blockIdx.x == 5) y[0] = n / zero; }
 __global__ void asserts(int* y, int n) { assert(blockIdx.x != 6); }
 __global__ void recurse(int* y, int n) { if (blockIdx.x == 1) y[0] = deep(n); }
+__global__ void aborts(int* y, int n) { if (blockIdx.x == 4) abort(); }
 __global__ void spin(float* y, long iters, int forever) {
     ((volatile float*)y)[blockIdx.x] = -1.0f;  // "started", read from outside (_wait_inside); volatile: kept
     volatile float acc = 0;
@@ -55,7 +56,10 @@ FAULT = PRELUDE + textwrap.dedent(
     name = sys.argv[1]
     k = kernel(name)
     y = kb.asarray(np.zeros(1024, np.float32), device="cpu")
-    k.launch(8, 128, (y, np.int32(1024)))
+    try:
+        k.launch(8, 128, (y, np.int32(1024)))
+    except kb.LaunchError as e:
+        print("LaunchError:", e)
     print("survived")
     """
 )
@@ -67,37 +71,53 @@ def env(tmp_path_factory) -> dict[str, str]:
     e.pop("KERNELBAY_CPU_ISOLATE", None)
     e.pop("KERNELBAY_CPU_CHECK", None)
     # compile every entry once, so each case below is a cache hit
-    warm = PRELUDE + "\nfor n in ('oob','null_deref','div_zero','asserts','recurse','spin','fill'): kernel(n)\n"
+    warm = (
+        PRELUDE + "\nfor n in ('oob','null_deref','div_zero','asserts','recurse','aborts','spin','fill'): kernel(n)\n"
+    )
     subprocess.run([sys.executable, "-c", warm], env=e, check=True, timeout=600)
     return e
 
 
 @pytest.mark.parametrize(
-    ("name", "sig", "block"),
+    ("name", "what", "block"),
     [
-        ("oob", signal.SIGSEGV, "(3, 0, 0)"),
-        ("null_deref", signal.SIGSEGV, "(2, 0, 0)"),
-        ("div_zero", signal.SIGFPE, "(5, 0, 0)"),
-        ("asserts", signal.SIGABRT, "(6, 0, 0)"),
-        ("recurse", signal.SIGSEGV, "(1, 0, 0)"),
+        ("oob", "invalid memory access (SIGSEGV", "(3,0,0)"),
+        ("null_deref", "(a null pointer)", "(2,0,0)"),
+        ("div_zero", "integer division by zero (SIGFPE)", "(5,0,0)"),
+        ("asserts", "device assert `blockIdx.x != 6` failed at kernel.cu:14", "(6,0,0)"),
+        ("recurse", "stack overflow", "(1,0,0)"),
     ],
 )
-def test_fault_report_names_kernel_grid_and_block(env, name, sig, block) -> None:
+def test_a_fault_is_a_launch_error_naming_kernel_and_block(env, name, what, block) -> None:
     r = subprocess.run([sys.executable, "-c", FAULT, name], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == -sig, (r.returncode, r.stderr)
+    assert r.returncode == 0, r.stderr
+    assert f"LaunchError: kernel '{name}' " in r.stdout and f"block {block}" in r.stdout, r.stdout
+    assert what in r.stdout, r.stdout
+    assert "survived" in r.stdout
+
+
+def test_abort_is_reported_naming_kernel_grid_and_block(env) -> None:
+    # abort() is not a fault kernelbay can stop: the report names the kernel, as before, and the
+    # process ends with the signal.
+    r = subprocess.run([sys.executable, "-c", FAULT, "aborts"], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == -signal.SIGABRT, (r.returncode, r.stderr)
     assert "survived" not in r.stdout
-    assert f"while cpu kernel '{name}' ran, grid (8, 1, 1), block (128, 1, 1), in blockIdx {block}" in r.stderr
-    assert f"fatal signal {int(sig)}" in r.stderr
+    assert "while cpu kernel 'aborts' ran, grid (8, 1, 1), block (128, 1, 1), in blockIdx (4, 0, 0)" in r.stderr
+    assert f"fatal signal {int(signal.SIGABRT)}" in r.stderr
 
 
-def test_fault_report_then_python_faulthandler(env) -> None:
+def test_abort_report_then_python_faulthandler(env) -> None:
     """An enabled faulthandler still runs after the report: the Python stack is printed too."""
     r = subprocess.run(
-        [sys.executable, "-X", "faulthandler", "-c", FAULT, "oob"], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-X", "faulthandler", "-c", FAULT, "aborts"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    assert r.returncode == -signal.SIGSEGV
-    assert "while cpu kernel 'oob' ran" in r.stderr
-    assert "Fatal Python error: Segmentation fault" in r.stderr
+    assert r.returncode == -signal.SIGABRT
+    assert "while cpu kernel 'aborts' ran" in r.stderr
+    assert "Fatal Python error: Aborted" in r.stderr
 
 
 SPIN = PRELUDE + textwrap.dedent(
@@ -170,14 +190,48 @@ def test_ctrl_c_cancels_a_launch_and_raises_keyboard_interrupt(env) -> None:
     assert rc == 0, err
     assert "interrupted" in out and "finished" not in out
     assert "next launch [10.0, 10.0, 10.0, 10.0]" in out
-    assert "cancelling the blocks of cpu kernel 'spin' that have not started" in err
+    assert "cancelling the blocks of cpu kernel 'spin'" in err
 
 
-def test_second_ctrl_c_ends_a_launch_that_never_returns(env) -> None:
-    rc, out, err = _spin(env, forever=1, interrupts=2)
-    assert rc == -signal.SIGINT
-    assert "interrupted" not in out
-    assert "a second Ctrl-C while cpu kernel 'spin' still runs" in err
+def test_one_ctrl_c_stops_a_block_that_never_returns(env) -> None:
+    # The running blocks get the runtime's stop signal: a loop with no barrier and no end stops
+    # too, the launch raises KeyboardInterrupt, and the next launch runs normally.
+    rc, out, err = _spin(env, forever=1, interrupts=1)
+    assert rc == 0, err
+    assert "interrupted" in out and "finished" not in out
+    assert "next launch [10.0, 10.0, 10.0, 10.0]" in out
+    assert "stopping the running ones" in err
+
+
+def test_a_deadline_stops_a_block_that_never_returns(env) -> None:
+    r = subprocess.run(
+        [sys.executable, "-c", DEADLINE],
+        env=dict(env, KERNELBAY_CPU_TIMEOUT="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "LaunchError: kernel 'spin' ran past its deadline on cpu (KERNELBAY_CPU_TIMEOUT=1 s)" in r.stdout, r.stdout
+    assert "next launch [10.0, 10.0, 10.0, 10.0]" in r.stdout
+    assert "short launches: fine" in r.stdout
+
+
+DEADLINE = PRELUDE + textwrap.dedent(
+    """
+    k = kernel("spin")
+    y = kb.asarray(np.zeros(64, np.float32), device="cpu")
+    for _ in range(20):  # launches well inside the deadline are never stopped
+        k.launch(4, 1, (y, np.int64(10), np.int32(0)))
+    print("short launches: fine", flush=True)
+    try:
+        k.launch(64, 1, (y, np.int64(10), np.int32(1)))
+    except kb.LaunchError as e:
+        print("LaunchError:", e, flush=True)
+    k.launch(4, 1, (y, np.int64(10), np.int32(0)))
+    print("next launch", y.numpy()[:4].tolist(), flush=True)
+    """
+)
 
 
 FORK = PRELUDE + textwrap.dedent(

@@ -29,6 +29,8 @@ from . import _threads
 
 ENV_CXX = "CXX"
 ENV_THREADS = _threads.ENV_THREADS
+#: Seconds a launch may run before its blocks are stopped and it fails with a LaunchError (issue #26).
+ENV_TIMEOUT = "KERNELBAY_CPU_TIMEOUT"
 ENV_FIBER_STACK = "KERNELBAY_CPU_FIBER_STACK"
 ENV_ISOLATE = "KERNELBAY_CPU_ISOLATE"
 ENV_CHECK = "KERNELBAY_CPU_CHECK"
@@ -256,6 +258,23 @@ def fiber_stack() -> int:
     return n
 
 
+def timeout_ms() -> int:
+    """``KERNELBAY_CPU_TIMEOUT`` in milliseconds (seconds in the setting; unset or 0: no deadline)."""
+    raw = os.environ.get(ENV_TIMEOUT, "").strip()
+    if not raw:
+        return 0
+    try:
+        s = float(raw)
+    except ValueError:
+        s = -1.0
+    if not (0 <= s <= 86400 * 365):
+        raise InvalidArgumentError(
+            f"{ENV_TIMEOUT}={raw!r} must be the seconds a cpu launch may run before it is stopped (e.g. 30 or 0.5; "
+            "0 or unset: no deadline)"
+        )
+    return int(s * 1000) if s else 0
+
+
 def check_mode() -> str:
     """``""`` or ``"address"`` (``KERNELBAY_CPU_CHECK``); a sanitizer in ``CXX`` means ``"address"``."""
     raw = os.environ.get(ENV_CHECK, "").strip().lower()
@@ -348,6 +367,10 @@ def _pin_thread_libraries() -> None:
 
 #: A launch whose blocks not yet started were cancelled by Ctrl-C (kb_cpu::CANCELLED).
 CANCELLED = 2
+#: A launch stopped by a fault in its kernel code (kb_cpu::FAULT): a LaunchError, the process goes on.
+FAULT = 3
+#: A launch stopped at its deadline (KERNELBAY_CPU_TIMEOUT; kb_cpu::TIMEOUT): a LaunchError.
+TIMEOUT = 4
 
 
 def plain_argv(tc: Toolchain) -> tuple[str, ...]:
@@ -366,6 +389,24 @@ def check(status: int, lib: Any, what: str) -> None:
             f"launch of kernel {what!r} on cpu interrupted (Ctrl-C): the blocks not yet started were cancelled, "
             "so its outputs are incomplete"
         )
+    if status == TIMEOUT:
+        raise LaunchError(
+            f"kernel {what!r} ran past its deadline on cpu ({ENV_TIMEOUT}={os.environ.get(ENV_TIMEOUT, '').strip()} s) "
+            "and was stopped: its running blocks were left where they were and the rest skipped, so its outputs are "
+            f"incomplete. Raise {ENV_TIMEOUT} if the kernel is only slow, or look for a loop that never ends"
+        )
     msg = lib.kb_error_message() if lib is not None else None  # restype c_char_p, set at load
     detail = msg.decode(errors="replace") if msg else f"status {status}"
+    if status == FAULT:
+        from .allocator import describe_address  # only when a kernel faulted
+
+        # restype c_void_p: None stands for address 0
+        addr = (lib.kb_fault_address() or 0) if lib is not None and hasattr(lib, "kb_fault_address") else None
+        if "(SIGSEGV" not in detail or "stack overflow" in detail or "no process can map" in detail:
+            addr = None  # an instruction's address, or the stack's: not a buffer's
+        raise LaunchError(
+            f"kernel {what!r} faulted on cpu: {detail}{describe_address(addr)}. The process goes on, and later "
+            "launches run normally; what the kernel wrote before the fault is undefined (docs/reliability.md). "
+            "KERNELBAY_CPU_CHECK=address names the source line"
+        )
     raise LaunchError(f"kernel {what!r} failed on cpu: {detail}")

@@ -33,6 +33,10 @@ def main() -> int:
     rt.kb_rt_api.restype = ctypes.c_void_p
     rt.kb_rt_install_fatal()
     api = ctypes.c_void_p(rt.kb_rt_api())
+    try:  # checked by the caller (kernelbay_cpu._driver.timeout_ms) before it started this worker
+        timeout = int(float(os.environ.get("KERNELBAY_CPU_TIMEOUT", "").strip() or 0) * 1000)
+    except ValueError:
+        timeout = 0
     modules: dict[int, ctypes.CDLL] = {}
     maps: dict[int, tuple[int, int]] = {}
     while True:
@@ -67,10 +71,11 @@ def main() -> int:
                 lib = modules[mod_id] = ctypes.CDLL(load, mode=os.RTLD_NOW | os.RTLD_LOCAL)
                 lib.kb_error_message.restype = ctypes.c_char_p
                 lib.kb_set_runtime(api)
+                lib.kb_set_timeout(ctypes.c_long(timeout))
             slots = [ctypes.create_string_buffer(a, max(len(a), 1)) for a in args]
             argv = (ctypes.c_void_p * max(len(slots), 1))(*[ctypes.addressof(s) for s in slots])
             status = getattr(lib, f"kb_launch_{index}")(argv, (ctypes.c_int * 6)(*geom), shmem)
-            if status and status != 2:
+            if status and status not in (2, 4):  # CANCELLED and TIMEOUT say it all
                 m = lib.kb_error_message()
                 detail = m.decode(errors="replace") if m else f"status {status}"
         sock.send(pickle.dumps((status, detail)))

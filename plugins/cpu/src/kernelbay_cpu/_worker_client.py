@@ -201,6 +201,13 @@ class Worker:
             status, detail = pickle.loads(reply)
             if status == _driver.CANCELLED:
                 raise KeyboardInterrupt(f"launch of kernel {name!r} interrupted (Ctrl-C)")
+            if status == _driver.TIMEOUT:
+                _driver.check(status, None, name)
+            if status == _driver.FAULT:  # the worker's runtime stopped the faulting block; it lives on
+                raise LaunchError(
+                    f"kernel {name!r} faulted on cpu (isolated worker): {detail}. The worker goes on; what the kernel "
+                    "wrote before the fault is undefined"
+                )
             if status:
                 raise LaunchError(f"kernel {name!r} failed on cpu: {detail}")
             return 0

@@ -3,6 +3,11 @@
 A buffer's memory is a numpy ``uint8`` array, so a host view (``Array.numpy()``) or a DLPack
 export keeps the memory alive by reference even after the Buffer is closed: no view can dangle.
 
+Guard pages: a buffer of at least one page is mapped on its own, its end (rounded up to 64
+bytes) against a ``PROT_NONE`` page, so a kernel that writes or reads past it faults (a
+``LaunchError`` naming the buffer, see :func:`describe_address`) instead of reaching the next
+buffer. Smaller buffers share the heap, as CUDA's allocations share their granule.
+
 Stream-ordered memory: work queued on a user stream holds the memory of each buffer it uses
 (:func:`hold`, :func:`unhold`). A buffer closed while held is set aside -- its memory, and in
 isolated mode its shared region, stay in place -- and released when the last queued use is done.
@@ -12,6 +17,9 @@ peak counts them too, as memory kernelbay still held.
 
 from __future__ import annotations
 
+import ctypes
+import logging
+import mmap
 import os
 import threading
 from typing import Any
@@ -23,12 +31,20 @@ from . import _driver
 
 ALIGN = 64
 KDLCPU = 1
+PAGE = mmap.PAGESIZE
+#: Guarded buffers alive at once at most: each costs two memory maps, and a process has about 65,000
+#: (vm.max_map_count). Past it, buffers are allocated without a guard page.
+MAX_GUARDED = 16384
+
+log = logging.getLogger("kernelbay.cpu")
+_guards: dict[int, tuple[int, int]] = {}  # guard page address -> (buffer address, nbytes), live buffers
+_libc: list[Any] = []
 
 
 class HostMemory:
     """The handle of a cpu buffer: the aligned address and the numpy array that owns it."""
 
-    __slots__ = ("ptr", "array", "nbytes", "owned", "shared", "uses", "freed")
+    __slots__ = ("ptr", "array", "nbytes", "owned", "shared", "uses", "freed", "guard")
 
     def __init__(self, ptr: int, array: Any, nbytes: int, owned: bool, shared: Any = None) -> None:
         self.ptr = ptr
@@ -38,6 +54,7 @@ class HostMemory:
         self.shared = shared  # the shared-memory region in isolated mode (_worker_client.Region)
         self.uses = 0  # jobs queued on user streams that use this memory (under _stats.lock)
         self.freed = False  # closed while in use: released by the last unhold()
+        self.guard = 0  # the PROT_NONE page after the buffer (0: none)
 
     def __repr__(self) -> str:
         return f"HostMemory(ptr=0x{self.ptr:x}, nbytes={self.nbytes})"
@@ -76,6 +93,14 @@ def allocate(device: Device, nbytes: int) -> HostMemory:
             _stats.active += nbytes
             _stats.peak = max(_stats.peak, _stats.active + _stats.deferred)
         return HostMemory(ptr, arr, nbytes, True, region)
+    if nbytes >= PAGE and len(_guards) < MAX_GUARDED:
+        h = _guarded(np, nbytes)
+        if h is not None:
+            with _stats.lock:
+                _stats.active += nbytes
+                if _stats.active + _stats.deferred > _stats.peak:
+                    _stats.peak = _stats.active + _stats.deferred
+            return h
     try:
         raw = np.empty(nbytes + ALIGN, np.uint8)
     except MemoryError:
@@ -95,6 +120,49 @@ def allocate(device: Device, nbytes: int) -> HostMemory:
     return HostMemory(base + off, arr, nbytes, True)
 
 
+def _mprotect_none(addr: int) -> bool:
+    if not _libc:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        _libc.append(libc)
+    return _libc[0].mprotect(addr, PAGE, 0) == 0
+
+
+def _guarded(np: Any, nbytes: int) -> HostMemory | None:
+    """A buffer in its own mapping whose end (rounded up to ALIGN) touches a PROT_NONE page; None
+    where the mapping cannot be made (the heap then serves it, without a guard)."""
+    used = -(-nbytes // ALIGN) * ALIGN
+    span = -(-used // PAGE) * PAGE
+    try:
+        m = mmap.mmap(-1, span + PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as exc:
+        raise OutOfMemoryError(f"cannot allocate {nbytes} bytes of host memory: {exc}") from None
+    whole = np.frombuffer(m, np.uint8)  # the array keeps the mapping; it goes with the last view
+    base = whole.ctypes.data
+    if not _mprotect_none(base + span):
+        log.info("kernelbay: no guard page after a %d-byte buffer (mprotect: errno %d)", nbytes, ctypes.get_errno())
+        return None
+    off = span - used
+    h = HostMemory(base + off, whole[off : off + nbytes], nbytes, True)
+    h.guard = base + span
+    _guards[h.guard] = (h.ptr, nbytes)
+    return h
+
+
+def describe_address(addr: int | None) -> str:
+    """What a faulting address was, as far as kernelbay knows: a null pointer, or past the end of
+    one of its buffers (the guard page after it)."""
+    if addr is None:
+        return ""
+    if addr < 65536:
+        return f" (a null pointer{'' if addr == 0 else f' plus {addr} bytes'})"
+    hit = _guards.get(addr & ~(PAGE - 1))
+    if hit is not None:
+        ptr, n = hit
+        return f" ({addr - ptr - n} bytes past the end of a {n}-byte kernelbay buffer at 0x{ptr:x}: out of bounds)"
+    return ""
+
+
 def free(device: Device, handle: HostMemory) -> None:
     with _stats.lock:
         if handle.owned:
@@ -108,6 +176,9 @@ def free(device: Device, handle: HostMemory) -> None:
 
 
 def _release(handle: HostMemory) -> None:
+    if handle.guard:
+        _guards.pop(handle.guard, None)
+        handle.guard = 0
     if handle.shared is not None:
         handle.shared.release()
     handle.array = None  # memory goes when the last host view of it goes

@@ -57,6 +57,7 @@ _HEADERS = (
 # CUDA toolkit headers that device files include: fp16/bf16 types (only kernels that include them
 # pay for them) and harmless stand-ins for host headers. A Source header of the same name wins.
 _SHIMS = (
+    "assert.h",
     "cuda_fp16.h",
     "cuda_bf16.h",
     "cuda_fp8.h",

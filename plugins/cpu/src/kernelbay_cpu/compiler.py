@@ -54,8 +54,10 @@ class Module:
         #: (mtime, size) of each file outside the source the compiler read: a changed one rebuilds.
         self.stamps = {p: stamp(p) for p in deps or ()}
         lib.kb_error_message.restype = ctypes.c_char_p
+        lib.kb_fault_address.restype = ctypes.c_void_p
         _runtime.attach(lib)
         lib.kb_set_threads(_driver.threads())
+        lib.kb_set_timeout(ctypes.c_long(_driver.timeout_ms()))
         runners = runners or {}
         if source.lang == "cuda":
             lib.kb_set_fiber_stack(ctypes.c_longlong(_driver.fiber_stack()))

@@ -4,6 +4,9 @@
 // each thread as a fiber (kb_cpu::run_fibers, kb_cpu_fiber.h). kernelbay_cpu.compiler picks the
 // runner from the source, and refuses what neither can run (textures, asm, device launches).
 #pragma once
+// Device assert(): the shim assert.h beside this file redefines it, when this is set, to report
+// and stop the block (kb_cpu::assert_fail) rather than abort the process.
+#define KB_CPU_DEVICE_ASSERT 1
 #include "kb_cpu_launch.h"
 #include "kb_cpu_fiber.h"
 #include "kb_cpu_sync.h"

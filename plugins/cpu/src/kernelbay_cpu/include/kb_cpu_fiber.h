@@ -416,6 +416,7 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
     std::memset(s.active_wait, 0, sizeof(int) * (std::size_t)((n + 31) / 32));
     std::memset(s.tile_count, 0, sizeof(int) * (std::size_t)((n + 31) / 32));
     s.tid_slot = &::kb_threadIdx;
+    thread_known = true;  // a fault report names the fiber's thread
     for (int i = 0; i < n; ++i) {
         s.tid[i] = tid_of(s, i);
         s.state[i] = F_READY;

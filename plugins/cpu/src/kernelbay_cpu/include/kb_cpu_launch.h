@@ -2,8 +2,14 @@
 // The generated launcher instantiates kb_cpu::run_threads<&kernel> (cuda: one call per thread)
 // or kb_cpu::run_blocks<&kernel> (c++: one call per block) for each entry.
 #pragma once
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <csetjmp>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <tuple>
@@ -45,6 +51,7 @@ alignas(64) static thread_local kb_cpu::dim3 kb_gridDim;
 namespace kb_cpu {
 
 static int n_threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else all cores)
+static long timeout_ms = 0;  // KERNELBAY_CPU_TIMEOUT: a launch still running after it is stopped (0: never)
 static char error_message[512];
 static int error_flag = 0;
 static const Runtime* rt = nullptr;  // kb_set_runtime; null: no Ctrl-C, fault report or fork care
@@ -107,6 +114,92 @@ inline void run_block(Body& body, uint3 bi) {
     }
 }
 
+static void* fault_address = nullptr;  // the last fault's address (kb_fault_address)
+
+// Whether the runner sets ::kb_threadIdx per thread (the per-thread and fiber runners); the loop
+// runners keep the thread index in a local, so a fault report cannot name the thread.
+static thread_local bool thread_known = false;
+
+inline const char* fault_what(const Fault& f) {
+    switch (f.sig) {
+        case SIGSEGV:
+            if (f.code == SI_KERNEL)  // x86-64: a general-protection fault, no address given
+                return "invalid memory access (SIGSEGV: an address no process can map, far out of bounds)";
+            return f.code == SEGV_ACCERR ? "invalid memory access (SIGSEGV: a protected page, such as the guard "
+                                           "page after a buffer)"
+                                         : "invalid memory access (SIGSEGV: unmapped memory)";
+        case SIGBUS: return "invalid memory access (SIGBUS: misaligned or past the end of a mapping)";
+        case SIGFPE:
+            return f.code == FPE_INTDIV   ? "integer division by zero (SIGFPE)"
+                   : f.code == FPE_INTOVF ? "integer overflow in a division (SIGFPE)"
+                                          : "arithmetic fault (SIGFPE)";
+        case SIGILL: return "illegal instruction (SIGILL: __trap(), or code built for another CPU)";
+        default: return "fault";
+    }
+}
+
+// A failed device assert (include/assert.h): the block stops with this exception, which
+// run_block (or the fiber runner) records as the launch's error.
+struct DeviceAssert : std::exception {
+    char msg[400];
+    const char* what() const noexcept override { return msg; }
+};
+
+[[noreturn]] inline void assert_fail(const char* cond, const char* file, unsigned line, const char* func) {
+    DeviceAssert a;
+    const uint3 b = ::kb_blockIdx, t = ::kb_threadIdx;
+    const char* base = std::strrchr(file, '/');
+    char thread[64] = "";
+    if (thread_known) std::snprintf(thread, sizeof(thread), ", thread (%u,%u,%u)", t.x, t.y, t.z);
+    const bool lambda = std::strcmp(func, "operator()") == 0;  // the body of a kernel on the loop path
+    std::snprintf(a.msg, sizeof(a.msg), "device assert `%s` failed at %s:%u%s%s (block (%u,%u,%u)%s)", cond,
+                  base ? base + 1 : file, line, lambda ? "" : " in ", lambda ? "" : func, b.x, b.y, b.z, thread);
+    throw a;
+}
+
+// Back from the fault handler (kb_cpu_rt.cpp): the block stops, and the launch fails with what
+// happened, where (block, and thread where the runner knows it) and in which function.
+inline void fault_report(const Fault& f) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, f.sig);
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);  // blocked since the handler jumped out
+    if (rt != nullptr) rt->guard(nullptr);         // a block on fibers was left half-way
+    const uint3 b = ::kb_blockIdx, t = ::kb_threadIdx;
+    char thread[64] = "";
+    if (thread_known) std::snprintf(thread, sizeof(thread), ", thread (%u,%u,%u)", t.x, t.y, t.z);
+    char where[200] = "";
+    Dl_info di;
+    if (f.pc != nullptr && dladdr(f.pc, &di) && di.dli_sname != nullptr)
+        std::snprintf(where, sizeof(where), " in %s+0x%lx", di.dli_sname,
+                      (unsigned long)((char*)f.pc - (char*)di.dli_saddr));
+    // A fault just below this thread's stack (or on its guard page) is a stack overflow: deep
+    // recursion or large local arrays in the kernel.
+    const char* what = fault_what(f);
+    pthread_attr_t attr;
+    if ((f.sig == SIGSEGV || f.sig == SIGBUS) && pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void* lo = nullptr;
+        std::size_t size = 0;
+        if (pthread_attr_getstack(&attr, &lo, &size) == 0) {
+            const char* a = static_cast<const char*>(f.addr);
+            const char* bottom = static_cast<const char*>(lo);
+            if (a >= bottom - (1 << 20) && a < bottom + size)
+                what = "stack overflow (SIGSEGV: deep recursion or large local arrays in the kernel)";
+        }
+        pthread_attr_destroy(&attr);
+    }
+    const bool data = f.sig == SIGSEGV || f.sig == SIGBUS;
+    char m[512];
+    std::snprintf(m, sizeof(m), "block (%u,%u,%u)%s: %s at %s %p%s", b.x, b.y, b.z, thread, what,
+                  data ? "address" : "instruction", data ? f.addr : (f.pc ? f.pc : f.addr), where);
+    int expected = 0;
+    if (__atomic_compare_exchange_n(&error_flag, &expected, FAULT, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        fault_address = f.addr;
+        std::strncpy(error_message, m, sizeof(error_message) - 1);
+        error_message[sizeof(error_message) - 1] = 0;
+    }
+}
+
 // Whether this thread has what the runtime's fault report needs (an alternate signal stack).
 alignas(64) static thread_local bool thread_ready = false;
 
@@ -119,12 +212,13 @@ inline void setup_thread() {
 // three 64-bit divisions per block cost as much as a small block's work. False: Ctrl-C
 // cancelled the blocks not yet started.
 template <class Body>
-inline bool run_range(Body& body, long b, long end, long gx, long gy, const long* irq, long irq0) {
-    if (__builtin_expect(!thread_ready, 0)) setup_thread();
+inline bool run_blocks_in(Body& body, long b, long end, long gx, long gy, const long* irq, long irq0,
+                          const int* cancel) {
     unsigned x = (unsigned)(b % gx), y = (unsigned)((b / gx) % gy), z = (unsigned)(b / (gx * gy));
     for (; b < end; ++b) {
         if (__atomic_load_n(&error_flag, __ATOMIC_RELAXED)) return true;
-        if (__atomic_load_n(irq, __ATOMIC_RELAXED) != irq0) return false;
+        if (__atomic_load_n(irq, __ATOMIC_RELAXED) != irq0 || __atomic_load_n(cancel, __ATOMIC_RELAXED))
+            return false;
         run_block(body, uint3{x, y, z});
         if (++x == (unsigned)gx) {
             x = 0;
@@ -137,6 +231,48 @@ inline bool run_range(Body& body, long b, long end, long gx, long gy, const long
     return true;
 }
 
+// Blocks [b, end) on this thread, with the runtime's recovery point set: a fault in kernel code
+// comes back here (the jump leaves the blocks' frames, and any fiber, behind) and ends the
+// launch with FAULT. The OpenMP loop that called this goes on normally (a jump out of its body
+// would be undefined); its other chunks see error_flag and return.
+static const int not_cancelled = 0;
+
+// Back from the runtime's stop signal (Ctrl-C, a deadline): the block was left where it was.
+inline void stopped(int sig) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigaddset(&set, SIGINT);  // Ctrl-C's handler may have jumped on this thread
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    if (rt != nullptr) rt->guard(nullptr);
+}
+
+template <class Body>
+inline bool run_range(Body& body, long b, long end, long gx, long gy, const long* irq, long irq0,
+                      const int* cancel) {
+    if (__builtin_expect(!thread_ready, 0)) setup_thread();
+    const Runtime* const r = rt;
+    if (r == nullptr) return run_blocks_in(body, b, end, gx, gy, irq, irq0, cancel);
+    sigjmp_buf jb;
+    Fault f{};
+    if (__builtin_expect(sigsetjmp(jb, 0) != 0, 0)) {
+        if (r->stop_signal != 0 && f.sig == r->stop_signal) {
+            stopped(f.sig);
+            return false;
+        }
+        fault_report(f);
+        return true;
+    }
+    r->protect(&jb, &f, cancel);
+    const bool done = run_blocks_in(body, b, end, gx, gy, irq, irq0, cancel);
+    r->protect(nullptr, nullptr, nullptr);
+    return done;
+}
+
+// The cancel word of the launch this thread starts (launch(), below): read by for_each_block on
+// the same thread, before its parallel region, and handed to each thread that runs blocks.
+static thread_local const int* launch_cancel = nullptr;
+
 template <class Body>
 inline int for_each_block(long gx, long gy, long gz, Body body) {
     const long nblocks = gx * gy * gz;
@@ -144,6 +280,7 @@ inline int for_each_block(long gx, long gy, long gz, Body body) {
     // Ctrl-C bumps the runtime's counter: blocks not yet started are then skipped.
     const long* irq = rt != nullptr ? rt->interrupts : &no_interrupts;
     const long irq0 = __atomic_load_n(irq, __ATOMIC_RELAXED);
+    const int* cancel = launch_cancel != nullptr ? launch_cancel : &not_cancelled;
 #ifdef _OPENMP
     const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
     if (nblocks > 1 && nt > 1) {
@@ -154,13 +291,19 @@ inline int for_each_block(long gx, long gy, long gz, Body body) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
         for (long c = 0; c < nchunks; ++c) {
             const long b = c * chunk;
-            run_range(body, b, b + chunk < nblocks ? b + chunk : nblocks, gx, gy, irq, irq0);
+            run_range(body, b, b + chunk < nblocks ? b + chunk : nblocks, gx, gy, irq, irq0, cancel);
         }
-        return error_flag ? error_flag : __atomic_load_n(irq, __ATOMIC_RELAXED) != irq0 ? CANCELLED : 0;
+        if (error_flag) return error_flag;
+        if (const int c = __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) return c;
+        return __atomic_load_n(irq, __ATOMIC_RELAXED) != irq0 ? CANCELLED : 0;
     }
 #endif
     // One block (or one thread): no parallel region to open.
-    if (!run_range(body, 0, nblocks, gx, gy, irq, irq0)) return CANCELLED;
+    if (!run_range(body, 0, nblocks, gx, gy, irq, irq0, cancel)) {
+        if (error_flag) return error_flag;
+        const int c = __atomic_load_n(cancel, __ATOMIC_ACQUIRE);
+        return c ? c : CANCELLED;
+    }
     return error_flag;
 }
 
@@ -191,7 +334,11 @@ inline int launch(const char* name, void** a, const int* g, int shmem) {
             &job);
     }
     const int slot = r->enter(name, g, where);
+    if (timeout_ms > 0) r->set_deadline(slot, timeout_ms);
+    const int* const outer = launch_cancel;  // a launch inside a launch's thread (streams): restored after
+    launch_cancel = r->cancel_word(slot);
     const int status = Run(a, g[0], g[1], g[2], g[3], g[4], g[5], shmem);
+    launch_cancel = outer;
     r->leave(slot);
     return status;
 }
@@ -207,6 +354,7 @@ inline int run_threads_(void** args, long gx, long gy, long gz, long bx, long by
         ::kb_gridDim = grid;
         ::kb_blockDim = block;
         ::kb_blockIdx = bi;
+        thread_known = true;
         for (unsigned z = 0; z < (unsigned)bz; ++z)
             for (unsigned y = 0; y < (unsigned)by; ++y)
                 for (unsigned x = 0; x < (unsigned)bx; ++x) {
@@ -232,6 +380,7 @@ inline int run_blocks_(void** args, long gx, long gy, long gz, long bx, long by,
         ::kb_gridDim = grid;
         ::kb_blockDim = block;
         ::kb_blockIdx = bi;
+        thread_known = false;  // a fiber runner sets it; the loop runners keep threadIdx in a local
         F(std::get<I>(p)...);
     });
 }
@@ -245,7 +394,9 @@ inline int run_blocks(void** args, long gx, long gy, long gz, long bx, long by, 
 
 extern "C" {
 __attribute__((visibility("default"))) void kb_set_threads(int n) { kb_cpu::n_threads = n; }
+__attribute__((visibility("default"))) void kb_set_timeout(long ms) { kb_cpu::timeout_ms = ms; }
 __attribute__((visibility("default"))) const char* kb_error_message() { return kb_cpu::error_message; }
+__attribute__((visibility("default"))) void* kb_fault_address() { return kb_cpu::fault_address; }
 __attribute__((visibility("default"))) int kb_set_runtime(const kb_cpu::Runtime* r) {
     if (r == nullptr || r->version != KB_CPU_RT_VERSION) return -1;
     kb_cpu::rt = r;

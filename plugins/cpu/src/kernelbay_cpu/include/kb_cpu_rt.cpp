@@ -4,9 +4,12 @@
 // * Ctrl-C: a SIGINT handler, chained in front of Python's, that cancels the blocks of running
 //   launches not yet started (kb_cpu::for_each_block checks the counter between blocks); a
 //   second Ctrl-C while a launch still runs ends the process with a message.
-// * Faults: a handler for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT that names the kernel, grid
-//   and block that were running (as Python's faulthandler does for Python code), then hands the
-//   signal to the handler that was there before (faulthandler, or the default action).
+// * Faults: a fault raised by kernel code in a thread that runs blocks (SIGSEGV, SIGBUS, SIGFPE,
+//   SIGILL: Runtime::protect) stops that thread's blocks and becomes the launch's LaunchError
+//   (kb_cpu_launch.h, run_range); the process goes on. Any other fatal signal (SIGABRT, a fault
+//   outside kernel code) is reported naming the kernel, grid and block that were running (as
+//   Python's faulthandler does for Python code), then handed to the handler that was there
+//   before (faulthandler, or the default action).
 // * fork(): libgomp's thread pool belongs to the thread that opened it; in a fork()ed child its
 //   workers are gone and the first parallel region on the forking thread waits for them forever.
 //   In a child, launches from the forking thread run on a new thread, which gets a new pool.
@@ -18,10 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if defined(__linux__)
 #include <sys/auxv.h>  // getauxval(AT_MINSIGSTKSZ)
 #endif
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "kb_cpu_rt.h"
@@ -34,8 +39,37 @@ struct Slot {
     const char* name;
     int geom[6];
     void (*where)(unsigned*);
+    int cancel;              // 0, CANCELLED (Ctrl-C) or TIMEOUT: the launch's blocks stop
+    long long deadline_ns;   // CLOCK_MONOTONIC; 0: none
 };
 Slot slots[NSLOTS];
+const int never_cancelled = 0;
+
+// Every thread that has run blocks (thread_setup), by kernel thread id: the stop signal goes to
+// each; one that is not running a block of a stopped launch ignores it.
+constexpr int MAX_KERNEL_THREADS = 1024;
+long kernel_tids[MAX_KERNEL_THREADS];
+int n_kernel_tids = 0;
+int stop_sig = 0;
+
+long my_tid() {
+#ifdef SYS_gettid
+    return (long)syscall(SYS_gettid);  // async-signal-safe
+#else
+    return (long)(uintptr_t)pthread_self();
+#endif
+}
+
+// Send the stop signal to every thread that runs blocks, but the caller (async-signal-safe).
+void stop_threads() {
+    if (stop_sig == 0) return;
+    const long me = my_tid();
+    const int n = __atomic_load_n(&n_kernel_tids, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n && i < MAX_KERNEL_THREADS; ++i) {
+        const long t = __atomic_load_n(&kernel_tids[i], __ATOMIC_ACQUIRE);
+        if (t > 0 && t != me) syscall(SYS_tgkill, (long)getpid(), t, stop_sig);
+    }
+}
 long interrupts = 0;
 int active = 0;
 int pending = 0;  // a Ctrl-C cancelled launches that have not all returned yet
@@ -93,6 +127,7 @@ void chain(const struct sigaction& prev, int sig, siginfo_t* info, void* uc) {
 }
 
 long int_owner = 0;  // the thread (tid) running on_int, 0 when none
+void stop_self();    // below: the recovery points
 
 void on_int(int sig, siginfo_t* info, void* uc) {
     // Re-entered on this thread: a handler installed after ours chains back to it, and ours
@@ -124,12 +159,21 @@ void on_int(int sig, siginfo_t* info, void* uc) {
             _exit(130);
         }
         __atomic_add_fetch(&interrupts, 1, __ATOMIC_ACQ_REL);
+        for (auto& s : slots)
+            if (__atomic_load_n(&s.used, __ATOMIC_ACQUIRE) == 1) {
+                int zero = 0;
+                __atomic_compare_exchange_n(&s.cancel, &zero, kb_cpu::CANCELLED, false, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE);
+            }
         put("\nkernelbay: Ctrl-C: cancelling the blocks of cpu kernel '");
         put(name ? name : "?");
-        put("' that have not started; blocks already running finish first (Ctrl-C again ends the process)\n");
+        put(stop_sig ? "': stopping the running ones and skipping the rest (Ctrl-C again ends the process)\n"
+                     : "' that have not started; blocks already running finish first (Ctrl-C again ends the process)\n");
+        stop_threads();
     }
     chain(prev_int, sig, info, uc);
     if (owner) __atomic_store_n(&int_owner, 0, __ATOMIC_RELEASE);
+    stop_self();  // this thread was running a block of a cancelled launch: it stops too
 }
 
 int reporting = 0;
@@ -145,6 +189,131 @@ void set_guard(const kb_cpu::Guard* g) {
     guard_now = g;
 }
 
+// The recovery point of this thread while it runs kernel code (protect). Touched first by
+// thread_setup, which every thread that runs blocks calls before its first block, so that the
+// handler never makes this thread-local on a signal stack.
+thread_local sigjmp_buf* recover_now = nullptr;
+thread_local kb_cpu::Fault* fault_now = nullptr;
+thread_local const int* cancel_now = nullptr;
+
+void protect(sigjmp_buf* jb, kb_cpu::Fault* f, const int* cancel) {
+    cancel_now = cancel;
+    fault_now = f;
+    recover_now = jb;
+}
+
+const int* cancel_word(int slot) { return slot >= 0 && slot < NSLOTS ? &slots[slot].cancel : &never_cancelled; }
+
+// Leave the block this thread runs, if its launch was cancelled: back to its recovery point
+// (run_range) with the stop signal as the "fault". Called from a signal handler.
+void stop_self() {
+    sigjmp_buf* jb = recover_now;
+    const int* c = cancel_now;
+    if (jb == nullptr || c == nullptr || __atomic_load_n(c, __ATOMIC_ACQUIRE) == 0) return;
+    if (fault_now != nullptr) {
+        fault_now->sig = stop_sig;
+        fault_now->code = 0;
+        fault_now->addr = nullptr;
+        fault_now->pc = nullptr;
+    }
+    recover_now = nullptr;
+    fault_now = nullptr;
+    siglongjmp(*jb, stop_sig ? stop_sig : SIGINT);
+}
+
+// The stop signal: sent by this process (Ctrl-C's handler, the watchdog) to a thread that runs
+// blocks. A block that never reaches a barrier or its end (a loop that spins) stops here.
+void on_stop(int, siginfo_t* info, void*) {
+    if (info == nullptr || info->si_code != SI_TKILL || info->si_pid != getpid()) return;
+    stop_self();
+}
+
+// --- deadlines: one watchdog thread, started by the first launch that has one ---
+
+pthread_mutex_t dog_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t dog_cv;
+int dog_up = 0;
+
+long long now_ns() {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+void* watchdog_main(void*) {
+    pthread_mutex_lock(&dog_mu);
+    for (;;) {
+        long long next = 0;
+        const long long now = now_ns();
+        bool fired = false;
+        for (auto& s : slots) {
+            const long long d = __atomic_load_n(&s.deadline_ns, __ATOMIC_ACQUIRE);
+            if (d == 0 || __atomic_load_n(&s.used, __ATOMIC_ACQUIRE) != 1) continue;
+            if (d <= now) {
+                int zero = 0;
+                if (__atomic_compare_exchange_n(&s.cancel, &zero, kb_cpu::TIMEOUT, false, __ATOMIC_ACQ_REL,
+                                                __ATOMIC_ACQUIRE))
+                    fired = true;
+                __atomic_store_n(&s.deadline_ns, 0, __ATOMIC_RELEASE);
+            } else if (next == 0 || d < next) {
+                next = d;
+            }
+        }
+        if (fired) {
+            pthread_mutex_unlock(&dog_mu);
+            stop_threads();
+            pthread_mutex_lock(&dog_mu);
+            continue;
+        }
+        if (next == 0) {
+            pthread_cond_wait(&dog_cv, &dog_mu);
+        } else {
+            struct timespec ts;
+            ts.tv_sec = (time_t)(next / 1000000000LL);
+            ts.tv_nsec = (long)(next % 1000000000LL);
+            pthread_cond_timedwait(&dog_cv, &dog_mu, &ts);
+        }
+    }
+    return nullptr;
+}
+
+void set_deadline(int slot, long ms) {
+    if (slot < 0 || slot >= NSLOTS || ms <= 0) return;
+    __atomic_store_n(&slots[slot].deadline_ns, now_ns() + (long long)ms * 1000000LL, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&dog_mu);
+    if (!dog_up) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&dog_cv, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        // The watchdog takes no signal: the stop signal and Ctrl-C go to the threads that run blocks.
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        if (pthread_create(&t, &a, watchdog_main, nullptr) == 0) dog_up = 1;
+        pthread_sigmask(SIG_SETMASK, &old, nullptr);
+        pthread_attr_destroy(&a);
+    }
+    pthread_cond_signal(&dog_cv);
+    pthread_mutex_unlock(&dog_mu);
+}
+
+void* pc_of(void* uc) {
+#if defined(__x86_64__)
+    return uc ? (void*)static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP] : nullptr;
+#elif defined(__aarch64__)
+    return uc ? (void*)static_cast<ucontext_t*>(uc)->uc_mcontext.pc : nullptr;
+#else
+    (void)uc;
+    return nullptr;
+#endif
+}
+
 void on_fatal(int sig, siginfo_t* info, void* uc) {
     // A fault on a guard page of this thread's fiber stacks: the block ends with an error
     // (the fiber code unblocks SIGSEGV after the jump).
@@ -154,6 +323,23 @@ void on_fatal(int sig, siginfo_t* info, void* uc) {
         if (g != nullptr && a >= g->stacks && a < g->stacks + g->map_bytes &&
             (size_t)(a - g->stacks) % g->stride < g->page)
             siglongjmp(*g->overflow, 1);
+    }
+    // A fault raised by kernel code (si_code > 0: by the CPU, not sent with kill) in a thread
+    // that runs blocks: that thread's blocks stop and the launch reports it (run_range).
+    if (sig != SIGABRT && info != nullptr && info->si_code > 0 && __atomic_load_n(&active, __ATOMIC_ACQUIRE) > 0) {
+        sigjmp_buf* jb = recover_now;
+        if (jb != nullptr) {
+            kb_cpu::Fault* f = fault_now;
+            if (f != nullptr) {
+                f->sig = sig;
+                f->code = info->si_code;
+                f->addr = info->si_addr;
+                f->pc = pc_of(uc);
+            }
+            recover_now = nullptr;
+            fault_now = nullptr;
+            siglongjmp(*jb, sig);
+        }
     }
     int idx = 0;
     while (FATAL[idx] != sig) ++idx;
@@ -181,8 +367,8 @@ void on_fatal(int sig, siginfo_t* info, void* uc) {
             }
             ++shown;
         }
-        put("\nkernelbay: the kernel faulted (out-of-bounds or null access, integer division by zero, assert, or a "
-            "stack overflow); KERNELBAY_CPU_ISOLATE=1 turns such faults into a LaunchError, "
+        put("\nkernelbay: a fatal signal that kernelbay cannot turn into a LaunchError (abort(), or a fault in a "
+            "thread that was not running a block); KERNELBAY_CPU_ISOLATE=1 turns even these into a LaunchError, "
             "KERNELBAY_CPU_CHECK=address finds the line\n");
     }
     // Hand the signal on: the previous handler (Python's faulthandler prints the Python stack),
@@ -265,6 +451,9 @@ void after_fork_child() {
     mover_cv = PTHREAD_COND_INITIALIZER;
     mover_up = 0;
     job_state = 0;
+    n_kernel_tids = 0;  // their threads are gone; this one registers again at its next block
+    dog_mu = PTHREAD_MUTEX_INITIALIZER;
+    dog_up = 0;
 }
 
 int enter(const char* name, const int* geom, void (*where)(unsigned*)) {
@@ -276,6 +465,8 @@ int enter(const char* name, const int* geom, void (*where)(unsigned*)) {
             slots[i].name = name;
             memcpy(slots[i].geom, geom, sizeof(slots[i].geom));
             slots[i].where = where;
+            __atomic_store_n(&slots[i].cancel, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&slots[i].deadline_ns, 0, __ATOMIC_RELEASE);
             __atomic_store_n(&slots[i].used, 1, __ATOMIC_RELEASE);
             return i;
         }
@@ -284,7 +475,10 @@ int enter(const char* name, const int* geom, void (*where)(unsigned*)) {
 }
 
 void leave(int slot) {
-    if (slot >= 0) __atomic_store_n(&slots[slot].used, 0, __ATOMIC_RELEASE);
+    if (slot >= 0) {
+        __atomic_store_n(&slots[slot].deadline_ns, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&slots[slot].used, 0, __ATOMIC_RELEASE);
+    }
     if (__atomic_sub_fetch(&active, 1, __ATOMIC_ACQ_REL) == 0) __atomic_store_n(&pending, 0, __ATOMIC_RELEASE);
 }
 
@@ -309,6 +503,9 @@ void thread_setup() {
     // A smaller stack found here is left allocated (its owner may still free or restore it).
     static thread_local bool done = false;
     if (done) return;
+    protect(nullptr, nullptr, nullptr);  // this thread's recovery point exists before any signal
+    const int i = __atomic_fetch_add(&n_kernel_tids, 1, __ATOMIC_ACQ_REL);
+    if (i < MAX_KERNEL_THREADS) __atomic_store_n(&kernel_tids[i], my_tid(), __ATOMIC_RELEASE);
     stack_t cur;
     if (sigaltstack(nullptr, &cur) != 0 || (cur.ss_flags & SS_ONSTACK)) return;  // on it now: later
     done = true;
@@ -321,8 +518,9 @@ void thread_setup() {
     if (ss.ss_sp != nullptr && sigaltstack(&ss, nullptr) != 0) free(ss.ss_sp);
 }
 
-kb_cpu::Runtime api = {KB_CPU_RT_VERSION, &interrupts,   &forked,      enter,    leave,
-                       must_move,         run_elsewhere, thread_setup, set_guard};
+kb_cpu::Runtime api = {KB_CPU_RT_VERSION, &interrupts, &forked,   enter,       leave,        must_move,
+                       run_elsewhere,     thread_setup, set_guard, protect,     cancel_word, set_deadline,
+                       0};
 
 }  // namespace
 
@@ -372,6 +570,20 @@ __attribute__((visibility("default"))) int kb_rt_install_interrupt() {
 __attribute__((visibility("default"))) int kb_rt_install_fatal() {
     if (fatal_installed) return 0;
     fatal_installed = 1;
+    // The stop signal: a real-time signal near the top of the range, where libraries rarely
+    // look (glibc keeps the lowest ones), taken only if nobody handles it yet.
+    for (int sig = SIGRTMAX - 3; sig >= SIGRTMAX - 8 && stop_sig == 0; --sig) {
+        struct sigaction cur;
+        if (sigaction(sig, nullptr, &cur) != 0) continue;
+        if ((cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL) continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = on_stop;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sig, &sa, nullptr) == 0) stop_sig = sig;
+    }
+    api.stop_signal = stop_sig;
     for (int sig : FATAL) {
         struct sigaction sa;
         memset(&sa, 0, sizeof(sa));

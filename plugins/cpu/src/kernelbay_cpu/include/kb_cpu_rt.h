@@ -6,7 +6,7 @@
 #include <csetjmp>
 #include <cstddef>
 
-#define KB_CPU_RT_VERSION 2
+#define KB_CPU_RT_VERSION 3
 
 namespace kb_cpu {
 
@@ -16,6 +16,14 @@ struct Guard {
     char* stacks;
     std::size_t map_bytes, stride, page;
     sigjmp_buf* overflow;  // where the fault handler jumps
+};
+
+// What the fault handler saw when it stopped a block (Runtime::protect).
+struct Fault {
+    int sig;     // SIGSEGV, SIGBUS, SIGFPE or SIGILL
+    int code;    // its si_code (SEGV_MAPERR, FPE_INTDIV...)
+    void* addr;  // si_addr: the address accessed (SIGSEGV, SIGBUS) or the instruction (SIGFPE, SIGILL)
+    void* pc;    // the faulting instruction, where the platform says (else nullptr)
 };
 
 struct Runtime {
@@ -36,9 +44,27 @@ struct Runtime {
     // that turns a guard-page fault into an error lives here, in the runtime, which is never
     // unloaded: a handler in a kernel module would dangle once that module is unloaded.
     void (*guard)(const Guard* g);
+    // The calling thread runs kernel code of the launch whose cancel word is `cancel` (jb, f,
+    // cancel), or no longer does (nullptr, nullptr, nullptr). While it does, a fault raised by
+    // that code on this thread (SIGSEGV, SIGBUS, SIGFPE, SIGILL; not one sent by kill) fills *f
+    // and siglongjmps to *jb with the signal number, and so does the runtime's stop signal once
+    // *cancel is set (Ctrl-C, a deadline): f->sig is then stop_signal. The signal (and SIGINT)
+    // may still be blocked on this thread after the jump: the caller unblocks them.
+    void (*protect)(sigjmp_buf* jb, Fault* f, const int* cancel);
+    // The cancel word of a launch (enter's slot; a word that stays 0 for slot -1): 0 while it
+    // runs, CANCELLED after Ctrl-C, TIMEOUT once its deadline passed.
+    const int* (*cancel_word)(int slot);
+    // Stop the launch in `slot` if it still runs `ms` milliseconds from now (a watchdog thread
+    // sets its cancel word to TIMEOUT and stops its running blocks).
+    void (*set_deadline)(int slot, long ms);
+    int stop_signal;  // the real-time signal that stops a running block
 };
 
 //: the status of a launch whose blocks were cancelled by Ctrl-C (kernelbay_cpu._driver.CANCELLED)
 constexpr int CANCELLED = 2;
+//: a launch stopped by a fault in its kernel code (kernelbay_cpu._driver.FAULT)
+constexpr int FAULT = 3;
+//: a launch stopped at its deadline (KERNELBAY_CPU_TIMEOUT; kernelbay_cpu._driver.TIMEOUT)
+constexpr int TIMEOUT = 4;
 
 }  // namespace kb_cpu
