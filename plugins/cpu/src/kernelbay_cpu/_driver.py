@@ -26,6 +26,7 @@ from kernelbay.errors import BackendUnavailableError, CompileError, InvalidArgum
 from kernelbay.native import in_load_dir, private_file
 
 from . import _threads
+from .guards import describe_address
 
 ENV_CXX = "CXX"
 ENV_THREADS = _threads.ENV_THREADS
@@ -398,8 +399,6 @@ def check(status: int, lib: Any, what: str) -> None:
     msg = lib.kb_error_message() if lib is not None else None  # restype c_char_p, set at load
     detail = msg.decode(errors="replace") if msg else f"status {status}"
     if status == FAULT:
-        from .allocator import describe_address  # only when a kernel faulted
-
         # restype c_void_p: None stands for address 0
         addr = (lib.kb_fault_address() or 0) if lib is not None and hasattr(lib, "kb_fault_address") else None
         if "(SIGSEGV" not in detail or "stack overflow" in detail or "no process can map" in detail:

@@ -5,7 +5,7 @@ export keeps the memory alive by reference even after the Buffer is closed: no v
 
 Guard pages: a buffer of at least one page is mapped on its own, its end (rounded up to 64
 bytes) against a ``PROT_NONE`` page, so a kernel that writes or reads past it faults (a
-``LaunchError`` naming the buffer, see :func:`describe_address`) instead of reaching the next
+``LaunchError`` naming the buffer, see :func:`.guards.describe_address`) instead of reaching the next
 buffer. Smaller buffers share the heap, as CUDA's allocations share their granule.
 
 Stream-ordered memory: work queued on a user stream holds the memory of each buffer it uses
@@ -28,16 +28,15 @@ from kernelbay.errors import OutOfMemoryError
 from kernelbay.types import Array, Device, MemoryStats
 
 from . import _driver
+from .guards import PAGE, guards
 
 ALIGN = 64
 KDLCPU = 1
-PAGE = mmap.PAGESIZE
 #: Guarded buffers alive at once at most: each costs two memory maps, and a process has about 65,000
 #: (vm.max_map_count). Past it, buffers are allocated without a guard page.
 MAX_GUARDED = 16384
 
 log = logging.getLogger("kernelbay.cpu")
-_guards: dict[int, tuple[int, int]] = {}  # guard page address -> (buffer address, nbytes), live buffers
 _libc: list[Any] = []
 
 
@@ -93,7 +92,7 @@ def allocate(device: Device, nbytes: int) -> HostMemory:
             _stats.active += nbytes
             _stats.peak = max(_stats.peak, _stats.active + _stats.deferred)
         return HostMemory(ptr, arr, nbytes, True, region)
-    if nbytes >= PAGE and len(_guards) < MAX_GUARDED:
+    if nbytes >= PAGE and len(guards) < MAX_GUARDED:
         h = _guarded(np, nbytes)
         if h is not None:
             with _stats.lock:
@@ -145,22 +144,8 @@ def _guarded(np: Any, nbytes: int) -> HostMemory | None:
     off = span - used
     h = HostMemory(base + off, whole[off : off + nbytes], nbytes, True)
     h.guard = base + span
-    _guards[h.guard] = (h.ptr, nbytes)
+    guards[h.guard] = (h.ptr, nbytes)
     return h
-
-
-def describe_address(addr: int | None) -> str:
-    """What a faulting address was, as far as kernelbay knows: a null pointer, or past the end of
-    one of its buffers (the guard page after it)."""
-    if addr is None:
-        return ""
-    if addr < 65536:
-        return f" (a null pointer{'' if addr == 0 else f' plus {addr} bytes'})"
-    hit = _guards.get(addr & ~(PAGE - 1))
-    if hit is not None:
-        ptr, n = hit
-        return f" ({addr - ptr - n} bytes past the end of a {n}-byte kernelbay buffer at 0x{ptr:x}: out of bounds)"
-    return ""
 
 
 def free(device: Device, handle: HostMemory) -> None:
@@ -177,7 +162,7 @@ def free(device: Device, handle: HostMemory) -> None:
 
 def _release(handle: HostMemory) -> None:
     if handle.guard:
-        _guards.pop(handle.guard, None)
+        guards.pop(handle.guard, None)
         handle.guard = 0
     if handle.shared is not None:
         handle.shared.release()
