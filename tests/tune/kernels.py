@@ -8,7 +8,8 @@ from typing import Any
 import kernelbay as kb
 import numpy as np
 
-# MODE: 0 right, 1 wrong result, 2 null write (a crash), 3 spins forever (a hang), 4 does not compile.
+# MODE: 0 right, 1 wrong result, 2 null write (a fault: a LaunchError on the cpu too), 3 spins forever
+# (a hang), 4 does not compile, 5 abort() (kills the worker: a crash).
 ROWSUM = r"""
 #ifndef MODE
 #define MODE 0
@@ -21,6 +22,9 @@ extern "C" __global__ void rowsum(const float* x, float* y, int rows, int cols) 
     if (r >= rows) return;
 #if MODE == 2
     if (r == 0) *(volatile int*)0 = 1;
+#endif
+#if MODE == 5
+    if (r == 0) abort();
 #endif
 #if MODE == 3
     volatile int spin = 1;

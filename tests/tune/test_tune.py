@@ -17,13 +17,14 @@ OPTS = dict(check=K.reference, rtol=1e-4, atol=1e-3, repeats=3, warmup=1, progre
 
 
 def test_faults_are_results_and_a_wrong_config_is_never_chosen(cpu):
-    space = {"BLOCK": [64], "UNROLL": [4], "MODE": [0, 1, 2, 3, 4]}
+    space = {"BLOCK": [64], "UNROLL": [4], "MODE": [0, 1, 2, 3, 4, 5]}
     r = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", timeout=3, **OPTS)
     status = {c["MODE"]: rec["status"] for c, rec in r.records}
-    assert status == {0: "ok", 1: "wrong", 2: "crashed", 3: "timeout", 4: "compile_error"}
+    assert status == {0: "ok", 1: "wrong", 2: "launch_error", 3: "timeout", 4: "compile_error", 5: "crashed"}
     assert r.config == {"BLOCK": 64, "UNROLL": 4, "MODE": 0}
     by_mode = {c["MODE"]: rec for c, rec in r.records}
-    assert "SIGSEGV" in by_mode[2]["detail"]
+    assert "SIGSEGV" in by_mode[2]["detail"] and "null pointer" in by_mode[2]["detail"]
+    assert "SIGABRT" in by_mode[5]["detail"]
     assert "killed" in by_mode[3]["detail"]
     assert "line" in by_mode[4]["detail"]  # the compiler's log, pointing at the line
     # the kernel handed back is the winner's, ready: it computes the right sums
@@ -66,15 +67,18 @@ def test_two_workers_on_one_device_take_turns_and_neither_times_out(cpu):
     assert [rec["status"] for _, rec in r.records] == ["ok"] * 4
 
 
-def test_a_default_config_that_crashes_is_not_charged_to_another(cpu):
-    space = {"BLOCK": [64], "UNROLL": [1], "MODE": [2, 0]}
-    with pytest.raises(kb.TuneError, match=r"default config .*'MODE': 2.*crashed.*check="):
+@pytest.mark.parametrize(("mode", "status"), [(5, "crashed"), (2, "launch_error")])
+def test_a_default_config_that_crashes_is_not_charged_to_another(cpu, mode, status):
+    space = {"BLOCK": [64], "UNROLL": [1], "MODE": [mode, 0]}
+    with pytest.raises(kb.TuneError, match=rf"default config .*'MODE': {mode}.*{status}.*check="):
         kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", repeats=2, progress=False)
 
 
 def test_a_builder_function_and_a_restricted_random_space(cpu):
     space = kb.tune.Space({"BLOCK": [32, 64, 128], "UNROLL": [1, 2, 4, 8]}, restrict=lambda c: c["UNROLL"] <= 4)
-    r = kb.tune(K.source_for, space, K.launch, args=K.make_args, devices="cpu", strategy="random", max_configs=3, **OPTS)
+    r = kb.tune(
+        K.source_for, space, K.launch, args=K.make_args, devices="cpu", strategy="random", max_configs=3, **OPTS
+    )
     tried = [c for c, _ in r.records]
     assert len(tried) == 3 and tried[0] == {"BLOCK": 32, "UNROLL": 1}  # the default is always tried
     assert all(c["UNROLL"] <= 4 for c in tried)
@@ -138,7 +142,9 @@ def test_cli_runs_a_declared_sweep_and_exports(cpu, tmp_path):
 def test_optuna_proposes_configs_batch_by_batch(cpu):
     pytest.importorskip("optuna", reason="optuna is not installed (the kernelbay[optuna] extra)")
     space = {"BLOCK": [32, 64, 128], "UNROLL": [1, 2, 4]}
-    r = kb.tune(K.source(), space, K.launch, args=K.host_args(), devices="cpu", strategy="optuna", max_configs=4, **OPTS)
+    r = kb.tune(
+        K.source(), space, K.launch, args=K.host_args(), devices="cpu", strategy="optuna", max_configs=4, **OPTS
+    )
     tried = [c for c, _ in r.records]
     assert 2 <= len(tried) <= 4 and tried[0] == {"BLOCK": 32, "UNROLL": 1}
     assert len({json.dumps(c, sort_keys=True) for c in tried}) == len(tried)
@@ -154,4 +160,27 @@ def test_optuna_missing_is_said_plainly(cpu, monkeypatch):
 
 def test_when_every_config_fails_the_error_says_why(cpu):
     with pytest.raises(kb.TuneError, match=r"1 compile_error\); the first failure \(compile_error\): .*line"):
-        kb.tune(K.source(), {"BLOCK": [64], "UNROLL": [1], "MODE": [4]}, K.launch, args=K.host_args(), devices="cpu", **OPTS)
+        kb.tune(
+            K.source(), {"BLOCK": [64], "UNROLL": [1], "MODE": [4]}, K.launch, args=K.host_args(), devices="cpu", **OPTS
+        )
+
+
+@pytest.mark.parametrize(("how", "says"), [("exit", "it exited with status 3"), ("hang", "it did not answer within")])
+def test_a_worker_that_dies_or_hangs_while_starting_stops_the_sweep_with_a_clear_error(cpu, monkeypatch, how, says):
+    # The job is large (a 200 kB source): sent as the process's argument, it filled the spawn pipe,
+    # and a worker that died while starting left the tuner waiting forever.
+    from tests.tune import starts_badly
+
+    monkeypatch.setattr(runner, "START_TIMEOUT", 3.0)
+    monkeypatch.setenv("KB_TUNE_TEST_WORKER", how)  # read by the worker's import of starts_badly
+    src = kb.Source("// " + "x" * 200_000 + '\nextern "C" __global__ void k(float* y) { y[threadIdx.x] = V; }', "cuda")
+    with pytest.raises(kb.TuneError, match=f"tuning worker for cpu:0 could not start: {says}"):
+        kb.tune(
+            src,
+            {"V": [1, 2]},
+            starts_badly.launch,
+            args=[np.zeros(32, np.float32)],
+            devices="cpu",
+            check=False,
+            progress=False,
+        )

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .. import _isolate
 from ..errors import TuneError
 from .worker import WAITING, Job, serve
 
@@ -18,8 +19,13 @@ log = logging.getLogger("kernelbay.tune")
 
 __all__ = ["WorkerHandle", "summarise", "sweep_device"]
 
-#: Seconds a fresh worker may take to import kernelbay and open its device.
+#: Seconds a fresh worker may take to import kernelbay and open its device on an idle machine;
+#: longer in proportion to the load, as the backend probe's deadline (kernelbay._isolate).
 START_TIMEOUT = 120.0
+
+
+def start_timeout() -> float:
+    return START_TIMEOUT * _isolate.default_deadline() / _isolate.DEFAULT_TIMEOUT
 
 
 class WorkerHandle:
@@ -40,16 +46,32 @@ class WorkerHandle:
         # The config the worker is running, in shared memory: the worker sets it before each
         # launch at no syscall's cost, and the tuner reads it to charge a hang or a crash.
         self.current = ctx.RawValue("i", -1)
-        self.proc = ctx.Process(target=serve, args=(child, self.device, self.job, self.current), daemon=True)
+        self.proc = ctx.Process(target=serve, args=(child, self.device, self.current), daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent
         self.restarts += 1
-        msg = self._recv(START_TIMEOUT)
+        limit = start_timeout()
+        msg = self._recv(limit)
+        if msg is not None and msg[0] == "hello":
+            try:  # the job after the worker said it runs: a dead one gives EPIPE here, never a hang
+                parent.send(self.job)
+            except OSError:
+                msg = ("dead",)
+            else:
+                msg = self._recv(limit)
         if msg is None or msg[0] != "ready":
-            why = msg[1] if msg is not None and msg[0] == "failed" else self._death()
+            if msg is None:
+                why = f"it did not answer within {limit:g} s (a hang while importing, or a very slow machine)"
+            elif msg[0] == "failed":
+                why = msg[1]
+            else:
+                why = self._death()
             self.kill()
-            raise TuneError(f"the tuning worker for {self.device} could not start: {why}")
+            raise TuneError(
+                f"the tuning worker for {self.device} could not start: {why}. Its own error, if any, is on stderr "
+                "above; functions given to kb.tune must import cleanly in a fresh process"
+            )
         self.properties = msg[2]
 
     def _live(self) -> Any:

@@ -1,8 +1,8 @@
 """The timing worker: one spawned process per device, which the tuner can kill.
 
 It checks each config's output against the reference, then times configs in the rounds the
-tuner sends (so that repeats interleave across configs). Messages on its pipe, tuner to worker:
-``("check", i)``, ``("time", [i, ...], warmup)``, ``("stop",)``; worker to tuner: ``("ready",
+tuner sends (so that repeats interleave across configs). Messages on its pipe, worker to tuner first: ``("hello",)``; then tuner to worker: the
+:class:`Job`, ``("check", i)``, ``("time", [i, ...], warmup)``, ``("stop",)``; worker to tuner: ``("ready",
 device, properties)``, then per check ``("checked", i, status, detail)`` and per round
 ``("round", {i: ns}, {i: (status, detail)})``. The config being timed is kept in shared memory
 (``current``), so a hang or a crash is charged to that config, and the worker restarted.
@@ -190,9 +190,17 @@ class _State:
             return t1 - t0
 
 
-def serve(conn: Any, device: str, job: Job, current: Any) -> None:
-    """The worker's loop (the target of its process)."""
+def serve(conn: Any, device: str, current: Any) -> None:
+    """The worker's loop (the target of its process). The job comes over ``conn`` once the worker
+    says it has started: passed as the process's argument, a large one (many sources) filled the
+    spawn pipe, and a worker that died while starting left the tuner's write waiting forever
+    (multiprocessing holds that pipe's other end until the write returns)."""
     os.environ.pop("KERNELBAY_TRACE", None)
+    conn.send(("hello",))
+    try:
+        job = conn.recv()
+    except EOFError:
+        return
     try:
         st = _State(job, device)
     except BaseException as exc:
