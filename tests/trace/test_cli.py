@@ -149,3 +149,35 @@ def test_profile_names_allocator_waits_caused_by_other_streams() -> None:
     assert "5 frees waited on events of other streams (5 events, 5.0 MiB set aside)" in text
     assert "2 allocations missed the cache meanwhile" in text
     assert "allocate it inside `with stream:`" in text
+
+
+RUNNERS = r'''
+import numpy as np, kernelbay as kb
+src = """
+__global__ void scale(float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] *= 2; }
+__global__ void shuffle(float* y) { __syncthreads(); y[threadIdx.x] = __shfl_sync(0xffffffffu, y[threadIdx.x], 0); }
+"""
+y = kb.zeros(64, "float32", device="cpu")
+for name in ("scale", "shuffle"):
+    k = kb.compile(kb.Source(src, "cuda", name=name), "cpu")
+    k.launch(1, 64, (y, np.int32(64)) if name == "scale" else (y,))
+print("runners ok")
+'''
+
+
+def test_profile_says_how_each_cpu_kernel_ran(tmp_path, cache_dir) -> None:
+    # The cpu runner is chosen per kernel: the profile says which, and why (issue #25).
+    script = tmp_path / "runners.py"
+    script.write_text(RUNNERS)
+    proc = kernelbay("profile", "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "runners ok" in text and "how each kernel ran:" in text, text
+    assert "  scale: cpu: the loop path" in text
+    assert "  shuffle: cpu: fibers (" in text and "at kernel.cu:3)" in text
+    proc = kernelbay("profile", "--json", "--", sys.executable, str(script))
+    data = json.loads(proc.stdout[proc.stdout.index("{") :])
+    assert {k["kernel"]: k["note"].split(" (")[0] for k in data["kernels"]} == {
+        "scale": "cpu: the loop path",
+        "shuffle": "cpu: fibers",
+    }

@@ -243,7 +243,9 @@ def kernelbay_compile(device: Device, source: Source) -> Any:
 
     :param device: the target device.
     :param source: the kernel source.
-    :return: the backend's handle for the compiled kernel, stored as ``Kernel.handle``.
+    :return: the backend's handle for the compiled kernel, stored as ``Kernel.handle``. It may
+        carry ``profile_note``, a short string saying how the kernel runs (the cpu backend:
+        its runner and why), which ``kernelbay profile`` prints beside the kernel's figures.
     :raises CompileError: with the compiler's full log and the source lines it points at.
 
     .. versionadded:: 0.1

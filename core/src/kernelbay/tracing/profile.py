@@ -127,6 +127,7 @@ def summarise(s: dict[str, Any]) -> dict[str, Any]:
                 "mean_us": total / n / 1e3 if n else 0.0,
                 "min_us": k["device_min_ns"] / 1e3 if timed else None,
                 "max_us": k["device_max_ns"] / 1e3 if timed else None,
+                "note": k.get("note"),
             }
         )
     kernels.sort(key=lambda r: -r["total_ms"])
@@ -190,6 +191,11 @@ def render(s: dict[str, Any], top: int = 15) -> str:
         )
     if not s["kernels"]:
         out.append("(no launches)")
+    notes = [(k["kernel"], k["note"]) for k in s["kernels"][:top] if k.get("note")]
+    if notes:  # how each backend ran the kernel (the cpu: which runner, and why)
+        out.append("")
+        out.append("how each kernel ran:")
+        out.extend(f"  {name}: {note}" for name, note in notes)
     out.append("")
     out.append(f"{'copy':<8} {'count':>8} {'bytes':>12} {'time ms':>10} {'GB/s':>8}  time")
     for c in s["copies"]:

@@ -249,7 +249,11 @@ class Log:
 
     def summary(self) -> dict[str, Any]:
         by_name: dict[str, list[float]] = {}
+        notes: dict[str, str] = {}
         for kernel, k in self.kernels.items():
+            note = getattr(getattr(kernel, "handle", None), "profile_note", None)  # hookspecs: kernelbay_compile
+            if isinstance(note, str) and note:
+                notes.setdefault(kernel.name, note)
             m = by_name.setdefault(kernel.name, [0, 0, 0, 0, float("inf"), 0])
             m[0] += k[0]
             m[1] += k[1]
@@ -265,6 +269,7 @@ class Log:
                 "device_ns": k[3],
                 "device_min_ns": k[4] if k[2] else None,
                 "device_max_ns": k[5] if k[2] else None,
+                **({"note": notes[n]} if n in notes else {}),
             }
             for n, k in by_name.items()
         }

@@ -144,6 +144,8 @@ class Built(NamedTuple):
     remote: RemoteModule | None
     #: entry -> its runner: "run_fibers", "run_blocks" (the loop path) or "run_threads"
     runners: dict[str, str]
+    #: entry -> how it runs, in words (``kernelbay profile`` prints it: KernelHandle.profile_note)
+    notes: dict[str, str] | None = None
 
 
 def build(source: Source) -> Built:
@@ -157,6 +159,7 @@ def build(source: Source) -> Built:
         )
     names = entries(source)
     text, runners = source.text, dict.fromkeys(names, "run_blocks")
+    notes = dict.fromkeys(names, "cpu: one call per block (a c++ kernel runs its block's threads itself)")
     if source.lang == "cuda":
         check_features(source)
         # nvcc's qualifier spellings g++ refuses (`__device__ inline`, `__noinline__`), in place
@@ -173,9 +176,8 @@ def build(source: Source) -> Built:
         plan = plan_cuda(source, names)
         text, runners = plan.text, plan.runners
         for n in names:
-            _log.info(
-                "cpu kernel %s runs on %s%s", n, _RUNNER_WORDS[runners[n]], f" ({plan.why[n]})" if plan.why[n] else ""
-            )
+            notes[n] = f"cpu: {_RUNNER_WORDS[runners[n]]}" + (f" ({plan.why[n]})" if plan.why[n] else "")
+            _log.info("cpu kernel %s runs on %s", n, notes[n].removeprefix("cpu: "))
     tc = _driver.toolchain()
     fl = flags(source.options, tc)
     pre = preludes()
@@ -199,7 +201,7 @@ def build(source: Source) -> Built:
         if _driver.check_mode():
             image, _ = _image(tc, tc.argv, [*fl, *_driver.CHECK_FLAGS], source, text, names, fname, main, pre)
         remote = RemoteModule(image)
-    return Built(lib, names, deps, remote, runners)
+    return Built(lib, names, deps, remote, runners, notes)
 
 
 def _image(

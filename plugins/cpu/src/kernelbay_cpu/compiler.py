@@ -49,6 +49,7 @@ class Module:
         deps: dict[str, str] | None = None,
         remote: RemoteModule | None = None,
         runners: dict[str, str] | None = None,
+        notes: dict[str, str] | None = None,
     ) -> None:
         self.lib = lib
         #: (mtime, size) of each file outside the source the compiler read: a changed one rebuilds.
@@ -64,6 +65,8 @@ class Module:
         self.kernels = {
             n: KernelHandle(lib, i, n, source.lang, runners.get(n) == "run_fibers") for i, n in enumerate(names)
         }
+        for n, h in self.kernels.items():  # how it runs, for `kernelbay profile` (hookspecs: kernelbay_compile)
+            h.profile_note = (notes or {}).get(n)
         # Not at interpreter exit: OpenMP's threads and C++ thread-exit handlers may still reach
         # the module's code then, and the process is ending anyway.
         weakref.finalize(lib, _dlclose, lib._handle).atexit = False
@@ -104,7 +107,7 @@ class _ModuleCache:
                 mod = None  # a header it was built from changed
             if mod is None:
                 b = build(source)
-                mod = self._mods[key] = Module(b.lib, b.names, source, b.deps, b.remote, b.runners)
+                mod = self._mods[key] = Module(b.lib, b.names, source, b.deps, b.remote, b.runners, b.notes)
                 dropped = 0
                 while len(self._mods) > self.bound:
                     self._mods.popitem(last=False)

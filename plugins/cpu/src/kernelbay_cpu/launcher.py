@@ -64,6 +64,8 @@ class KernelHandle:
         self._lock = threading.Lock()
         self._slots, self._argv = self._new_slots()
         self.launcher: Launcher | None = None
+        #: how the kernel runs, in words: ``kernelbay profile`` prints it (set by the module)
+        self.profile_note: str | None = None
 
     def _new_slots(self) -> tuple[list[Any], Any]:
         slots: list[Any] = []
