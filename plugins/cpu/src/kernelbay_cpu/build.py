@@ -179,7 +179,7 @@ def build(source: Source) -> Built:
             notes[n] = f"cpu: {_RUNNER_WORDS[runners[n]]}" + (f" ({plan.why[n]})" if plan.why[n] else "")
             _log.info("cpu kernel %s runs on %s", n, notes[n].removeprefix("cpu: "))
     tc = _driver.toolchain()
-    fl = flags(source.options, tc)
+    fl = flags(source.options, tc, source.lang)
     pre = preludes()
     fname = FILES[source.lang]
     # kb_cpu_fission.h after the prelude: the precompiled prelude must be the first include.

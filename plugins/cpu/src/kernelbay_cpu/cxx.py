@@ -12,6 +12,7 @@ from kernelbay.types import Source
 
 from .analysis import entries
 from .deps import external_deps
+from .flags import libraries
 
 log = logging.getLogger("kernelbay.cpu")
 
@@ -48,7 +49,7 @@ def run_compiler(
             os.symlink(target, os.path.join(d, n))
         out = os.path.join(d, "kernel.so")
         depfile = os.path.join(d, "kernel.d")
-        cmd = [*argv, *fl, "-I", d, "-MMD", "-MF", depfile, "kb_main.cpp", "-o", out]
+        cmd = [*argv, *fl, "-I", d, "-MMD", "-MF", depfile, "kb_main.cpp", *libraries(fl), "-o", out]
         t0 = time.perf_counter()
         try:
             r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=600)

@@ -2,16 +2,39 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
+import platform
 from collections.abc import Sequence
 
 from . import _driver
+
+#: ``0`` keeps CUDA math calls scalar (no libmvec): for comparisons.
+ENV_VECMATH = "KERNELBAY_CPU_VECMATH"
 
 DEFAULT_OPT = "-O3"
 DEFAULT_STD = "-std=c++17"
 DEFAULT_ARCH = "-march=native"
 
 
-def flags(options: Sequence[str], tc: _driver.Toolchain) -> list[str]:
+@functools.cache
+def libmvec(tc: _driver.Toolchain) -> bool:
+    """Whether CUDA kernels may call glibc's vector math (libmvec): GCC on x86-64 with a glibc
+    whose libmvec has the AVX2 single-precision functions kb_cpu_cuda.h declares (2.35 and
+    later: tanhf arrived then). ``KERNELBAY_CPU_VECMATH=0`` turns it off."""
+    if os.environ.get(ENV_VECMATH, "").strip().lower() in ("0", "off", "no", "false"):
+        return False
+    if platform.machine() not in ("x86_64", "AMD64") or "clang" in tc.version.lower():
+        return False
+    try:
+        lib = ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return False
+    return all(hasattr(lib, f"_ZGVdN8v_{f}") for f in ("tanhf", "sinf", "cosf", "erff"))
+
+
+def flags(options: Sequence[str], tc: _driver.Toolchain, lang: str = "c++") -> list[str]:
     """The compiler flags: defaults, each overridable by an option of the same family.
 
     ``-O*`` replaces ``-O3``; ``-march=``/``-mcpu=``/``-mtune=native`` families replace
@@ -45,4 +68,11 @@ def flags(options: Sequence[str], tc: _driver.Toolchain) -> list[str]:
     # `if (i < n) y[i] = a * x[i]` for every lane and mask the store, i.e. vectorise it.
     if "-ftrapping-math" not in extra:
         out.append("-fno-trapping-math")
+    if lang == "cuda" and openmp and libmvec(tc):
+        out.append("-DKB_CPU_LIBMVEC=1")
     return [*out, "-shared", "-fPIC", "-fvisibility=hidden", *extra]
+
+
+def libraries(fl: Sequence[str]) -> list[str]:
+    """What the link needs after the sources, for these flags."""
+    return ["-l:libmvec.so.1"] if "-DKB_CPU_LIBMVEC=1" in fl else []
