@@ -209,8 +209,9 @@ def kernelbay_copy(dst: Buffer | np.ndarray, src: Buffer | np.ndarray, nbytes: i
     :param src: source.
     :param nbytes: bytes to copy (<= both sizes).
     :param stream: ``None`` (the default stream), a :class:`~kernelbay.Stream`, or a stream the
-        backend documents. A copy into a numpy array must have completed when the hook returns;
-        with ``stream=None`` it also sees every write queued before it on every stream.
+        backend documents. A copy into a numpy array must have completed when the hook returns,
+        on any stream (queue it, then wait for it); with ``stream=None`` it also sees every write
+        queued before it on every stream.
 
     .. versionadded:: 0.1
     """
@@ -261,7 +262,9 @@ def kernelbay_launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any],
         :func:`kernelbay.types.dim3`.
     :param block: likewise, or ``None`` for the backend's choice.
     :param args: the kernel's arguments, unconverted: kernelbay buffers/arrays, numpy scalars,
-        Python numbers, or anything the backend documents.
+        Python numbers, or anything the backend documents. A :class:`kernelbay.Array` is a
+        :class:`kernelbay.Buffer` with ``dtype`` and ``shape``; ``checked_handle()`` of either is
+        the backend's handle (from :func:`kernelbay_allocate`) for the whole allocation.
     :param shared_mem: dynamic shared memory per block, in bytes.
     :param stream: as for :func:`kernelbay_copy`.
     :return: anything the backend documents (usually ``None``).
@@ -569,8 +572,9 @@ def kernelbay_graph_build(device: Device, steps: Sequence[Step]) -> Any:
         their ``deps``); a step's buffers stay open while the graph is replayed (the core checks).
         A step's fields: ``index`` (its position among *all* steps), ``kind`` (``"launch"``,
         ``"copy"``, ``"memset"``), ``stream``, ``deps`` (indices of earlier steps), ``reads``,
-        ``writes``; a launch's ``kernel``, ``grid``, ``block``, ``args``, ``shared_mem``; a copy's
-        ``dst``, ``src``, ``nbytes``; a memset's ``dst``, ``value``, ``nbytes``.
+        ``writes``; a launch's ``kernel``, ``grid``, ``block``, ``args``, ``shared_mem`` (as the
+        user gave them: ``block`` may be ``None``); a copy's ``dst``, ``src`` (either may be a
+        host numpy array), ``nbytes``; a memset's ``dst``, ``value``, ``nbytes``.
     :return: the backend's graph object, or ``None`` to use the fallback for these steps.
     :raises UnsupportedError: / :raises InvalidArgumentError: as launch, copy and memset would.
 

@@ -47,7 +47,13 @@ def refused(exc: type[BaseException], match: str, name: str = "scalar arguments,
         raise
     except BaseException as e:
         pytest.fail(
-            rule(name, f"expected {exc.__name__} matching {match!r}; got {type(e).__name__}: {e}"), pytrace=False
+            rule(
+                name,
+                f"expected {exc.__name__} matching {match!r}; got {type(e).__name__}: {e}. kernelbay_launch "
+                "passes each scalar argument through kernelbay.argrules.check_scalar(value, kind, size, where), "
+                'with where = f"argument {pos} of kernel {kernel.name!r}" (pos from 0), before any native code',
+            ),
+            pytrace=False,
         )
 
 

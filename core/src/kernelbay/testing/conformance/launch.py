@@ -9,7 +9,7 @@ import pytest
 
 import kernelbay as kb
 
-from .base import Suite, make_rng, sample
+from .base import Suite, make_rng, rule, sample
 
 
 class LaunchTests(Suite):
@@ -99,8 +99,13 @@ class LaunchTests(Suite):
             k.launch(**self.saxpy_launch(n), args=(x, y1, np.float32(1), np.int32(n)), stream=s)
         k.close()  # before any synchronize
         device.synchronize()
-        np.testing.assert_allclose(y0.numpy(), 4 * xs, rtol=1e-6)
-        np.testing.assert_allclose(y1.numpy(), 4 * xs, rtol=1e-6)
+        why = rule(
+            "close a kernel with launches queued",
+            "launches queued before Kernel.close() did not all run: kernelbay_close_kernel must release the "
+            "code only after they finish, and kernelbay_synchronize(device, None) must wait for every stream",
+        )
+        np.testing.assert_allclose(y0.numpy(), 4 * xs, rtol=1e-6, err_msg=why)
+        np.testing.assert_allclose(y1.numpy(), 4 * xs, rtol=1e-6, err_msg=why)
 
     def test_trace_records_this_backends_work(self, device: kb.Device, saxpy: kb.Kernel, tmp_path: Any) -> None:
         """A trace (the core's tracer, and the optional ``kernelbay_device_timer`` hook, whose

@@ -33,8 +33,20 @@ class StreamTests(Suite):
             for _ in range(10):
                 self._saxpy_on(saxpy, x, y, 1.0)
         s.synchronize()
-        assert s.query()
-        np.testing.assert_array_equal(y.numpy(), np.full(n, 20.0, np.float32))
+        assert s.query(), rule(
+            "one stream",
+            "stream.query() is False right after stream.synchronize(): kernelbay_synchronize(device, stream) "
+            "must block until the stream's work has finished, and kernelbay_stream_query then say True",
+        )
+        np.testing.assert_array_equal(
+            y.numpy(),
+            np.full(n, 20.0, np.float32),
+            err_msg=rule(
+                "one stream",
+                "twenty launches on one user stream (ten of them as its current stream, stream=None) "
+                "did not all run, in order, before stream.synchronize() returned",
+            ),
+        )
 
     def test_user_stream_waits_for_earlier_default_stream_work(self, device: kb.Device, saxpy: kb.Kernel) -> None:
         """Rule (default stream -> user streams): work queued on a user stream starts after the
@@ -106,9 +118,24 @@ class StreamTests(Suite):
         s2.wait(ev)
         self._saxpy_on(saxpy, y, z, 1.0, stream=s2)  # z = y, once s1's work is done
         s2.synchronize()
-        assert ev.query()
-        np.testing.assert_array_equal(z.numpy(), np.full(n, 10.0, np.float32))
-        assert ev.elapsed(ev) == pytest.approx(0.0, abs=1e-3)
+        assert ev.query(), rule(
+            "events",
+            "an event recorded on s1, waited for by s2, is not complete after s2.synchronize(): "
+            "kernelbay_stream_wait must hold s2's later work until kernelbay_event_record's event completes, "
+            "and kernelbay_event_query must then say True",
+        )
+        np.testing.assert_array_equal(
+            z.numpy(),
+            np.full(n, 10.0, np.float32),
+            err_msg=rule(
+                "events",
+                "z = y on s2 ran before s1's ten launches ended, although s2 waited for an event "
+                "recorded on s1 after them (kernelbay_stream_wait, kernelbay_event_record)",
+            ),
+        )
+        assert ev.elapsed(ev) == pytest.approx(0.0, abs=1e-3), rule(
+            "events", "ev.elapsed(ev) is not 0 ms: kernelbay_event_elapsed returns milliseconds from start to end"
+        )
 
     def test_host_reads_see_every_stream(self, device: kb.Device, saxpy: kb.Kernel) -> None:
         n = 4096
@@ -124,7 +151,11 @@ class StreamTests(Suite):
         out = kb.copy(np.empty(n, np.float32), ys[1])
         np.testing.assert_array_equal(out, np.full(n, 4.0, np.float32), err_msg=why)
         device.synchronize()
-        np.testing.assert_array_equal(np.array(ys[2].numpy()), np.full(n, 5.0, np.float32))
+        np.testing.assert_array_equal(
+            np.array(ys[2].numpy()),
+            np.full(n, 5.0, np.float32),
+            err_msg=rule("host reads", "kernelbay_synchronize(device, None) must wait for every stream of the device"),
+        )
 
     def test_graph_records_then_replays(self, device: kb.Device, saxpy: kb.Kernel) -> None:
         n = 4096
@@ -135,17 +166,37 @@ class StreamTests(Suite):
             self._saxpy_on(saxpy, x, y, 2.0)
         assert len(g) == 2 and g.steps[1].deps == (0,)  # both write y
         device.synchronize()
-        np.testing.assert_array_equal(y.numpy(), np.zeros(n, np.float32))  # recorded, not run
+        np.testing.assert_array_equal(  # recorded, not run
+            y.numpy(), np.zeros(n, np.float32), err_msg=rule("graphs", "work recorded in `with device.graph()` ran")
+        )
         for _ in range(3):
             g.replay()
         s = device.stream()
         g.replay(stream=s)
         s.synchronize()
-        np.testing.assert_array_equal(y.numpy(), np.full(n, 12.0, np.float32))
+        np.testing.assert_array_equal(
+            y.numpy(),
+            np.full(n, 12.0, np.float32),
+            err_msg=rule(
+                "graphs",
+                "three replays on the default stream and one on a user stream did not each run both "
+                "launches once, in order (kernelbay_graph_build/kernelbay_graph_replay; a replay on the default "
+                "stream is default-stream work and waits for the user streams)",
+            ),
+        )
         g.update(1, args=(x, y, np.float32(10.0), np.int32(n)))
         g.replay()
         device.synchronize()
-        np.testing.assert_array_equal(y.numpy(), np.full(n, 23.0, np.float32))
+        np.testing.assert_array_equal(
+            y.numpy(),
+            np.full(n, 23.0, np.float32),
+            err_msg=rule(
+                "graphs",
+                "after g.update(1, args) a replay did not run the second launch with a = 10: "
+                "kernelbay_graph_update must change the node of step.index (which counts every step), not of 1, "
+                "or return False to have the graph rebuilt",
+            ),
+        )
 
     def test_graph_dependencies_follow_buffers(self, device: kb.Device, saxpy: kb.Kernel) -> None:
         n = 1024
@@ -159,8 +210,9 @@ class StreamTests(Suite):
         assert [s.deps for s in g.steps] == [(), (), (0,), (0, 2)]
         g.replay()
         device.synchronize()
-        np.testing.assert_array_equal(w.numpy(), np.full(n, 1.0, np.float32))
-        np.testing.assert_array_equal(y.numpy(), np.full(n, 2.0, np.float32))
+        why = rule("graphs", "a replay broke the steps' dependencies: a step starts only after the steps in its deps")
+        np.testing.assert_array_equal(w.numpy(), np.full(n, 1.0, np.float32), err_msg=why)
+        np.testing.assert_array_equal(y.numpy(), np.full(n, 2.0, np.float32), err_msg=why)
         with pytest.raises(kb.InvalidArgumentError, match="cycle"):
             g.add_dependency(0, on=3)
         y.close()
