@@ -48,6 +48,29 @@ class StreamTests(Suite):
             ),
         )
 
+    def test_a_closed_stream_finishes_its_queued_work(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        """Rule (closing a stream): ``kernelbay_stream_destroy`` releases the stream, and work
+        already queued on it still completes; the device's synchronize sees it."""
+        n = 4096
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        for _ in range(3):  # several streams made and closed: each release runs
+            y = kb.zeros(n, "float32", device=device)
+            s = device.stream()
+            for _ in range(5):
+                self._saxpy_on(saxpy, x, y, 1.0, stream=s)
+            s.close()
+            s.close()  # closing twice is harmless
+            device.synchronize()
+            np.testing.assert_array_equal(
+                y.numpy(),
+                np.full(n, 5.0, np.float32),
+                err_msg=rule(
+                    "closing a stream",
+                    "five launches queued on a user stream did not all complete after stream.close() and "
+                    "device.synchronize(): kernelbay_stream_destroy must let queued work finish",
+                ),
+            )
+
     def test_user_stream_waits_for_earlier_default_stream_work(self, device: kb.Device, saxpy: kb.Kernel) -> None:
         """Rule (default stream -> user streams): work queued on a user stream starts after the
         work queued earlier on the device's default stream (``kb.zeros``, a copy, a launch)."""
