@@ -217,3 +217,23 @@ def test_a_crash_outside_kernels_still_reaches_faulthandler():
     )
     assert r.returncode != 0
     assert "Fatal Python error" in r.stderr and "string_at" in r.stderr
+
+
+def test_a_fault_on_a_user_stream_and_in_a_graph(kernels, cpu):
+    # Queued work reports the fault at the synchronize that covers it; a graph names the kernel.
+    a = kb.zeros(N, "float32", device=cpu)
+    s = cpu.stream()
+    kernels["oob"].launch(1, 64, (a, np.int32(0), np.int64(FAR)), stream=s)
+    with pytest.raises(kb.LaunchError, match="kernel 'oob' faulted on cpu"):
+        s.synchronize()
+    kernels["fine"].launch(N // 256, 256, (a, np.int32(N)), stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(a.numpy(), 2.0 * np.arange(N, dtype=np.float32))
+    s.close()
+    with cpu.graph() as g:
+        kernels["fine"].launch(N // 256, 256, (a, np.int32(N)))
+        kernels["divide"].launch(1, 32, (kb.zeros(32, "int32", device=cpu), np.int32(7)))
+    with pytest.raises(kb.LaunchError, match=r"kernel 'divide' faulted on cpu: .*division by zero"):
+        g.replay()
+        cpu.synchronize()
+    _fine_still_works(kernels, cpu)

@@ -30,12 +30,13 @@ typedef int (*kb_launch_t)(void**, const int*, int);
 typedef struct { int64_t kind; void* fn; void* a; void* b; int64_t n; } kb_step;
 /* kind 0: fn(a = argv, b = geometry, n = dynamic shared memory); 1: memmove(a, b, n);
    2: memset(a, (int)b, n).
-   Returns 0, or 1 + the index of the launch that failed. */
+   Returns 0, or 1 + the index of the launch that failed plus its status times 2^40. */
 extern "C" __attribute__((visibility("default"))) int64_t kb_graph_run(const kb_step* s, int64_t count) {
     for (int64_t i = 0; i < count; ++i) {
         const kb_step* t = s + i;
         if (t->kind == 0) {
-            if (((kb_launch_t)t->fn)((void**)t->a, (const int*)t->b, (int)t->n)) return i + 1;
+            const int st = ((kb_launch_t)t->fn)((void**)t->a, (const int*)t->b, (int)t->n);
+            if (st) return (i + 1) + ((int64_t)st << 40);
         } else if (t->kind == 1) {
             memmove(t->a, t->b, (size_t)t->n);
         } else {
@@ -139,10 +140,11 @@ class CpuGraph:
             self.keep[s.index] = (s.dst,)
 
     def run(self) -> None:
-        failed = runner()(self.addr, self.count)
-        if failed:
+        r = runner()(self.addr, self.count)
+        if r:
+            failed, status = r & ((1 << 40) - 1), r >> 40
             lib, name = self.names[failed - 1]
-            _driver.check(1, lib, name)
+            _driver.check(status or 1, lib, name)  # a fault, a deadline, Ctrl-C: as the launch itself says
             raise LaunchError(f"graph step {failed - 1} ({name!r}) failed on cpu")
 
 
