@@ -328,9 +328,13 @@ def kernelbay_memory_stats(device: Device) -> MemoryStats:
     :param device: one of this backend's devices.
     :return: a :class:`~kernelbay.types.MemoryStats` (bytes active, peak, cached, limit); blocks
         freed but kept aside until a stream's work is done count as cached. ``counters`` may
-        hold the backend's own cumulative counts (names of its choosing, ints), which
-        ``kernelbay profile`` prints beside the allocator's figures: say there what costs time
-        that a user can avoid (cuda counts frees that waited on cross-stream events).
+        hold the backend's own cumulative counts, which ``kernelbay profile`` prints beside the
+        allocator's figures: say there what costs time that a user can avoid (cuda counts frees
+        that waited on cross-stream events). A counter is named in ``snake_case``
+        (``[a-z][a-z0-9_]*``), its value is a non-negative ``int`` (not ``bool``) that never
+        decreases while the process runs (a counter present once stays present), and the
+        backend documents each name in its README. A backend with none returns an empty
+        mapping (the default). The conformance suite checks all but the documentation.
 
     .. versionadded:: 0.1
     .. versionchanged:: 0.2 ``MemoryStats.counters``.
