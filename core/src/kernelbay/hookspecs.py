@@ -259,7 +259,12 @@ def kernelbay_launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any],
         :func:`kernelbay.types.dim3`.
     :param block: likewise, or ``None`` for the backend's choice.
     :param args: the kernel's arguments, unconverted: kernelbay buffers/arrays, numpy scalars,
-        Python numbers, or anything the backend documents.
+        Python numbers, or anything the backend documents. A value for a scalar parameter whose
+        type the backend knows (a C parameter, an annotated Python one) is checked with
+        :func:`kernelbay.argrules.check_scalar`, the one table of kinds, sizes and ranges every
+        backend applies: out of range is ``InvalidArgumentError``; the wrong kind or size,
+        ``None``, and a 0-d array (of any dtype: pass ``arr.item()`` or ``arr[()]``) are
+        ``ArgumentTypeError``.
     :param shared_mem: dynamic shared memory per block, in bytes.
     :param stream: as for :func:`kernelbay_copy`.
     :return: anything the backend documents (usually ``None``).

@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from kernelbay.argrules import check_scalar
 from kernelbay.errors import (
     ArgumentTypeError,
     InvalidArgumentError,
@@ -25,6 +26,7 @@ from kernelbay.types import Array, Buffer, Device, Kernel
 
 from . import _call, _driver
 from ._jaxfn import bind
+from ._scalars import static
 from .allocator import Unset, layout, materialize
 
 # jax and numpy are imported inside the functions that use them (see _driver): importing the
@@ -140,10 +142,15 @@ def _signature(k: Any, vals: Sequence[Any], tree: Mapping[int, Any]) -> tuple[tu
         if isinstance(a, Buffer):
             sig.append(("a", None, _checked(k, p, a)))
         elif p in k.scalars:
-            sig.append(("x", _call.scalar_dtype(a), isinstance(a, (int, float))))
+            if p in k.types:  # checked by the launch (k.checked): the declared type
+                sig.append(("x", _call.declared_dtype(k.types[p]), False))
+            else:
+                sig.append(("x", _call.scalar_dtype(a), isinstance(a, (int, float))))
         elif p in tree:
             treedef, leaves = tree[p]
             sig.append(("a", treedef, tuple(_checked(k, p, x) for x in leaves)))
+        elif p in k.types:  # a typed static: checked once per value (the cache is keyed by it)
+            sig.append(("s", static(k, p, a)))
         else:
             sig.append(("s", a))
     donate = {p for p in k.inplace if p < len(vals)}
@@ -188,6 +195,22 @@ def _store(vals: Sequence[Any], outs: Sequence[int], res: Any, tree: Mapping[int
     return tuple(flat)
 
 
+def typed_kw(k: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    """Keyword-only statics, those annotated with a scalar type checked and converted."""
+    return {n: static(k, n, v) if n in k.types else v for n, v in kw.items()}
+
+
+def check_typed(k: Any, vals: Sequence[Any]) -> None:
+    """Check every typed scalar argument (SMEM ones, and statics: a static that cannot key the
+    cache, a 0-d array say, is refused by the rule it breaks rather than for being unhashable)."""
+    for p, kind, size, where in k.checked:
+        if p < len(vals):
+            check_scalar(vals[p], kind, size, where)
+    for p in k.types:
+        if isinstance(p, int) and p < len(vals) and p not in k.scalars:
+            static(k, p, vals[p])
+
+
 def launch_entry(k: Any, grid: Any, args: Any) -> tuple[Any, Any]:
     """The entry a launch with these arguments runs (built if new), and its operand shapes."""
     vals, kw = _bind(k, args)
@@ -196,7 +219,7 @@ def launch_entry(k: Any, grid: Any, args: Any) -> tuple[Any, Any]:
     e = k.cache.get(key)
     if e is None:
         sig, donate = _signature(k, vals, tree)
-        e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
+        e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(typed_kw(k, kw).items())), donate)
     return e, e.avals
 
 
@@ -210,11 +233,15 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
     if isinstance(_driver.state.jax_devices, _driver._ForkedDevices):
         raise LaunchError(_driver.FORKED)
     vals, kw = _bind(k, args)
+    for p, kind, size, where in k.checked:  # SMEM scalars of a declared type: every launch
+        if p < len(vals):
+            check_scalar(vals[p], kind, size, where)
     tree = trees(k, vals)
     try:
         key = _key(k, grid, vals, kw, tree)
         e = k.cache.get(key)
     except TypeError:  # an unhashable grid or static value
+        check_typed(k, vals)
         bad = [a for a in vals if not isinstance(a, Buffer)]
         raise ArgumentTypeError(
             f"Pallas static arguments and the grid must be hashable (they key the compile cache); got grid "
@@ -246,7 +273,7 @@ def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any], tree: Mapp
     """A new launch signature: validate, build, lower and compile, all before anything runs
     (a failure here leaves donated inputs untouched and is reported as a CompileError)."""
     sig, donate = _signature(k, vals, tree)
-    e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
+    e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(typed_kw(k, kw).items())), donate)
     try:
         e.fn.lower(*e.avals).compile()  # fills jit's caches: the call below compiles nothing
     except KernelbayError:
@@ -333,6 +360,11 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
                 continue
             clash.append(f"({alias}({others}))")
     clashes = " or ".join(clash) or "False"
+    # SMEM scalars of a declared type are checked on every launch whose values are not the very
+    # objects of the last one (numbers are immutable: the same object was checked then).
+    checks = "".join(
+        f"\n        check(a{p}, {kind!r}, {size}, {where!r})" for p, kind, size, where in k.checked if p < n
+    )
     # Identity with the last launch's arguments (MEMO) stands for the whole key: an
     # Array's shape and dtype never change, and a static is the same object. The fast path
     # therefore keeps the last arguments alive until the kernel's next launch.
@@ -356,7 +388,7 @@ def fast(grid, args):
         e = m[1]  # the very arguments of the last launch: the same signature
     else:
         if type(args) is dict or not ({check}):
-            return False
+            return False{checks}
         try:
             e = cache.get(({", ".join(key)},))
         except TypeError:
@@ -377,6 +409,7 @@ def fast(grid, args):
         "cache": k.cache,
         "last": _last,
         "recover": _recover,
+        "check": check_scalar,
         "k": k,
         "MEMO": (_NOTHING, None) + (_NOTHING,) * n,
     }
