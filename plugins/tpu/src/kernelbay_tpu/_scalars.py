@@ -17,6 +17,7 @@ Unannotated parameters keep Pallas's own meaning: any hashable static value.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 from kernelbay.argrules import DType, annotated, check_scalar
@@ -66,3 +67,19 @@ def traced_dtype(k: Any, p: int | str, value: Any) -> Any:
         raise ArgumentTypeError(f"{where(k, p)} is a scalar of type {d.name}, got an array of shape {shape}")
     check_scalar(np.zeros((), value.dtype)[()], d.kind, d.size, where(k, p))  # kind and size only
     return np.dtype(d.name)
+
+
+def typed_kw(k: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    """Keyword-only statics, those annotated with a scalar type checked and converted."""
+    return {n: static(k, n, v) if n in k.types else v for n, v in kw.items()}
+
+
+def check_typed(k: Any, vals: Sequence[Any]) -> None:
+    """Check every typed scalar argument (SMEM ones, and statics: a static that cannot key the
+    cache, a 0-d array say, is refused by the rule it breaks rather than for being unhashable)."""
+    for p, kind, size, where in k.checked:
+        if p < len(vals):
+            check_scalar(vals[p], kind, size, where)
+    for p in k.types:
+        if isinstance(p, int) and p < len(vals) and p not in k.scalars:
+            static(k, p, vals[p])

@@ -26,7 +26,7 @@ from kernelbay.types import Array, Buffer, Device, Kernel
 
 from . import _call, _driver
 from ._jaxfn import bind
-from ._scalars import static
+from ._scalars import check_typed, static, typed_kw
 from .allocator import Unset, layout, materialize
 
 # jax and numpy are imported inside the functions that use them (see _driver): importing the
@@ -193,22 +193,6 @@ def _store(vals: Sequence[Any], outs: Sequence[int], res: Any, tree: Mapping[int
             vals[p].handle = r
             flat.append(r)
     return tuple(flat)
-
-
-def typed_kw(k: Any, kw: dict[str, Any]) -> dict[str, Any]:
-    """Keyword-only statics, those annotated with a scalar type checked and converted."""
-    return {n: static(k, n, v) if n in k.types else v for n, v in kw.items()}
-
-
-def check_typed(k: Any, vals: Sequence[Any]) -> None:
-    """Check every typed scalar argument (SMEM ones, and statics: a static that cannot key the
-    cache, a 0-d array say, is refused by the rule it breaks rather than for being unhashable)."""
-    for p, kind, size, where in k.checked:
-        if p < len(vals):
-            check_scalar(vals[p], kind, size, where)
-    for p in k.types:
-        if isinstance(p, int) and p < len(vals) and p not in k.scalars:
-            static(k, p, vals[p])
 
 
 def launch_entry(k: Any, grid: Any, args: Any) -> tuple[Any, Any]:
