@@ -148,3 +148,19 @@ def test_python_number_annotations_stay_untyped(dev: kb.Device) -> None:
     o = kb.empty(4, "float32", device=dev)
     kern.launch(grid=(), args=(x, o, 2**40, 1, "any static"))  # Pallas's own statics: any value
     np.testing.assert_array_equal(o.numpy(), np.full(4, 2.0**40, np.float32))
+
+
+def test_an_undeclared_smem_scalar_too_large_is_an_argrules_error(dev: kb.Device) -> None:
+    def k(x_ref, o_ref, n_ref):
+        o_ref[...] = x_ref[...] + n_ref[0].astype(jnp.float32)
+
+    kern = kb.compile(kb.Source(k, lang="pallas", meta={"outputs": ("o_ref",), "scalars": ("n_ref",)}), device=dev)
+    x = kb.asarray(np.zeros(4, np.float32), device=dev)
+    o = kb.empty(4, "float32", device=dev)
+    for v in (2**40, 1, -(10**400), 2):  # the first launch and the fast path alike, never a bare OverflowError
+        if abs(v) < 2**31:
+            kern.launch(grid=(), args=(x, o, v))
+            np.testing.assert_array_equal(o.numpy(), np.full(4, float(v)))
+            continue
+        with pytest.raises(kb.InvalidArgumentError, match=r"argument 2 \('n_ref'\).*out of range.*int32"):
+            kern.launch(grid=(), args=(x, o, v))

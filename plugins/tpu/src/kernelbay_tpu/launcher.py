@@ -26,7 +26,7 @@ from kernelbay.types import Array, Buffer, Device, Kernel
 
 from . import _call, _driver
 from ._jaxfn import bind
-from ._scalars import check_typed, static, typed_kw
+from ._scalars import check_typed, static, typed_kw, where
 from .allocator import Unset, layout, materialize
 
 # jax and numpy are imported inside the functions that use them (see _driver): importing the
@@ -217,9 +217,9 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
     if isinstance(_driver.state.jax_devices, _driver._ForkedDevices):
         raise LaunchError(_driver.FORKED)
     vals, kw = _bind(k, args)
-    for p, kind, size, where in k.checked:  # SMEM scalars of a declared type: every launch
+    for p, kind, size, at in k.checked:  # SMEM scalars of a declared type: every launch
         if p < len(vals):
-            check_scalar(vals[p], kind, size, where)
+            check_scalar(vals[p], kind, size, at)
     tree = trees(k, vals)
     try:
         key = _key(k, grid, vals, kw, tree)
@@ -238,7 +238,10 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
     ops = [_operand(k, p, vals[p], tree) for p in e.ins]
     if e.donate:
         _check_donated(k, e, ops)
-    res = e.fn(*ops)
+    try:
+        res = e.fn(*ops)
+    except OverflowError as exc:
+        raise _untyped_overflow(k, e, vals, exc) from exc
     if len(e.outs) == 1:
         res = (res,)
     _last.results = _store(vals, e.outs, res, tree)
@@ -293,6 +296,25 @@ def _check_donated(k: Any, e: Any, ops: Sequence[Any]) -> None:
                 )
 
 
+def _untyped_overflow(k: Any, e: Any, args: Sequence[Any], exc: OverflowError) -> Exception:
+    """JAX's bare OverflowError for a Python number too large for an undeclared SMEM scalar's
+    type (int32 for an int): the argrules error for that type, naming the argument. Only this
+    error path pays for it; a declared type (an annotation) is checked before every launch."""
+    for p in e.ins:
+        a = args[p]
+        if p in k.scalars and p not in k.types and type(a) in (int, float, bool):
+            dt = _call.scalar_dtype(a)
+            try:
+                check_scalar(a, dt.kind, dt.itemsize, where(k, p))
+            except InvalidArgumentError as bad:
+                return InvalidArgumentError(
+                    f"{bad}; an SMEM scalar (meta['scalars']) with no declared type holds a Python int as int32 "
+                    "and a float as float32 (a TPU's SMEM holds 32-bit values): pass a value that fits, or pass a "
+                    "larger one as a static argument (not in meta['scalars'])"
+                )
+    return exc
+
+
 def _recover(k: Any, e: Any, args: Sequence[Any], exc: Exception) -> Any:
     """The cached call raised. An argument closed since, or on another device: say which. An
     input nothing has written yet (kb.empty): the call failed before running, so fill it and
@@ -309,6 +331,8 @@ def _recover(k: Any, e: Any, args: Sequence[Any], exc: Exception) -> Any:
                     f"copy it with kb.asarray(x, device={str(k.device)!r})"
                 ) from exc
             unset = unset or type(a.handle) is Unset
+    if isinstance(exc, OverflowError):
+        raise _untyped_overflow(k, e, args, exc) from exc
     if not unset:
         raise exc
     return e.fn(*[materialize(args[p]) if isinstance(args[p], Buffer) else args[p] for p in e.ins])
@@ -347,7 +371,7 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
     # SMEM scalars of a declared type are checked on every launch whose values are not the very
     # objects of the last one (numbers are immutable: the same object was checked then).
     checks = "".join(
-        f"\n        check(a{p}, {kind!r}, {size}, {where!r})" for p, kind, size, where in k.checked if p < n
+        f"\n        check(a{p}, {kind!r}, {size}, {at!r})" for p, kind, size, at in k.checked if p < n
     )
     # Identity with the last launch's arguments (MEMO) stands for the whole key: an
     # Array's shape and dtype never change, and a static is the same object. The fast path
