@@ -41,7 +41,18 @@ from typing import Any, NamedTuple
 
 from .errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["DType", "DTYPES", "BY_NAME", "BY_DLPACK", "PARAM", "check_scalar", "describe", "int_range", "float_max"]
+__all__ = [
+    "DType",
+    "DTYPES",
+    "BY_NAME",
+    "BY_DLPACK",
+    "PARAM",
+    "annotated",
+    "check_scalar",
+    "describe",
+    "int_range",
+    "float_max",
+]
 
 
 class DType(NamedTuple):
@@ -97,6 +108,43 @@ _KIND_NAME = {
 }
 # numpy dtype kinds a parameter kind takes (sizes must match too).
 _NUMPY_KINDS = {"i": "iub", "u": "iub", "n": "iub", "f": "f", "b": "b"}
+
+
+#: Python's own number types: an annotation naming one declares no dtype (a Python value).
+_PYTHON_TYPES = frozenset({"bool", "int", "float", "complex"})
+
+
+def annotated(annotation: Any) -> DType | None:
+    """The scalar parameter dtype a type annotation names, for languages written in Python
+    (pyref's kernels, Pallas kernels): a numpy or JAX scalar type (``np.int32``,
+    ``jnp.float32``, ``np.bool_``), a numpy dtype, or its name as a string (``"int32"``,
+    ``"jnp.float32"``, what ``from __future__ import annotations`` leaves). ``None`` for
+    anything else, Python's ``bool``, ``int`` and ``float`` included: those declare a Python
+    value, not a machine type. A name of the table with no scalar parameter of its own
+    (``bfloat16``, complex) is ``None`` too.
+    """
+    if annotation is None or annotation in (bool, int, float, complex):
+        return None
+    if isinstance(annotation, str):
+        head, _, name = annotation.strip().rpartition(".")
+        if not head and name in _PYTHON_TYPES:
+            return None
+        name = "bool" if name == "bool_" else name
+    else:
+        np = sys.modules.get("numpy")  # numpy and JAX types exist only once numpy is imported
+        if np is None:
+            return None
+        if isinstance(annotation, np.dtype):
+            dt = annotation
+        elif isinstance(annotation, type) and issubclass(annotation, np.generic):
+            dt = np.dtype(annotation)
+        elif isinstance(getattr(annotation, "dtype", None), np.dtype):  # jnp.int32 carries its dtype
+            dt = annotation.dtype
+        else:
+            return None
+        name = dt.name
+    row = BY_NAME.get(name)
+    return row if row is not None and row.param else None
 
 
 def describe(kind: str, size: int) -> str:

@@ -264,7 +264,12 @@ def kernelbay_launch(kernel: Kernel, grid: Any, block: Any, args: Sequence[Any],
     :param args: the kernel's arguments, unconverted: kernelbay buffers/arrays, numpy scalars,
         Python numbers, or anything the backend documents. A :class:`kernelbay.Array` is a
         :class:`kernelbay.Buffer` with ``dtype`` and ``shape``; ``checked_handle()`` of either is
-        the backend's handle (from :func:`kernelbay_allocate`) for the whole allocation.
+        the backend's handle (from :func:`kernelbay_allocate`) for the whole allocation. A value
+        for a scalar parameter whose type the backend knows (a C parameter, an annotated Python
+        one) is checked with :func:`kernelbay.argrules.check_scalar`, the one table of kinds,
+        sizes and ranges every backend applies: out of range is ``InvalidArgumentError``; the
+        wrong kind or size, ``None``, and a 0-d array (of any dtype: pass ``arr.item()`` or
+        ``arr[()]``) are ``ArgumentTypeError``.
     :param shared_mem: dynamic shared memory per block, in bytes.
     :param stream: as for :func:`kernelbay_copy`.
     :return: anything the backend documents (usually ``None``).
@@ -333,9 +338,13 @@ def kernelbay_memory_stats(device: Device) -> MemoryStats:
     :param device: one of this backend's devices.
     :return: a :class:`~kernelbay.types.MemoryStats` (bytes active, peak, cached, limit); blocks
         freed but kept aside until a stream's work is done count as cached. ``counters`` may
-        hold the backend's own cumulative counts (names of its choosing, ints), which
-        ``kernelbay profile`` prints beside the allocator's figures: say there what costs time
-        that a user can avoid (cuda counts frees that waited on cross-stream events).
+        hold the backend's own cumulative counts, which ``kernelbay profile`` prints beside the
+        allocator's figures: say there what costs time that a user can avoid (cuda counts frees
+        that waited on cross-stream events). A counter is named in ``snake_case``
+        (``[a-z][a-z0-9_]*``), its value is a non-negative ``int`` (not ``bool``) that never
+        decreases while the process runs (a counter present once stays present), and the
+        backend documents each name in its README. A backend with none returns an empty
+        mapping (the default). The conformance suite checks all but the documentation.
 
     .. versionadded:: 0.1
     .. versionchanged:: 0.2 ``MemoryStats.counters``.

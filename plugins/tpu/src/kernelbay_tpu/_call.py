@@ -181,6 +181,13 @@ def note_statics(k: Any, statics: dict[int | str, Any]) -> None:
             warnings.warn(msg, RecompileWarning, stacklevel=4)
 
 
+def declared_dtype(d: Any) -> Any:
+    """The numpy dtype of a declared scalar type (an argrules row)."""
+    import numpy as np
+
+    return np.dtype(d.name)
+
+
 def scalar_dtype(v: Any) -> Any:
     import numpy as np
 

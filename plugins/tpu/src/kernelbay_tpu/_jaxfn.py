@@ -9,6 +9,7 @@ from typing import Any
 from kernelbay.errors import ArgumentTypeError, InvalidArgumentError, KernelbayError
 
 from . import _call
+from ._scalars import static, traced_dtype
 
 # jax and numpy are imported inside the functions that use them (see _driver): importing the
 # backend, to list or select it, must not load jax, which takes seconds.
@@ -53,8 +54,23 @@ def describe(k: Any, p: int, v: Any) -> tuple[Any, bool]:
     import jax
     import numpy as np
 
+    typed = p in k.types
+    array = hasattr(v, "shape") and hasattr(v, "dtype") and not isinstance(v, np.generic)
     if p in k.scalars:
-        return ("x", _call.scalar_dtype(v), isinstance(v, (int, float))), True
+        if not typed:
+            return ("x", _call.scalar_dtype(v), isinstance(v, (int, float))), True
+        if array:  # a JAX value, traced inside jit: its dtype is checked (once per trace)
+            return ("x", traced_dtype(k, p, v), False), True
+        static(k, p, v)  # a number: the whole rule, range included
+        return ("x", _call.declared_dtype(k.types[p]), False), True
+    if typed:
+        if array:
+            raise ArgumentTypeError(
+                f"argument {k._label(p)} of {k.name!r} is a static scalar of type {k.types[p].name}, known when the "
+                f"call is traced; pass a Python or numpy number, or list it in Source.meta['scalars'] to pass a "
+                f"JAX value (read it as {k.params[p]}[0])"
+            )
+        return ("s", static(k, p, v)), False
     if isinstance(v, np.generic):  # a numpy scalar is a static value, as a Python number
         pass
     elif hasattr(v, "shape") and hasattr(v, "dtype"):
@@ -159,7 +175,7 @@ def call_jax(k: Any, args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any) 
     dyn = False
     grid_t = _call.normalise_grid(k, grid)
     sig = tuple(describe(k, p, v)[0] for p, v in enumerate(vals))
-    kwsig = tuple(sorted(kw.items()))
+    kwsig = tuple(sorted((n, static(k, n, v) if n in k.types else v) for n, v in kw.items()))
     if _call.dynamic(grid_t):  # a traced grid: this trace's own call, never cached
         e, dyn = _call.build(k, grid_t, sig, kwsig, frozenset()), True
     else:

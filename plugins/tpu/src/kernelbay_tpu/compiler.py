@@ -12,11 +12,17 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kernelbay.argrules import check_scalar
 from kernelbay.errors import CompileError
 from kernelbay.types import Device, Source
 
+from ._call import TPU_DTYPES
 from ._jaxfn import call_jax, fast_key
+from ._scalars import declared, where
 from .launcher import launch_entry
+
+#: Values a k.jax fast key holds by type only (a JAX array's dtype is in its key).
+_NUMBERS = frozenset({int, float, bool})
 
 META_KEYS = frozenset(
     {
@@ -102,6 +108,7 @@ class PallasKernel:
                 f"argument(s) {self._labels(bad)} of {self.name!r} are scalar-prefetch arguments (the first "
                 f"{self.num_prefetch}, grid_spec.num_scalar_prefetch): they are read-only SMEM inputs"
             )
+        self.types, self.checked = self._types(fn, prefetch)
         self.aliases = self._aliases(meta.get("input_output_aliases"))
         self.specs = self._block_specs(meta.get("block_specs"))
         self.pad = self._pad(meta.get("pad"))
@@ -149,6 +156,32 @@ class PallasKernel:
                 "scratch refs come after the kernel's own arguments"
             )
         return names[:n], n, tuple(kwonly)
+
+    def _types(self, fn: Any, prefetch: frozenset[int]) -> tuple[dict[int | str, Any], tuple[Any, ...]]:
+        """Typed scalar parameters (annotated with a numpy or JAX scalar type), by position
+        (keyword-only ones by name), and the SMEM ones a launch checks on every call:
+        ``(position, kind, size, where)``."""
+        types: dict[int | str, Any] = {}
+        for name, d in declared(fn).items():
+            if name in self.kwonly:
+                types[name] = d
+            elif name in self.params:
+                types[self.params.index(name)] = d
+        arrays = (self.outputs | self.inplace | prefetch) & frozenset(types)
+        if arrays:
+            raise self._error(
+                f"argument(s) {self._labels(arrays)} of {self.name!r} are annotated with a scalar type but are "
+                "array arguments (outputs, inplace or scalar prefetch); annotate scalar parameters only"
+            )
+        wide = [p for p in self.scalars if p in types and types[p].name not in TPU_DTYPES]
+        if wide:
+            raise self._error(
+                f"argument(s) {self._labels(wide)} of {self.name!r} are SMEM scalars (meta['scalars']) of type "
+                f"{', '.join(types[p].name for p in wide)}, which a TPU cannot hold; declare a 32-bit type "
+                "(jnp.int32, jnp.float32), or pass the value as a static argument"
+            )
+        checked = tuple((p, types[p].kind, types[p].size, where(self, p)) for p in sorted(self.scalars) if p in types)
+        return types, checked
 
     def _position(self, item: Any, what: str) -> int:
         if isinstance(item, str):
@@ -276,6 +309,9 @@ class PallasKernel:
                 hit = None
             if hit is not None:  # an eager call with the same shapes, dtypes and statics as before
                 fn, pick = hit
+                for p, kind, size, where_ in self.checked:  # a number for a typed SMEM scalar
+                    if p < len(args) and type(args[p]) in _NUMBERS:
+                        check_scalar(args[p], kind, size, where_)
                 return fn(*pick(args))
         return call_jax(self, args, kwargs, grid)
 

@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from kernelbay.argrules import check_scalar
 from kernelbay.errors import (
     ArgumentTypeError,
     InvalidArgumentError,
@@ -25,6 +26,7 @@ from kernelbay.types import Array, Buffer, Device, Kernel
 
 from . import _call, _driver
 from ._jaxfn import bind
+from ._scalars import check_typed, static, typed_kw, where
 from .allocator import Unset, layout, materialize
 
 # jax and numpy are imported inside the functions that use them (see _driver): importing the
@@ -140,10 +142,15 @@ def _signature(k: Any, vals: Sequence[Any], tree: Mapping[int, Any]) -> tuple[tu
         if isinstance(a, Buffer):
             sig.append(("a", None, _checked(k, p, a)))
         elif p in k.scalars:
-            sig.append(("x", _call.scalar_dtype(a), isinstance(a, (int, float))))
+            if p in k.types:  # checked by the launch (k.checked): the declared type
+                sig.append(("x", _call.declared_dtype(k.types[p]), False))
+            else:
+                sig.append(("x", _call.scalar_dtype(a), isinstance(a, (int, float))))
         elif p in tree:
             treedef, leaves = tree[p]
             sig.append(("a", treedef, tuple(_checked(k, p, x) for x in leaves)))
+        elif p in k.types:  # a typed static: checked once per value (the cache is keyed by it)
+            sig.append(("s", static(k, p, a)))
         else:
             sig.append(("s", a))
     donate = {p for p in k.inplace if p < len(vals)}
@@ -196,7 +203,7 @@ def launch_entry(k: Any, grid: Any, args: Any) -> tuple[Any, Any]:
     e = k.cache.get(key)
     if e is None:
         sig, donate = _signature(k, vals, tree)
-        e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
+        e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(typed_kw(k, kw).items())), donate)
     return e, e.avals
 
 
@@ -210,11 +217,15 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
     if isinstance(_driver.state.jax_devices, _driver._ForkedDevices):
         raise LaunchError(_driver.FORKED)
     vals, kw = _bind(k, args)
+    for p, kind, size, at in k.checked:  # SMEM scalars of a declared type: every launch
+        if p < len(vals):
+            check_scalar(vals[p], kind, size, at)
     tree = trees(k, vals)
     try:
         key = _key(k, grid, vals, kw, tree)
         e = k.cache.get(key)
     except TypeError:  # an unhashable grid or static value
+        check_typed(k, vals)
         bad = [a for a in vals if not isinstance(a, Buffer)]
         raise ArgumentTypeError(
             f"Pallas static arguments and the grid must be hashable (they key the compile cache); got grid "
@@ -227,7 +238,10 @@ def _generic(k: Any, grid: Any, args: Any) -> None:
     ops = [_operand(k, p, vals[p], tree) for p in e.ins]
     if e.donate:
         _check_donated(k, e, ops)
-    res = e.fn(*ops)
+    try:
+        res = e.fn(*ops)
+    except OverflowError as exc:
+        raise _untyped_overflow(k, e, vals, exc) from exc
     if len(e.outs) == 1:
         res = (res,)
     _last.results = _store(vals, e.outs, res, tree)
@@ -246,7 +260,7 @@ def _miss(k: Any, grid: Any, vals: Sequence[Any], kw: dict[str, Any], tree: Mapp
     """A new launch signature: validate, build, lower and compile, all before anything runs
     (a failure here leaves donated inputs untouched and is reported as a CompileError)."""
     sig, donate = _signature(k, vals, tree)
-    e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(kw.items())), donate)
+    e = _call.build(k, _call.normalise_grid(k, grid), sig, tuple(sorted(typed_kw(k, kw).items())), donate)
     try:
         e.fn.lower(*e.avals).compile()  # fills jit's caches: the call below compiles nothing
     except KernelbayError:
@@ -282,6 +296,25 @@ def _check_donated(k: Any, e: Any, ops: Sequence[Any]) -> None:
                 )
 
 
+def _untyped_overflow(k: Any, e: Any, args: Sequence[Any], exc: OverflowError) -> Exception:
+    """JAX's bare OverflowError for a Python number too large for an undeclared SMEM scalar's
+    type (int32 for an int): the argrules error for that type, naming the argument. Only this
+    error path pays for it; a declared type (an annotation) is checked before every launch."""
+    for p in e.ins:
+        a = args[p]
+        if p in k.scalars and p not in k.types and type(a) in (int, float, bool):
+            dt = _call.scalar_dtype(a)
+            try:
+                check_scalar(a, dt.kind, dt.itemsize, where(k, p))
+            except InvalidArgumentError as bad:
+                return InvalidArgumentError(
+                    f"{bad}; an SMEM scalar (meta['scalars']) with no declared type holds a Python int as int32 "
+                    "and a float as float32 (a TPU's SMEM holds 32-bit values): pass a value that fits, or pass a "
+                    "larger one as a static argument (not in meta['scalars'])"
+                )
+    return exc
+
+
 def _recover(k: Any, e: Any, args: Sequence[Any], exc: Exception) -> Any:
     """The cached call raised. An argument closed since, or on another device: say which. An
     input nothing has written yet (kb.empty): the call failed before running, so fill it and
@@ -298,6 +331,8 @@ def _recover(k: Any, e: Any, args: Sequence[Any], exc: Exception) -> Any:
                     f"copy it with kb.asarray(x, device={str(k.device)!r})"
                 ) from exc
             unset = unset or type(a.handle) is Unset
+    if isinstance(exc, OverflowError):
+        raise _untyped_overflow(k, e, args, exc) from exc
     if not unset:
         raise exc
     return e.fn(*[materialize(args[p]) if isinstance(args[p], Buffer) else args[p] for p in e.ins])
@@ -333,6 +368,11 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
                 continue
             clash.append(f"({alias}({others}))")
     clashes = " or ".join(clash) or "False"
+    # SMEM scalars of a declared type are checked on every launch whose values are not the very
+    # objects of the last one (numbers are immutable: the same object was checked then).
+    checks = "".join(
+        f"\n        check(a{p}, {kind!r}, {size}, {at!r})" for p, kind, size, at in k.checked if p < n
+    )
     # Identity with the last launch's arguments (MEMO) stands for the whole key: an
     # Array's shape and dtype never change, and a static is the same object. The fast path
     # therefore keeps the last arguments alive until the kernel's next launch.
@@ -356,7 +396,7 @@ def fast(grid, args):
         e = m[1]  # the very arguments of the last launch: the same signature
     else:
         if type(args) is dict or not ({check}):
-            return False
+            return False{checks}
         try:
             e = cache.get(({", ".join(key)},))
         except TypeError:
@@ -377,6 +417,7 @@ def fast(grid, args):
         "cache": k.cache,
         "last": _last,
         "recover": _recover,
+        "check": check_scalar,
         "k": k,
         "MEMO": (_NOTHING, None) + (_NOTHING,) * n,
     }

@@ -18,8 +18,9 @@ What a subclass may override:
   :func:`scalar_kernel_cuda`); without it the scalar checks fail saying what to add.
 * declarations: ``dtypes`` (the array dtypes the round trips cover; default every dtype of the
   core's table that numpy has), ``sizes``, ``scalar_bool`` (False: the language has no bool
-  parameters), ``validates_arg_count`` (a launch with a missing argument raises
-  ``InvalidArgumentError`` before running).
+  parameters), ``scalar_split64`` (True: the language has no 64-bit arrays, and the scalar
+  kernel stores each value as two uint32 words), ``validates_arg_count`` (a launch with a
+  missing argument raises ``InvalidArgumentError`` before running).
 
 Every optional hook is checked either way: where the backend implements it, against its rule;
 where it does not, against the core fallback's documented behaviour. Streams, events and graphs

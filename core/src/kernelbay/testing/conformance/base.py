@@ -83,6 +83,11 @@ class Suite:
     #: Whether the kernel language has ``bool`` parameters. ``False`` (OpenCL, say): the scalar
     #: kernel has no bool parameter and the bool checks report so instead of running.
     scalar_bool: ClassVar[bool] = True
+    #: Whether the scalar kernel stores 64-bit values as two 32-bit words. ``True`` (a language
+    #: with no 64-bit arrays: JAX without x64, TPU Pallas): ``i``, ``u`` and ``f`` are uint32
+    #: arrays of 16 elements, and each value the kernel stores takes two of them, the low word
+    #: of its 64-bit pattern first (an integer's two's complement, a float's IEEE double).
+    scalar_split64: ClassVar[bool] = False
     sizes: ClassVar[Sequence[int]] = (0, 1, 7, 4096, 1 << 20)
     validates_arg_count: ClassVar[bool] = True
 

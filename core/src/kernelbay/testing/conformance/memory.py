@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+
 import numpy as np
 import pytest
 
@@ -125,6 +128,52 @@ class MemoryTests(Suite):
             return
         assert isinstance(stats, kb.MemoryStats)
         assert 0 <= stats.active <= stats.peak
+
+    def test_memory_stats_counters(self, device: kb.Device) -> None:
+        """``MemoryStats.counters``: ``snake_case`` names, non-negative ints that never decrease
+        (an empty mapping, or no ``kernelbay_memory_stats`` at all, passes)."""
+        try:
+            before = device.memory_stats()
+        except kb.UnsupportedError:
+            return  # no stats, so no counters: nothing a user could read
+        check_counters(before.counters)
+        for _ in range(4):  # work a backend may count: allocations, frees, copies, a fill
+            a = kb.zeros(1 << 16, "uint8", device=device)
+            a.numpy()
+            a.close()
+        device.synchronize()
+        after = device.memory_stats()
+        check_counters(after.counters, before.counters)
+
+
+#: A counter's name: ``snake_case``.
+_COUNTER_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def check_counters(counters: Mapping[str, int], earlier: Mapping[str, int] | None = None) -> None:
+    """Fail naming the rule unless ``counters`` holds ``snake_case`` names of non-negative
+    ints, none below its value in ``earlier`` (and none of ``earlier`` gone)."""
+    name = "memory_stats counters"
+    if not isinstance(counters, Mapping):
+        pytest.fail(rule(name, f"MemoryStats.counters is a {type(counters).__name__}, not a mapping"), pytrace=False)
+    for key, value in counters.items():
+        if not isinstance(key, str) or not _COUNTER_NAME.fullmatch(key):
+            pytest.fail(rule(name, f"counter name {key!r} is not snake_case ([a-z][a-z0-9_]*)"), pytrace=False)
+        if type(value) is not int or value < 0:
+            pytest.fail(
+                rule(name, f"counter {key!r} is {type(value).__name__} {value!r}; a counter is a non-negative int"),
+                pytrace=False,
+            )
+    for key, value in (earlier or {}).items():
+        if key not in counters:
+            pytest.fail(
+                rule(name, f"counter {key!r} ({value}) disappeared; a counter stays once reported"), pytrace=False
+            )
+        if counters[key] < value:
+            pytest.fail(
+                rule(name, f"counter {key!r} went down from {value} to {counters[key]}; counters never decrease"),
+                pytrace=False,
+            )
 
     def test_clear_cache_or_its_fallback(self, device: kb.Device) -> None:
         """``kernelbay_clear_cache`` (optional; fallback ``UnsupportedError``): live buffers

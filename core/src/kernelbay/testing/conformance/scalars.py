@@ -45,15 +45,34 @@ class ScalarTests(Suite):
     def _scalar_run(self, kernel: kb.Kernel, device: kb.Device, **over: Any) -> tuple[list, list, list]:
         """Launch ``scalars`` with 1 (True) for every parameter but those in ``over`` (p<j>=value);
         return what the kernel stored: (signed ints, unsigned ints and bools, floats)."""
-        i = kb.zeros(8, "int64", device=device)
-        u = kb.zeros(8, "uint64", device=device)
-        f = kb.zeros(8, "float64", device=device)
+        i, u, f = self._scalar_arrays(device)
         vals = [np.dtype(d.name).type(1) for d in self.scalar_params()]
         for k, v in over.items():
             vals[int(k[1:])] = v
         kernel.launch(**self.scalar_launch(), args=(i, u, f, *vals))
         device.synchronize()
-        return list(i.numpy()), list(u.numpy()), list(f.numpy())
+        return list(self._stored(i, "<i8")), list(self._stored(u, "<u8")), list(self._stored(f, "<f8"))
+
+    def _scalar_arrays(self, device: kb.Device) -> tuple[kb.Array, kb.Array, kb.Array]:
+        """The scalar kernel's ``i``, ``u`` and ``f`` (see ``scalar_split64``)."""
+        if self.scalar_split64:
+            return (
+                kb.zeros(16, "uint32", device=device),
+                kb.zeros(16, "uint32", device=device),
+                kb.zeros(16, "uint32", device=device),
+            )
+        return (
+            kb.zeros(8, "int64", device=device),
+            kb.zeros(8, "uint64", device=device),
+            kb.zeros(8, "float64", device=device),
+        )
+
+    def _stored(self, a: kb.Array, dtype: str) -> np.ndarray:
+        """What the kernel stored in ``a``, as 8 values of ``dtype``."""
+        host = np.asarray(a.numpy())
+        if self.scalar_split64:
+            return np.frombuffer(host.astype("<u4").tobytes(), dtype)
+        return host
 
     def _expect(self, values: Sequence[Any]) -> tuple[list, list, list]:
         out: dict[str, list] = {"i": [], "u": [], "f": []}
@@ -90,12 +109,7 @@ class ScalarTests(Suite):
     def _scalar_args(self, device: kb.Device, j: int, value: Any) -> tuple:
         vals: list[Any] = [np.dtype(d.name).type(1) for d in self.scalar_params()]
         vals[j] = value
-        bufs = (
-            kb.zeros(8, "int64", device=device),
-            kb.zeros(8, "uint64", device=device),
-            kb.zeros(8, "float64", device=device),
-        )
-        return (*bufs, *vals)
+        return (*self._scalar_arrays(device), *vals)
 
     def _position(self, name: str) -> int:
         for j, d in enumerate(self.scalar_params()):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import kernelbay as kb
-from kernelbay.argrules import BY_NAME, DType, check_scalar
+from kernelbay.argrules import DType, annotated, check_scalar
 from kernelbay.types import dim3
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -38,17 +38,6 @@ class Compiled(NamedTuple):
     scalars: tuple[DType | None, ...] = ()
 
 
-def _scalar_type(annotation: Any) -> DType | None:
-    """The dtype a parameter's annotation names (``p: "int32"`` or ``p: np.int32``), if any."""
-    if annotation is inspect.Parameter.empty:
-        return None
-    # A string annotation (``from __future__ import annotations``) is read by its last name:
-    # "np.int32" and "int32" are int32, "np.bool_" is bool.
-    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    name = name.rsplit(".", 1)[-1]
-    return BY_NAME.get("bool" if name == "bool_" else name)
-
-
 def compile(device: kb.Device, source: kb.Source) -> Compiled:
     fn = source.code
     if not callable(fn):
@@ -66,9 +55,10 @@ def compile(device: kb.Device, source: kb.Source) -> Compiled:
             f"pyref kernel {source.name or fn.__name__!r} must take (thread_index, *kernel_args) as plain parameters",
             log=f"signature: {inspect.signature(fn)}",
         )
-    # A parameter annotated with a dtype name is a scalar of that type: the core's one table of
-    # rules (kernelbay.argrules) checks what a launch passes for it, as for a C parameter.
-    return Compiled(fn, len(params) - 1, tuple(_scalar_type(p.annotation) for p in params[1:]))
+    # A parameter annotated with a numpy scalar type (``p: np.int32``, or "int32") is a scalar of
+    # that type (kernelbay.argrules.annotated): the core's one table of rules checks what a launch
+    # passes for it, as for a C parameter.
+    return Compiled(fn, len(params) - 1, tuple(annotated(p.annotation) for p in params[1:]))
 
 
 def _convert(kernel: kb.Kernel, args: Sequence[Any]) -> list[Any]:
