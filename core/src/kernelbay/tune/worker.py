@@ -190,16 +190,30 @@ class _State:
             return t1 - t0
 
 
-def serve(conn: Any, device: str, current: Any) -> None:
+def serve(conn: Any, device: str, current: Any, errlog: str = "") -> None:
     """The worker's loop (the target of its process). The job comes over ``conn`` once the worker
     says it has started: passed as the process's argument, a large one (many sources) filled the
     spawn pipe, and a worker that died while starting left the tuner's write waiting forever
-    (multiprocessing holds that pipe's other end until the write returns)."""
+    (multiprocessing holds that pipe's other end until the write returns).
+
+    ``errlog``: a file that takes the worker's stderr (file descriptor 2, so a C library's output
+    and a dying interpreter's traceback too), whose tail the tuner quotes when the worker dies and
+    whose whole text it passes on to its own stderr when the worker ends."""
+    if errlog:
+        fd = os.open(errlog, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
     os.environ.pop("KERNELBAY_TRACE", None)
     conn.send(("hello",))
     try:
-        job = conn.recv()
+        job = conn.recv()  # unpickling imports the modules of the launch, args and check functions
     except EOFError:
+        return
+    except BaseException as exc:  # an import that fails (or exits) there is the user's to see
+        import traceback
+
+        tail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        conn.send(("failed", f"importing the functions given to kb.tune failed: {tail}"))
         return
     try:
         st = _State(job, device)
