@@ -225,3 +225,18 @@ def test_a_worker_that_dies_between_requests_is_a_crash_result_and_the_next_requ
         assert h.restarts == 1
     finally:
         h.stop()
+
+
+def test_a_source_whose_function_does_not_pickle_travels_to_the_worker_by_name():
+    import pickle
+
+    from kernelbay.tune.worker import Job
+
+    with pytest.raises(TypeError):
+        pickle.dumps(K.UNPICKLABLE)
+    src = kb.Source(K.UNPICKLABLE, "triton", meta={"num_warps": 2})
+    job = Job({0: src, 1: K.source()}, {0: {}, 1: {}}, K.launch, [], False, 0, 0.0, 0.0, False)
+    back = pickle.loads(pickle.dumps(job))
+    assert back.sources[0].code is K.UNPICKLABLE
+    assert back.sources[0].meta == src.meta and back.sources[0].lang == "triton"
+    assert back.sources[1] == job.sources[1]
