@@ -135,7 +135,8 @@ def tuned_sweep(space: dict[str, list[int]], device: str, **kw: Any) -> Any:
 
 def overhead_per_config(device: str, n: int = 16) -> list[float]:
     """The tuner's time per timed config beyond the kernel's (device-timed) own, in seconds,
-    one figure per round: 16 configs of a 1-row problem, 10 interleaved repeats each."""
+    one figure per round (the round's wall time less the device times it reported, over its
+    configs): 16 configs of a 1-row problem, 10 interleaved repeats each."""
     from kernelbay.tune.runner import WorkerHandle
     from kernelbay.tune.space import Space, apply
     from kernelbay.tune.worker import Job
@@ -157,16 +158,17 @@ def overhead_per_config(device: str, n: int = 16) -> list[float]:
     try:
         order = list(range(len(configs)))
         h.time_round(order, WARMUP, 60)  # compiles and warms: not what is measured
-        t0 = time.perf_counter()
-        device_s = 0.0
+        per_round = []
         for r in range(REPEATS):
+            t0 = time.perf_counter()
             got, faults = h.time_round(order[r:] + order[:r], 0, 60)
-            assert not faults, faults
-            device_s += sum(got.values()) / 1e9
-        wall = time.perf_counter() - t0
+            wall = time.perf_counter() - t0
+            if faults:
+                raise RuntimeError(f"the overhead run's kernels failed: {faults}")
+            per_round.append((wall - sum(got.values()) / 1e9) / len(order))
     finally:
         h.stop()
-    return wall / len(configs), device_s / len(configs)
+    return per_round
 
 
 def _side_in_child(side: str, space: dict[str, list[int]], cache: str) -> tuple[float, Any]:
@@ -253,49 +255,157 @@ def goals(records: list[dict]) -> list[dict]:
     return out
 
 
-def gpu(jobs: int) -> int:
-    """The 64-config NVRTC sweep on the first cuda device; prints figures, exit 1 if a goal fails."""
+def _gpu_sweep(dev: Any, jobs: int) -> dict[str, Any]:
+    """(a) The 64-config NVRTC sweep: compile serial vs kb.tune's pool, and kb.tune's choice
+    against an exhaustive serial timing."""
     import kernelbay as kb
     from kernelbay import _precompile
     from kernelbay.tune.space import Space, apply
 
-    dev = kb.device("cuda")
     configs = Space(GPU_SPACE).configs()
     sources = [apply(source(), c) for c in configs]
     _fresh_cache()
     t0 = time.perf_counter()
-    for s in sources:
-        kb.compile(s, dev)
+    for src in sources:
+        kb.compile(src, dev)
     serial_compile = time.perf_counter() - t0
     _fresh_cache()
     t0 = time.perf_counter()
-    outcomes = _precompile.run_pool(_precompile.compile_source, [(s, str(dev)) for s in sources], jobs, "", False)
+    outcomes = _precompile.run_pool(_precompile.compile_source, [(x, str(dev)) for x in sources], jobs, "", False)
     parallel_compile = time.perf_counter() - t0
-    failed = [o for o in outcomes if o[0] == "failed"]
-    best_serial, medians = serial_sweep(GPU_SPACE, "cuda")
-    res = tuned_sweep(GPU_SPACE, "cuda", jobs=jobs, force=True)
+    failed = [o[1] for o in outcomes if o[0] == "failed"]
+    best_serial, medians = serial_sweep(GPU_SPACE, str(dev))
+    t0 = time.perf_counter()
+    res = tuned_sweep(GPU_SPACE, str(dev), jobs=jobs, force=True)
+    tune_wall = time.perf_counter() - t0
     rec = {json.dumps(c, sort_keys=True): r for c, r in res.records}
     win = rec[json.dumps(res.config, sort_keys=True)]
     s_best = medians[json.dumps(best_serial, sort_keys=True)]
     s_win = medians.get(json.dumps(res.config, sort_keys=True), float("inf"))
     same = res.config == best_serial or s_win - s_best <= win["spread"] + 1e-12
-    speedup = serial_compile / parallel_compile
-    print(f"device: {dev.name}; {len(configs)} configs; {jobs} compile workers; {len(failed)} failed compiles")
-    print(
-        f"compile: serial {serial_compile:.2f} s, kb.tune's pool {parallel_compile:.2f} s: {speedup:.1f}x (goal >= 6x)"
+    return {
+        "configs": len(configs),
+        "jobs": jobs,
+        "failed_compiles": len(failed),
+        "first_failure": failed[0][:500] if failed else "",
+        "serial_compile_s": serial_compile,
+        "parallel_compile_s": parallel_compile,
+        "compile_speedup": serial_compile / parallel_compile,
+        "kb_tune_wall_s": tune_wall,
+        "kb_tune_config": res.config,
+        "kb_tune_median_us": win["median"] * 1e6,
+        "kb_tune_spread_us": win["spread"] * 1e6,
+        "serial_best_config": best_serial,
+        "serial_best_us": s_best * 1e6,
+        "serial_time_of_kb_tune_choice_us": s_win * 1e6,
+        "choice_matches": bool(same),
+        "goal_met": bool(serial_compile / parallel_compile >= 6 and same and not failed),
+    }
+
+
+def _gpu_triton(dev: Any) -> dict[str, Any]:
+    """(b) Triton's tutorial matmul configs: kb.tune against triton.autotune."""
+    import kernelbay as kb
+
+    from . import tune_triton as T
+
+    _fresh_cache()
+    space = {"CFG": list(range(len(T.CONFIGS)))}
+    t0 = time.perf_counter()
+    res = kb.tune(
+        T.source,
+        space,
+        T.launch,
+        args=T.host_args(),
+        check=T.reference,
+        rtol=2e-2,
+        atol=2e-1,
+        devices=str(dev),
+        repeats=REPEATS,
+        warmup=WARMUP,
+        progress=False,
+        force=True,
     )
-    print(f"choice: kb.tune {res.config} ({win['median'] * 1e6:.2f} us +- {win['spread'] * 1e6:.2f})")
-    print(
-        f"        serial exhaustive {best_serial} ({s_best * 1e6:.2f} us); kb.tune's choice there: {s_win * 1e6:.2f} us"
-    )
-    print(f"        {'MATCH' if same else 'DIFFERENT'} (same config, or within the measured spread)")
-    return 0 if speedup >= 6 and same and not failed else 1
+    kb_wall = time.perf_counter() - t0
+    statuses = {json.dumps(T.CONFIGS[c["CFG"]]): r["status"] for c, r in res.records}
+    out: dict[str, Any] = {
+        "configs": len(T.CONFIGS),
+        "kb_tune_wall_s": kb_wall,
+        "kb_tune_config": T.CONFIGS[res.config["CFG"]],
+        "kb_tune_median_us": next(r["median"] for c, r in res.records if c == res.config) * 1e6,
+        "kb_tune_statuses": statuses,
+    }
+    try:
+        win, wall = T.triton_autotune(REPEATS)
+        out.update(triton_autotune_config=win, triton_autotune_wall_s=wall)
+        out["same_winner"] = win == out["kb_tune_config"]
+    except Exception as exc:  # torch missing, or Triton's autotune API changed: kb.tune's side stands
+        out["triton_autotune_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    return out
+
+
+def _gpu_overhead(dev: Any) -> dict[str, Any]:
+    """(c) The tuner's overhead per timed config on the GPU, the kernel's own time excluded."""
+    _fresh_cache()
+    per_round = overhead_per_config(str(dev))
+    ms = statistics.median(per_round) * 1e3
+    return {"rounds": len(per_round), "overhead_ms": ms, "goal_met": ms <= 1.0}
+
+
+def gpu(jobs: int, out: str | None) -> int:
+    """The GPU suite on the first cuda device, each part on its own (one that fails is reported
+    and the next runs); prints a table, writes JSON to ``out`` after every part (a run cut short
+    keeps what finished); exit 1 if a part failed or a goal was missed."""
+    import kernelbay as kb
+
+    report: dict[str, Any] = {"parts": {}}
+
+    def save() -> None:
+        if out:
+            with open(out, "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=1, default=repr)
+
+    try:
+        dev = kb.device("cuda")
+        report["device"] = f"{dev} {dev.name}"
+    except Exception as exc:
+        report["error"] = f"no cuda device: {type(exc).__name__}: {exc}"
+        save()
+        print(report["error"])
+        return 1
+    save()
+    parts = [
+        ("a: 64-config NVRTC sweep", lambda: _gpu_sweep(dev, jobs)),
+        ("b: Triton matmul, kb.tune vs triton.autotune", lambda: _gpu_triton(dev)),
+        ("c: tuner overhead per timed config", lambda: _gpu_overhead(dev)),
+    ]
+    ok = True
+    for name, fn in parts:
+        t0 = time.perf_counter()
+        try:
+            got = fn()
+        except Exception as exc:
+            import traceback
+
+            got = {"error": f"{type(exc).__name__}: {exc}"[:2000], "traceback": traceback.format_exc()[-4000:]}
+        got["part_wall_s"] = time.perf_counter() - t0
+        ok = ok and "error" not in got and got.get("goal_met", True) is not False
+        report["parts"][name] = got
+        save()
+        print(f"== {name} ({got['part_wall_s']:.1f} s)")
+        for k, v in got.items():
+            if k != "traceback":
+                print(f"   {k:36} {v:.4g}" if isinstance(v, float) else f"   {k:36} {v}")
+    print(f"device: {report['device']}; JSON: {out or '(no --out)'}")
+    return 0 if ok else 1
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cuda", action="store_true", help="the 64-config NVRTC sweep on a GPU")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--out", help="write the results as JSON to this path")
+    p.add_argument("--quick", action="store_true", help="cpu: a 4-variant sweep, one run a side")
     p.add_argument("--side", choices=("serial", "tune"), help=argparse.SUPPRESS)  # one side, in a child
     p.add_argument("--space", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -303,8 +413,11 @@ def main() -> int:
         _side(a.side, json.loads(a.space))
         return 0
     if a.cuda:
-        return gpu(a.jobs)
-    recs = run(False)
+        return gpu(a.jobs, a.out)
+    recs = run(a.quick)
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            json.dump({"records": recs, "goals": goals(recs)}, f, indent=1, default=repr)
     for r in recs:
         print(f"{r['group']:40} {r['name']:12} {r.get('median', float('nan')):.4g} {r['unit']} {r.get('skipped', '')}")
     for g in goals(recs):

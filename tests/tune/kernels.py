@@ -93,3 +93,21 @@ def rowsum(kernel: Any, config: dict[str, Any], args: list[Any]) -> None:
 
 def not_a_tuning() -> None:
     """For the CLI's refusal of a plain function."""
+
+
+class _Unpicklable:
+    """A stand-in for a Triton ``@jit`` function: a module-level callable object that does not
+    pickle (it holds a lock), which a tuning worker must import by name."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.__module__ = __name__
+        self.__qualname__ = "UNPICKLABLE"
+
+    def __call__(self) -> None:
+        pass
+
+
+UNPICKLABLE = _Unpicklable()

@@ -165,7 +165,15 @@ def test_when_every_config_fails_the_error_says_why(cpu):
         )
 
 
-@pytest.mark.parametrize(("how", "says"), [("exit", "it exited with status 3"), ("hang", "it did not answer within")])
+@pytest.mark.parametrize(
+    ("how", "says"),
+    [
+        ("exit", "it exited with status 3 at start; its stderr ends: starts_badly: giving up now"),
+        ("kill", "it was killed by SIGKILL at start"),
+        ("import", "importing the functions given to kb.tune failed: ModuleNotFoundError: .*kernelbay_no_such_module"),
+        ("hang", "it did not answer within"),
+    ],
+)
 def test_a_worker_that_dies_or_hangs_while_starting_stops_the_sweep_with_a_clear_error(cpu, monkeypatch, how, says):
     # The job is large (a 200 kB source): sent as the process's argument, it filled the spawn pipe,
     # and a worker that died while starting left the tuner waiting forever.
@@ -184,3 +192,51 @@ def test_a_worker_that_dies_or_hangs_while_starting_stops_the_sweep_with_a_clear
             check=False,
             progress=False,
         )
+
+
+def test_a_worker_that_dies_between_requests_is_a_crash_result_and_the_next_request_restarts_it(cpu):
+    # A write to a dead worker's pipe fails (EPIPE) at once: reported as the config's crash, never
+    # raised from the tuner nor waited on; the next request starts a fresh worker.
+    import os
+    import signal
+
+    from kernelbay.tune.worker import Job
+
+    cfg = {"BLOCK": 32, "UNROLL": 1}
+    job = Job(
+        sources={0: K.source_for(cfg)},
+        configs={0: cfg},
+        launch=K.launch,
+        args=K.host_args(),
+        check=K.reference,
+        default=0,
+        rtol=1e-4,
+        atol=1e-3,
+        flush_l2=False,
+    )
+    h = runner.WorkerHandle("cpu:0", job)
+    try:
+        h.start()
+        os.kill(h.proc.pid, signal.SIGKILL)
+        h.proc.join(10)
+        status, detail = h.check(0, 30.0)
+        assert status == "crashed" and "SIGKILL" in detail
+        assert h.check(0, 60.0) == ("ok", "")
+        assert h.restarts == 1
+    finally:
+        h.stop()
+
+
+def test_a_source_whose_function_does_not_pickle_travels_to_the_worker_by_name():
+    import pickle
+
+    from kernelbay.tune.worker import Job
+
+    with pytest.raises(TypeError):
+        pickle.dumps(K.UNPICKLABLE)
+    src = kb.Source(K.UNPICKLABLE, "triton", meta={"num_warps": 2})
+    job = Job({0: src, 1: K.source()}, {0: {}, 1: {}}, K.launch, [], False, 0, 0.0, 0.0, False)
+    back = pickle.loads(pickle.dumps(job))
+    assert back.sources[0].code is K.UNPICKLABLE
+    assert back.sources[0].meta == src.meta and back.sources[0].lang == "triton"
+    assert back.sources[1] == job.sources[1]

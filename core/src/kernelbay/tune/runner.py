@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import statistics
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -39,14 +42,23 @@ class WorkerHandle:
         self.properties: dict[str, Any] = {}
         self.current: Any = None
         self.restarts = -1
+        self.errlog = ""
 
     def start(self) -> None:
+        """Start the worker and wait, under a deadline that grows with load, until it is ready.
+
+        :raises TuneError: when it exits, is killed or does not answer while starting; the error
+            says which, with the tail of what the worker wrote to stderr.
+        """
+        self._pass_on_stderr()  # a previous run's (a restart after a crash or a hang)
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         # The config the worker is running, in shared memory: the worker sets it before each
         # launch at no syscall's cost, and the tuner reads it to charge a hang or a crash.
         self.current = ctx.RawValue("i", -1)
-        self.proc = ctx.Process(target=serve, args=(child, self.device, self.current), daemon=True)
+        fd, self.errlog = tempfile.mkstemp(prefix="kernelbay-tune-worker-", suffix=".stderr")
+        os.close(fd)
+        self.proc = ctx.Process(target=serve, args=(child, self.device, self.current, self.errlog), daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent
@@ -54,25 +66,76 @@ class WorkerHandle:
         limit = start_timeout()
         msg = self._recv(limit)
         if msg is not None and msg[0] == "hello":
-            try:  # the job after the worker said it runs: a dead one gives EPIPE here, never a hang
-                parent.send(self.job)
-            except OSError:
-                msg = ("dead",)
-            else:
-                msg = self._recv(limit)
+            msg = self._send_job(limit)
         if msg is None or msg[0] != "ready":
             if msg is None:
                 why = f"it did not answer within {limit:g} s (a hang while importing, or a very slow machine)"
+                self.kill()
             elif msg[0] == "failed":
                 why = msg[1]
+                self.kill()
             else:
-                why = self._death()
-            self.kill()
+                why = self._death() + " at start"
+                self.kill()
+            tail = self._stderr_tail()
+            self._pass_on_stderr()  # the whole of it (a traceback) for the user to read
             raise TuneError(
-                f"the tuning worker for {self.device} could not start: {why}. Its own error, if any, is on stderr "
-                "above; functions given to kb.tune must import cleanly in a fresh process"
+                f"the tuning worker for {self.device} could not start: {why}"
+                + (f"; its stderr ends: {tail}" if tail else "")
+                + ". Functions given to kb.tune must import cleanly in a fresh process (try "
+                "`python -c 'import <their module>'`); KERNELBAY_PLUGIN_TIMEOUT sets the start deadline"
             )
         self.properties = msg[2]
+
+    def _send_job(self, limit: float) -> Any:
+        """Send the job (it may be large) and wait for the worker's answer, both under ``limit``:
+        the send runs in a thread, so a worker that stops reading cannot block the tuner; killing
+        that worker ends the send."""
+        failed: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                self.conn.send(self.job)
+            except (OSError, ValueError) as exc:  # EPIPE: the worker died; ValueError: pipe closed
+                failed.append(exc)
+
+        t0 = time.monotonic()
+        sender = threading.Thread(target=send, name="kernelbay-tune-send", daemon=True)
+        sender.start()
+        sender.join(limit)
+        if sender.is_alive():
+            return None
+        if failed:
+            return ("dead",)
+        return self._recv(max(0.0, limit - (time.monotonic() - t0)))
+
+    def _stderr_tail(self, lines: int = 8, chars: int = 2000) -> str:
+        """The last lines the worker wrote to stderr, on one line ('' when none)."""
+        try:
+            with open(self.errlog, encoding="utf-8", errors="replace") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4 * chars))
+                text = f.read()
+        except (OSError, AttributeError):
+            return ""
+        kept = [ln.rstrip() for ln in text.splitlines() if ln.strip()][-lines:]
+        return " | ".join(kept)[-chars:]
+
+    def _pass_on_stderr(self) -> None:
+        """What the worker wrote to stderr (warnings, a backend's messages), onto the tuner's own
+        stderr once the worker has ended; then the file is removed."""
+        name = getattr(self, "errlog", "")
+        if not name:
+            return
+        try:
+            with open(name, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            os.unlink(name)
+        except OSError:
+            return
+        self.errlog = ""
+        if text:
+            sys.stderr.write(text if text.endswith("\n") else text + "\n")
 
     def _live(self) -> Any:
         """The pipe to a running worker, started (again) where there is none."""
@@ -111,6 +174,11 @@ class WorkerHandle:
             self.conn.close()
         self.proc = self.conn = None
 
+    def close(self) -> None:
+        """Kill the worker if it runs and pass on what it wrote to stderr."""
+        self.kill()
+        self._pass_on_stderr()
+
     def stop(self) -> None:
         if self.conn is not None:
             try:
@@ -118,7 +186,7 @@ class WorkerHandle:
             except OSError:
                 pass
             self.proc.join(10)
-        self.kill()
+        self.close()
 
     def _fault(self, timeout: float, msg: Any) -> tuple[str, str]:
         if msg is None:
@@ -126,10 +194,21 @@ class WorkerHandle:
             return "timeout", f"no result within {timeout:g} s; its worker was killed"
         why = self._death()
         self.kill()
-        return "crashed", f"the worker running it died: {why}"
+        tail = self._stderr_tail(lines=3, chars=600)
+        return "crashed", f"the worker running it died: {why}" + (f"; its stderr ends: {tail}" if tail else "")
+
+    def _post(self, msg: Any) -> bool:
+        """Send a small request (it fits the pipe's buffer, so it never blocks); False when the
+        worker is gone (EPIPE)."""
+        try:
+            self._live().send(msg)
+            return True
+        except (OSError, ValueError):
+            return False
 
     def check(self, i: int, timeout: float) -> tuple[str, str]:
-        self._live().send(("check", i))
+        if not self._post(("check", i)):
+            return self._fault(timeout, ("dead",))
         msg = self._recv(timeout)
         if msg is None or msg[0] == "dead":
             return self._fault(timeout, msg)
@@ -143,7 +222,8 @@ class WorkerHandle:
         configs after it wait for the next round)."""
         conn = self._live()
         self.current.value = -1
-        conn.send(("time", list(order), warmup))
+        if not self._post(("time", list(order), warmup)):
+            return {}, {order[0]: self._fault(timeout, ("dead",))}
         limit = timeout * (1 + warmup)
         seen, since = -1, time.monotonic()
         while True:

@@ -6,6 +6,7 @@ import logging
 import pickle
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -316,10 +317,9 @@ class Sweep:
         started = [starter.submit(h.start) for h in handles]
         try:
             _compile_all(self.sources, todo, self.devs, self.records, o["jobs"], self.show)
-            for f in started:
-                f.result()
+            up = _started(handles, started)
             runnable = [i for i in todo if i not in self.records]
-            _time_all(handles, runnable, self.records, o["repeats"], o["warmup"], o["timeout"], self.show)
+            _time_all(up, runnable, self.records, o["repeats"], o["warmup"], o["timeout"], self.show)
         finally:
             starter.shutdown(wait=True)
             for h in handles:
@@ -332,6 +332,29 @@ class Sweep:
 
     def choose(self) -> Result:
         return _choose(self.configs, self.sources, self.records, self.devs[0], self.launch, self.reused, self.timed)
+
+
+def _started(handles: list[WorkerHandle], started: list[Any]) -> list[WorkerHandle]:
+    """The workers that started; a device whose worker could not start is left out of the sweep
+    with a warning, and when none started, the first one's TuneError is raised."""
+    up, errors = [], []
+    for h, f in zip(handles, started):
+        try:
+            f.result()
+            up.append(h)
+        except TuneError as exc:
+            errors.append(exc)
+            log.warning("%s", exc)
+    if not up:
+        raise errors[0]
+    if errors:
+        warnings.warn(
+            f"kb.tune goes on without {len(errors)} of {len(handles)} devices, whose timing worker could not "
+            f"start: {errors[0]}",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    return up
 
 
 def _compile_all(

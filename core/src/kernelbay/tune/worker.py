@@ -44,6 +44,64 @@ class Job:
     atol: float
     flush_l2: bool
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A source whose code is a module-level function object travels by reference (its module
+        # and name), as the launch function does: a Triton @jit function does not pickle (it
+        # holds its module's globals and a function its module's name no longer points at).
+        sources = {i: _portable(src) for i, src in self.sources.items()}
+        return (
+            _job,
+            (
+                sources,
+                self.configs,
+                self.launch,
+                self.args,
+                self.check,
+                self.default,
+                self.rtol,
+                self.atol,
+                self.flush_l2,
+            ),
+        )
+
+
+def _portable(src: Source) -> Any:
+    """``src``, or ``("ref", module, qualname, lang, ...)`` where its code is a function object
+    that its module holds by that name (imported again in the worker)."""
+    code = src.code
+    if isinstance(code, (str, bytes)):
+        return src
+    mod, qual = getattr(code, "__module__", None), getattr(code, "__qualname__", None)
+    if not (isinstance(mod, str) and isinstance(qual, str)):
+        return src
+    try:
+        import importlib
+
+        obj: Any = importlib.import_module(mod)
+        for part in qual.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return src
+    if obj is not code:
+        return src
+    return ("ref", mod, qual, src.lang, src.name, src.options, dict(src.headers), src.name_expressions, dict(src.meta))
+
+
+def _unportable(item: Any) -> Source:
+    if isinstance(item, Source):
+        return item
+    import importlib
+
+    _, mod, qual, lang, name, options, headers, name_expressions, meta = item
+    obj: Any = importlib.import_module(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return Source(obj, lang, name, options, headers, name_expressions, meta)
+
+
+def _job(sources: dict[int, Any], *rest: Any) -> Job:
+    return Job({i: _unportable(x) for i, x in sources.items()}, *rest)
+
 
 def resolve(fn: Any) -> Callable[..., Any]:
     """A launch function passed by reference ``(module, qualname)``, imported here; the function
@@ -190,16 +248,30 @@ class _State:
             return t1 - t0
 
 
-def serve(conn: Any, device: str, current: Any) -> None:
+def serve(conn: Any, device: str, current: Any, errlog: str = "") -> None:
     """The worker's loop (the target of its process). The job comes over ``conn`` once the worker
     says it has started: passed as the process's argument, a large one (many sources) filled the
     spawn pipe, and a worker that died while starting left the tuner's write waiting forever
-    (multiprocessing holds that pipe's other end until the write returns)."""
+    (multiprocessing holds that pipe's other end until the write returns).
+
+    ``errlog``: a file that takes the worker's stderr (file descriptor 2, so a C library's output
+    and a dying interpreter's traceback too), whose tail the tuner quotes when the worker dies and
+    whose whole text it passes on to its own stderr when the worker ends."""
+    if errlog:
+        fd = os.open(errlog, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
     os.environ.pop("KERNELBAY_TRACE", None)
     conn.send(("hello",))
     try:
-        job = conn.recv()
+        job = conn.recv()  # unpickling imports the modules of the launch, args and check functions
     except EOFError:
+        return
+    except BaseException as exc:  # an import that fails (or exits) there is the user's to see
+        import traceback
+
+        tail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        conn.send(("failed", f"importing the functions given to kb.tune failed: {tail}"))
         return
     try:
         st = _State(job, device)
