@@ -65,14 +65,7 @@ CASES = [(f, line, info, code) for f in FILES for line, info, code in blocks(f)]
 
 def _python_blocks_before(path: str, line: int) -> list[str]:
     """The code of ``path``'s runnable python blocks up to ``line``: the reader's session so far."""
-    return [
-        code
-        for ln, info, code in blocks(path)
-        if ln <= line
-        and info.split()[:1] == ["python"]
-        and _runs(info)
-        and all(importlib.util.find_spec(m) is not None for m in _needs(info))
-    ]
+    return [code for ln, code in _reader_blocks(path) if ln <= line]
 
 
 def _runs(info: str) -> bool:
@@ -100,7 +93,7 @@ def _reader_env() -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("path", "line", "info", "code"), CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
-def test_block(path: str, line: int, info: str, code: str, tmp_path) -> None:
+def test_block(path: str, line: int, info: str, code: str, tmp_path, tmp_path_factory) -> None:
     kind = info.split()[0] if info else ""
     if not kind:
         pytest.fail(f"{path}:{line}: a code block without an info string: label it (python, bash, toml, text...)")
@@ -123,15 +116,70 @@ def test_block(path: str, line: int, info: str, code: str, tmp_path) -> None:
     if "gpu" in words:
         if not _has_cuda():
             pytest.skip(f"{path}:{line} needs a CUDA device; none here")
-        script = code
-        env = _reader_env()
-    else:
-        script = "\n".join(_python_blocks_before(path, line))
-        env = dict(_reader_env(), KERNELBAY_DEVICE="cpu")
-        env.update(w.split("=", 1) for w in words if re.match(r"[A-Z_][A-Z0-9_]*=", w))
+        (tmp_path / "docs_blocks.py").write_text(code, encoding="utf-8")
+        r = _run_script(tmp_path, _reader_env())
+        assert r.returncode == 0, f"{path}:{line} failed:\n{textwrap.indent(code, '    ')}\n{r.stderr[-3000:]}"
+        return
+    settings = _settings(info)
+    returncode, reached, stderr = _session(path, settings, tmp_path_factory)
+    script = "\n".join(_python_blocks_before(path, line))
+    last = line == max(ln for ln, _ in _session_blocks(path, settings))
+    ok = line in reached and (returncode == 0 or not last)
+    assert ok, f"{path}:{line} failed:\n{textwrap.indent(script, '    ')}\n{stderr[-3000:]}"
+
+
+def _run_script(cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     # A script file, as a reader runs it (spawned workers, as kb.tune's, re-import the main file).
-    (tmp_path / "docs_blocks.py").write_text(script, encoding="utf-8")
-    r = subprocess.run(
-        [sys.executable, "docs_blocks.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    return subprocess.run(
+        [sys.executable, "docs_blocks.py"], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
-    assert r.returncode == 0, f"{path}:{line} failed:\n{textwrap.indent(script, '    ')}\n{r.stderr[-3000:]}"
+
+
+def _session_blocks(path: str, settings: tuple[str, ...]) -> list[tuple[int, str]]:
+    """``(line, code)`` of ``path``'s runnable python blocks, up to its last one run with ``settings``."""
+    mine = [ln for ln, info, _ in blocks(path) if info.split()[:1] == ["python"] and _settings(info) == settings]
+    return [(ln, code) for ln, code in _reader_blocks(path) if ln <= max(mine)]
+
+
+def _reader_blocks(path: str) -> list[tuple[int, str]]:
+    """``(line, code)`` of ``path``'s python blocks that run here (not fragments, gpu or missing needs)."""
+    return [
+        (ln, code)
+        for ln, info, code in blocks(path)
+        if info.split()[:1] == ["python"] and _runs(info) and all(importlib.util.find_spec(m) for m in _needs(info))
+    ]
+
+
+def _settings(info: str) -> tuple[str, ...]:
+    return tuple(w for w in info.split()[1:] if re.match(r"[A-Z_][A-Z0-9_]*=", w))
+
+
+_SESSIONS: dict[tuple[str, tuple[str, ...]], tuple[int, set[int], str]] = {}
+_MARK = "kb-docs-block-done"
+
+
+def _session(path: str, settings: tuple[str, ...], factory: pytest.TempPathFactory) -> tuple[int, set[int], str]:
+    """A reader's whole session with ``path``: its python blocks in one script, once per test run.
+
+    Block N's own run would be blocks 1..N in a fresh process under N's settings; one script of
+    every block up to the last with the same settings, marking each block's end on stderr, is
+    that run for each of them (a fresh interpreter per block cost seconds and repeated every
+    earlier block). ``(returncode, lines of the blocks that ended, stderr)``.
+    """
+    key = (path, settings)
+    if key not in _SESSIONS:
+        parts = []
+        for ln, code in _session_blocks(path, settings):
+            parts.append(code)
+            # Only the reader's process marks: spawned workers re-import this file as __mp_main__.
+            parts.append(
+                f"if __name__ == '__main__':\n    print({_MARK!r}, {ln}, file=__import__('sys').stderr, flush=True)\n"
+            )
+        cwd = factory.mktemp("docs_blocks")
+        (cwd / "docs_blocks.py").write_text("\n".join(parts), encoding="utf-8")
+        env = dict(_reader_env(), KERNELBAY_DEVICE="cpu")
+        env.update(w.split("=", 1) for w in settings)
+        r = _run_script(cwd, env)
+        reached = {int(m) for m in re.findall(rf"^{_MARK} (\d+)$", r.stderr, re.M)}
+        _SESSIONS[key] = (r.returncode, reached, r.stderr)
+    return _SESSIONS[key]

@@ -126,15 +126,20 @@ def test_streams_overlap_and_events_time_them(dev) -> None:
     end.record(s1)
     end.synchronize()
     alone = end.elapsed(start)
-    t0 = time.perf_counter()
-    k.launch(1, 32, (cycles, flag), stream=s1)
-    k.launch(1, 32, (cycles, flag), stream=s2)
-    s1.synchronize()
-    s2.synchronize()
-    both = (time.perf_counter() - t0) * 1e3
+    # The best of a few tries: a busy host can only delay the second launch (adding time), never
+    # make two serial kernels look overlapped, so the first try under 1.6x proves the overlap.
+    tries, both = 0, float("inf")
+    while tries < 5 and both >= 1.6 * alone:
+        t0 = time.perf_counter()
+        k.launch(1, 32, (cycles, flag), stream=s1)
+        k.launch(1, 32, (cycles, flag), stream=s2)
+        s1.synchronize()
+        s2.synchronize()
+        both = min(both, (time.perf_counter() - t0) * 1e3)
+        tries += 1
     assert alone > 20
     assert both < 1.6 * alone, f"two streams took {both:.1f} ms, one kernel {alone:.1f} ms: no overlap"
-    assert flag.numpy()[0] == 4
+    assert flag.numpy()[0] == 2 + 2 * tries
 
 
 def test_graph_capture_and_replay(dev) -> None:

@@ -71,3 +71,31 @@ def cache_dir(tmp_path, monkeypatch) -> str:
     d = str(tmp_path / "cache")
     monkeypatch.setenv("KERNELBAY_CACHE_DIR", d)
     return d
+
+
+@pytest.fixture(scope="module")
+def warm_cache_dir(tmp_path_factory) -> str:
+    """A disk cache that already holds the workload's kernel: one cold compile (seconds on the
+    cpu backend) per module, for the tests that check something other than the cold compile."""
+    d = str(tmp_path_factory.mktemp("warm") / "cache")
+    run_workload("cpu", {"KERNELBAY_CACHE_DIR": d})
+    return d
+
+
+@pytest.fixture
+def warm_cache(warm_cache_dir, monkeypatch) -> str:
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", warm_cache_dir)
+    return warm_cache_dir
+
+
+@pytest.fixture(scope="module")
+def module_cache_dir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("shared") / "cache")
+
+
+@pytest.fixture
+def shared_cache(module_cache_dir, monkeypatch) -> str:
+    """One disk cache for a module's tests whose checks hold whatever it holds (hit or miss):
+    the first compile fills it, the others find it there instead of compiling again."""
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", module_cache_dir)
+    return module_cache_dir

@@ -34,7 +34,7 @@ def _run(code: str, **env: str) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_import_and_a_plain_launch_load_no_tracing(cache_dir) -> None:
+def test_import_and_a_plain_launch_load_no_tracing(shared_cache) -> None:
     got = _run(
         f"""
         import json, sys
@@ -52,7 +52,7 @@ def test_import_and_a_plain_launch_load_no_tracing(cache_dir) -> None:
     assert got == {"y": 1.0, "loaded": []}
 
 
-def test_kb_trace_loads_the_extension_when_asked_for(tmp_path, cache_dir) -> None:
+def test_kb_trace_loads_the_extension_when_asked_for(tmp_path, shared_cache) -> None:
     path = str(tmp_path / "t.json")
     got = _run(
         f"""

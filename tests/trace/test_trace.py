@@ -70,8 +70,8 @@ def test_cpu_workload_trace_event_by_event(tmp_path, cache_dir) -> None:
     assert s["allocator"]["traced"]["cpu:0"]["peak_live"] == 3 * 1024
 
 
-def test_second_process_hits_the_disk_cache(tmp_path, cache_dir) -> None:
-    run_workload("cpu", {})
+def test_second_process_hits_the_disk_cache(tmp_path, warm_cache) -> None:
+    # warm_cache was filled by another process (its compile a miss, stored on disk)
     path = str(tmp_path / "t.json")
     run_workload("cpu", {"KERNELBAY_TRACE": path})
     assert [e["args"]["cache"] for e in spans(load(path), "compile")] == ["disk", "memory"]
@@ -106,7 +106,7 @@ def test_context_manager_writes_when_the_block_raises(tmp_path) -> None:
     assert tracer.current() is None
 
 
-def test_env_trace_written_when_the_program_raises(tmp_path, cache_dir) -> None:
+def test_env_trace_written_when_the_program_raises(tmp_path, warm_cache) -> None:
     path = str(tmp_path / "t.json")
     proc = run_workload("cpu", {"KERNELBAY_TRACE": path}, "--raise", check=False)
     assert proc.returncode == 1 and "on purpose" in proc.stderr
@@ -130,8 +130,8 @@ def test_one_trace_at_a_time(tmp_path) -> None:
         kb.trace(tmp_path / "b.json").start()
 
 
-def test_two_processes_writing_one_path_leave_one_whole_trace(tmp_path, cache_dir) -> None:
-    run_workload("cpu", {})  # warm the cache so both children are quick
+def test_two_processes_writing_one_path_leave_one_whole_trace(tmp_path, warm_cache) -> None:
+    # The cache is warm, so both children are quick.
     path = str(tmp_path / "same.json")
     env = dict(os.environ, KERNELBAY_TRACE=path)
     from .conftest import WORKLOAD
@@ -146,7 +146,7 @@ def test_two_processes_writing_one_path_leave_one_whole_trace(tmp_path, cache_di
     assert [f for f in os.listdir(tmp_path) if f.startswith(".kbtrace-")] == []
 
 
-def test_pid_in_the_path(tmp_path, cache_dir) -> None:
+def test_pid_in_the_path(tmp_path, warm_cache) -> None:
     run_workload("cpu", {"KERNELBAY_TRACE": str(tmp_path / "t-{pid}.json")})
     (name,) = [f for f in os.listdir(tmp_path) if f.startswith("t-")]
     assert name == f"t-{load(str(tmp_path / name))['kernelbay']['pid']}.json"
