@@ -370,9 +370,7 @@ def _specialise(k: Any, args: Sequence[Any]) -> Any:
     clashes = " or ".join(clash) or "False"
     # SMEM scalars of a declared type are checked on every launch whose values are not the very
     # objects of the last one (numbers are immutable: the same object was checked then).
-    checks = "".join(
-        f"\n        check(a{p}, {kind!r}, {size}, {at!r})" for p, kind, size, at in k.checked if p < n
-    )
+    checks = "".join(f"\n        check(a{p}, {kind!r}, {size}, {at!r})" for p, kind, size, at in k.checked if p < n)
     # Identity with the last launch's arguments (MEMO) stands for the whole key: an
     # Array's shape and dtype never change, and a static is the same object. The fast path
     # therefore keeps the last arguments alive until the kernel's next launch.
