@@ -93,7 +93,9 @@ def test_a_small_overrun_hits_the_guard_page_not_the_next_buffer(kernels, cpu):
     assert "kernel 'oob' faulted" in msg and "block (16,0,0)" in msg
     assert f"0 bytes past the end of a {4 * N}-byte kernelbay buffer" in msg
     assert not after.numpy().any()
-    np.testing.assert_array_equal(a.numpy(), np.ones(N, np.float32))  # all it wrote before the fault
+    # The other blocks wrote 1 or nothing (with many cores, the faulting block may run before them
+    # and the launch stops: what a faulting launch wrote is undefined, never another buffer's).
+    assert set(np.unique(a.numpy()).tolist()) <= {0.0, 1.0}
     _fine_still_works(kernels, cpu)
 
 
@@ -130,7 +132,9 @@ def test_fifty_faults_in_a_row_leak_nothing(kernels, cpu):
             maps = sum(1 for _ in f)
         return fds, threads, maps
 
-    for _ in range(3):  # warm: OpenMP's pool, the modules
+    big = kb.zeros(1 << 20, "float32", device=cpu)
+    for _ in range(3):  # warm: OpenMP's pool (each of its threads sets up its signal stack once), the modules
+        kernels["fine"].launch((1 << 20) // 256, 256, (big, np.int32(1 << 20)))
         with pytest.raises(kb.LaunchError):
             kernels["null_write"].launch(2, 32, (a,))
     before = counts()
@@ -141,7 +145,9 @@ def test_fifty_faults_in_a_row_leak_nothing(kernels, cpu):
             kernels["divide"].launch(1, 32, (kb.zeros(32, "int32", device=cpu), np.int32(3)))
     after = counts()
     assert after[0] == before[0] and after[1] == before[1]
-    assert after[2] <= before[2] + 4  # maps: flat (a little slack for the allocator's heap)
+    # maps: flat, but for malloc's per-thread arenas (two maps each, made once per thread: a thread
+    # that faults for the first time allocates while reporting) and a little heap
+    assert after[2] <= before[2] + 2 * int(cpu.properties["threads"]) + 4
     _fine_still_works(kernels, cpu)
 
 

@@ -87,7 +87,11 @@ _HOST, _DEVICE = 1, 2  # CU_MEMORYTYPE_*
 #: microsecond per node at every cuGraphLaunch (measured on an H100), where a graph of a few
 #: chains costs what a stream capture does. So step i also waits for step i - MAX_WIDTH: at most
 #: this many chains, each in recorded order (an added edge only orders work, never reorders it).
-MAX_WIDTH = 4
+#: Two, not four: each chain costs cuGraphLaunch host time (H100, 100 one-node kernels per
+#: replay: 0.108 us per node with four chains, 0.061 with two, 0.038 with one, CuPy's captured
+#: chain 0.022-0.040 in the same runs), and two still run two independent chains at once
+#: (benchmarks/bench_streams_cuda.py: 0.50x serialised with two or four, 1.0x with one).
+MAX_WIDTH = 2
 
 
 def _side(x: Any) -> tuple[int, int] | None:

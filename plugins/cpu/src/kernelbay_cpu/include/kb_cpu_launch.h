@@ -173,11 +173,16 @@ inline void fault_report(const Fault& f) {
     if (f.pc != nullptr && dladdr(f.pc, &di) && di.dli_sname != nullptr)
         std::snprintf(where, sizeof(where), " in %s+0x%lx", di.dli_sname,
                       (unsigned long)((char*)f.pc - (char*)di.dli_saddr));
-    // A fault just below this thread's stack (or on its guard page) is a stack overflow: deep
-    // recursion or large local arrays in the kernel.
+    // A fault next to the stack pointer, or just below this thread's stack (its guard page),
+    // is a stack overflow: deep recursion or large local arrays in the kernel.
     const char* what = fault_what(f);
+    const char* a0 = static_cast<const char*>(f.addr);
+    const char* sp = static_cast<const char*>(f.sp);
     pthread_attr_t attr;
-    if ((f.sig == SIGSEGV || f.sig == SIGBUS) && pthread_getattr_np(pthread_self(), &attr) == 0) {
+    if ((f.sig == SIGSEGV || f.sig == SIGBUS) && sp != nullptr && a0 != nullptr && a0 < sp + 4096 &&
+        a0 + (1 << 20) > sp) {
+        what = "stack overflow (SIGSEGV: deep recursion or large local arrays in the kernel)";
+    } else if ((f.sig == SIGSEGV || f.sig == SIGBUS) && pthread_getattr_np(pthread_self(), &attr) == 0) {
         void* lo = nullptr;
         std::size_t size = 0;
         if (pthread_attr_getstack(&attr, &lo, &size) == 0) {

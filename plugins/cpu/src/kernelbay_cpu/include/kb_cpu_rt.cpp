@@ -215,6 +215,7 @@ void stop_self() {
         fault_now->code = 0;
         fault_now->addr = nullptr;
         fault_now->pc = nullptr;
+        fault_now->sp = nullptr;
     }
     recover_now = nullptr;
     fault_now = nullptr;
@@ -314,6 +315,17 @@ void* pc_of(void* uc) {
 #endif
 }
 
+void* sp_of(void* uc) {
+#if defined(__x86_64__)
+    return uc ? (void*)static_cast<ucontext_t*>(uc)->uc_mcontext.gregs[REG_RSP] : nullptr;
+#elif defined(__aarch64__)
+    return uc ? (void*)static_cast<ucontext_t*>(uc)->uc_mcontext.sp : nullptr;
+#else
+    (void)uc;
+    return nullptr;
+#endif
+}
+
 void on_fatal(int sig, siginfo_t* info, void* uc) {
     // A fault on a guard page of this thread's fiber stacks: the block ends with an error
     // (the fiber code unblocks SIGSEGV after the jump).
@@ -335,6 +347,7 @@ void on_fatal(int sig, siginfo_t* info, void* uc) {
                 f->code = info->si_code;
                 f->addr = info->si_addr;
                 f->pc = pc_of(uc);
+                f->sp = sp_of(uc);
             }
             recover_now = nullptr;
             fault_now = nullptr;

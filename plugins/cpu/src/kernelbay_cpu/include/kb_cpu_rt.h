@@ -24,6 +24,7 @@ struct Fault {
     int code;    // its si_code (SEGV_MAPERR, FPE_INTDIV...)
     void* addr;  // si_addr: the address accessed (SIGSEGV, SIGBUS) or the instruction (SIGFPE, SIGILL)
     void* pc;    // the faulting instruction, where the platform says (else nullptr)
+    void* sp;    // the stack pointer at the fault, where the platform says (else nullptr)
 };
 
 struct Runtime {
