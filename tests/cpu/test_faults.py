@@ -1,4 +1,5 @@
-"""A kernel that faults is a LaunchError, never a dead process (issue #26): out-of-bounds (a guard
+"""A kernel that faults is a LaunchError naming the kernel, block and thread, never a dead process
+(issue #26): out-of-bounds (a guard
 page after each buffer of a page or more), far out of bounds, a null pointer, integer division by
 zero, a device assert and a stack overflow, on every runner (the loop path, barrier loop fission,
 fibers) and in isolated mode; the process then runs other kernels correctly, many times over."""
@@ -90,7 +91,7 @@ def test_a_small_overrun_hits_the_guard_page_not_the_next_buffer(kernels, cpu):
     with pytest.raises(kb.LaunchError) as e:
         kernels["oob"].launch(N // 256 + 1, 256, (a, np.int32(N), np.int64(0)))
     msg = str(e.value)
-    assert "kernel 'oob' faulted" in msg and "block (16,0,0)" in msg
+    assert "kernel 'oob' faulted" in msg and "block (16,0,0), thread (0,0,0)" in msg
     assert f"0 bytes past the end of a {4 * N}-byte kernelbay buffer" in msg
     assert not after.numpy().any()
     # The other blocks wrote 1 or nothing (with many cores, the faulting block may run before them
@@ -105,10 +106,23 @@ def test_a_small_overrun_hits_the_guard_page_not_the_next_buffer(kernels, cpu):
         # far: 2^47 bytes on, an address no process maps (non-canonical on x86-64, past a 47-bit user
         # space elsewhere), so it faults wherever the buffer lies: a mapped one would be written
         ("oob", 1, 64, lambda a, i: (a, np.int32(0), np.int64(FAR)), "invalid memory access (SIGSEGV"),
-        ("null_write", 1, 32, lambda a, i: (a,), "(a null pointer plus 12 bytes)"),
-        ("divide", 1, 32, lambda a, i: (i, np.int32(7)), "integer division by zero (SIGFPE)"),
-        ("recurse", 1, 1, lambda a, i: (i, np.int32(10_000_000)), "stack overflow"),
-        ("checked", 1, 32, lambda a, i: (i,), "device assert `threadIdx.x != 5` failed at kernel.cu:13"),
+        (
+            "null_write",
+            1,
+            32,
+            lambda a, i: (a,),
+            "thread (3,0,0): invalid memory access (SIGSEGV: unmapped memory) "
+            "at address 0xc (a null pointer plus 12 bytes)",
+        ),
+        ("divide", 1, 32, lambda a, i: (i, np.int32(7)), "thread (7,0,0): integer division by zero (SIGFPE)"),
+        ("recurse", 1, 1, lambda a, i: (i, np.int32(10_000_000)), "thread (0,0,0): stack overflow"),
+        (
+            "checked",
+            1,
+            32,
+            lambda a, i: (i,),
+            "device assert `threadIdx.x != 5` failed at kernel.cu:13 (block (0,0,0), thread (5,0,0))",
+        ),
     ],
 )
 def test_each_fault_is_a_launch_error_and_the_process_goes_on(kernels, cpu, name, grid, block, args, expect):
@@ -157,7 +171,7 @@ def test_a_fault_under_barrier_loop_fission(cpu):
     assert not k.handle.fibers
     x = kb.asarray(np.ones(1024, np.float32), device=cpu)
     p = kb.zeros(4, "float32", device=cpu)
-    with pytest.raises(kb.LaunchError, match="faulted on cpu: block"):
+    with pytest.raises(kb.LaunchError, match=r"faulted on cpu: block \(\d,0,0\), thread \(0,0,0\)"):
         k.launch(4, 256, (x, p, np.int32(1024), np.int64(FAR)))
     k.launch(4, 256, (x, p, np.int32(1024), np.int64(0)))
     np.testing.assert_array_equal(p.numpy(), np.full(4, 256.0, np.float32))

@@ -85,7 +85,14 @@ using kb_cpu::uint3;
     KB_SIMD for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) kb_thread(::kb_cpu::uint3{kb_x, kb_y, kb_z});
 #define KB_THREADS_END                                                                      \
     };                                                                                      \
-    if (kb_blockIdx.x < 2097152u && kb_blockIdx.y < 2097152u && kb_blockIdx.z < 2097152u && \
+    if (__builtin_expect(::kb_diag, 0)) { /* a faulting block again, to name its thread */   \
+        for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                               \
+            for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y)                           \
+                for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) {                     \
+                    ::kb_cpu::diag_thread(kb_x, kb_y, kb_z);                                \
+                    kb_thread(::kb_cpu::uint3{kb_x, kb_y, kb_z});                           \
+                }                                                                           \
+    } else if (kb_blockIdx.x < 2097152u && kb_blockIdx.y < 2097152u && kb_blockIdx.z < 2097152u && \
         kb_blockDim.x <= 1024u && kb_blockDim.y <= 1024u && kb_blockDim.z <= 64u) {         \
         const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);                           \
         KB_THREAD_LOOP(KB_X_FAST)                                                           \

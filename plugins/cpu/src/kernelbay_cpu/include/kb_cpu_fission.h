@@ -12,6 +12,16 @@
     const ::kb_cpu::dim3 kb_blockDim = ::kb_blockDim, kb_gridDim = ::kb_gridDim;           \
     const ::kb_cpu::uint3 kb_blockIdx = ::kb_blockIdx;                                     \
     auto kb_region = [&](auto&& kb_f) __attribute__((always_inline)) {                     \
+        if (__builtin_expect(::kb_diag, 0)) { /* a faulting block again, to name its thread */ \
+            for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                          \
+                for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y)                      \
+                    for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) {                \
+                        ::kb_cpu::diag_thread(kb_x, kb_y, kb_z);                           \
+                        kb_f(::kb_cpu::uint3{kb_x, kb_y, kb_z},                            \
+                             (kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x + kb_x);        \
+                    }                                                                      \
+            return;                                                                        \
+        }                                                                                  \
         for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                              \
             for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y) {                        \
                 const unsigned kb_row = (kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x;     \

@@ -47,8 +47,20 @@ alignas(64) static thread_local kb_cpu::uint3 kb_threadIdx;
 alignas(64) static thread_local kb_cpu::uint3 kb_blockIdx;
 alignas(64) static thread_local kb_cpu::dim3 kb_blockDim;
 alignas(64) static thread_local kb_cpu::dim3 kb_gridDim;
+// Set only while a faulting block runs again to find its thread (run_range): the loop runners
+// then run the block's threads one by one, each in ::kb_threadIdx (kb_cpu_cuda.h, kb_cpu_fission.h).
+static thread_local bool kb_diag = false;
 
 namespace kb_cpu {
+
+// The thread a faulting block's re-run is at (kb_diag): stored before that thread's code runs,
+// never sunk past it (a volatile store, then a compiler barrier).
+inline void diag_thread(unsigned x, unsigned y, unsigned z) {
+    *static_cast<volatile unsigned*>(&::kb_threadIdx.x) = x;
+    *static_cast<volatile unsigned*>(&::kb_threadIdx.y) = y;
+    *static_cast<volatile unsigned*>(&::kb_threadIdx.z) = z;
+    __asm__ __volatile__("" ::: "memory");
+}
 
 static int n_threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else all cores)
 static long timeout_ms = 0;  // KERNELBAY_CPU_TIMEOUT: a launch still running after it is stopped (0: never)
@@ -103,21 +115,11 @@ inline void record_error(const char* what) {
     }
 }
 
-template <class Body>
-inline void run_block(Body& body, uint3 bi) {
-    try {
-        body(bi);
-    } catch (const std::exception& e) {
-        record_error(e.what());
-    } catch (...) {
-        record_error("a kernel threw a C++ exception that is not a std::exception");
-    }
-}
-
 static void* fault_address = nullptr;  // the last fault's address (kb_fault_address)
 
-// Whether the runner sets ::kb_threadIdx per thread (the per-thread and fiber runners); the loop
-// runners keep the thread index in a local, so a fault report cannot name the thread.
+// Whether ::kb_threadIdx names the running thread: the per-thread and fiber runners set it per
+// thread; the loop runners keep the thread index in a local, and set it only while a faulting
+// block runs again to find its thread (find_thread, ::kb_diag).
 static thread_local bool thread_known = false;
 
 inline const char* fault_what(const Fault& f) {
@@ -150,11 +152,36 @@ struct DeviceAssert : std::exception {
     const uint3 b = ::kb_blockIdx, t = ::kb_threadIdx;
     const char* base = std::strrchr(file, '/');
     char thread[64] = "";
-    if (thread_known) std::snprintf(thread, sizeof(thread), ", thread (%u,%u,%u)", t.x, t.y, t.z);
+    if (thread_known || ::kb_diag) std::snprintf(thread, sizeof(thread), ", thread (%u,%u,%u)", t.x, t.y, t.z);
     const bool lambda = std::strcmp(func, "operator()") == 0;  // the body of a kernel on the loop path
     std::snprintf(a.msg, sizeof(a.msg), "device assert `%s` failed at %s:%u%s%s (block (%u,%u,%u)%s)", cond,
                   base ? base + 1 : file, line, lambda ? "" : " in ", lambda ? "" : func, b.x, b.y, b.z, thread);
     throw a;
+}
+
+template <class Body>
+inline void run_block(Body& body, uint3 bi) {
+    try {
+        body(bi);
+    } catch (const DeviceAssert& e) {
+        if (!thread_known && !::kb_diag) {  // the loop path: run the block again to name the thread
+            ::kb_diag = true;
+            try {
+                body(bi);
+            } catch (const DeviceAssert& again) {
+                ::kb_diag = false;
+                record_error(again.what());
+                return;
+            } catch (...) {
+            }
+            ::kb_diag = false;
+        }
+        record_error(e.what());
+    } catch (const std::exception& e) {
+        record_error(e.what());
+    } catch (...) {
+        record_error("a kernel threw a C++ exception that is not a std::exception");
+    }
 }
 
 // Back from the fault handler (kb_cpu_rt.cpp): the block stops, and the launch fails with what
@@ -265,6 +292,14 @@ inline bool run_range(Body& body, long b, long end, long gx, long gy, const long
             stopped(f.sig);
             return false;
         }
+        if (!thread_known) {
+            sigset_t set;
+            sigemptyset(&set);
+            sigaddset(&set, f.sig);
+            pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+            r->guard(nullptr);
+            find_thread(body, r, cancel);
+        }
         fault_report(f);
         return true;
     }
@@ -272,6 +307,32 @@ inline bool run_range(Body& body, long b, long end, long gx, long gy, const long
     const bool done = run_blocks_in(body, b, end, gx, gy, irq, irq0, cancel);
     r->protect(nullptr, nullptr, nullptr);
     return done;
+}
+
+// The loop runners keep the thread index in a local: to name the faulting thread, run the
+// faulting block again with its threads one by one (::kb_diag), each in ::kb_threadIdx. Its
+// outputs were undefined already; a fault that does not come back leaves the thread unnamed.
+template <class Body>
+inline void find_thread(Body& body, const Runtime* r, const int* cancel) {
+    const uint3 bi = ::kb_blockIdx;
+    sigjmp_buf jb;
+    Fault again{};
+    if (sigsetjmp(jb, 0) == 0) {
+        r->protect(&jb, &again, cancel);
+        ::kb_diag = true;
+        run_block(body, bi);
+        ::kb_diag = false;
+        r->protect(nullptr, nullptr, nullptr);
+        return;  // no fault this time: the report goes without the thread
+    }
+    ::kb_diag = false;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, again.sig);
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    r->guard(nullptr);
+    ::kb_blockIdx = bi;
+    thread_known = true;  // ::kb_threadIdx is the thread that faulted again
 }
 
 // The cancel word of the launch this thread starts (launch(), below): read by for_each_block on
