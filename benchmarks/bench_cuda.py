@@ -175,6 +175,7 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         finally:
             native._state[:] = saved
         cases["kernelbay-bindings"] = lambda: kb_.launch(1, 32, args)
+        cases["kernelbay-bindings-tuple"] = lambda: kb_.launch((1,), (32,), args)  # the README spelling
     else:
         out.append(_skip("launch", "native-prepacked", f"native helpers unavailable: {native.status()}"))
     try:

@@ -95,10 +95,7 @@ def allocate(device: Device, nbytes: int) -> HostMemory:
     if nbytes >= PAGE and len(guards) < MAX_GUARDED:
         h = _guarded(np, nbytes)
         if h is not None:
-            with _stats.lock:
-                _stats.active += nbytes
-                if _stats.active + _stats.deferred > _stats.peak:
-                    _stats.peak = _stats.active + _stats.deferred
+            _count(nbytes)
             return h
     try:
         raw = np.empty(nbytes + ALIGN, np.uint8)
@@ -112,11 +109,15 @@ def allocate(device: Device, nbytes: int) -> HostMemory:
     base = raw.ctypes.data
     off = (-base) % ALIGN
     arr = raw[off : off + nbytes]
+    _count(nbytes)
+    return HostMemory(base + off, arr, nbytes, True)
+
+
+def _count(nbytes: int) -> None:
     with _stats.lock:
         _stats.active += nbytes
         if _stats.active + _stats.deferred > _stats.peak:
             _stats.peak = _stats.active + _stats.deferred
-    return HostMemory(base + off, arr, nbytes, True)
 
 
 def _mprotect_none(addr: int) -> bool:

@@ -33,6 +33,37 @@ class LaunchTests(Suite):
         got = self._run_saxpy(saxpy, device, 2.5, xs, ys)
         np.testing.assert_allclose(got, np.float32(2.5) * xs + ys, rtol=1e-6, atol=1e-6)
 
+    def test_direct_hooks_behave_as_the_hooks(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        """Rule (direct hooks, hookspecs *Direct*): where ``allocate``, ``free`` or ``launch``
+        offers ``kernelbay_direct``, the core calls what it returns, and that gives what the hook
+        gives: memory from either is freed by either, a launch through either computes the same.
+        A backend without one passes (the hooks themselves run); ``profile_note``, where a kernel
+        handle has one, is a string."""
+        from kernelbay._plugins import runtime
+
+        b = runtime.load(device.backend)
+        hooks = {h: runtime.own_impls(b.plugin, f"kernelbay_{h}")[0].function for h in ("allocate", "free", "launch")}
+        n = 1 << 12
+        for alloc, free in ((b.allocate, hooks["free"]), (hooks["allocate"], b.free)):
+            free(device, alloc(device, n))  # never raises, either way round
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        ys = [kb.zeros(n, "float32", device=device) for _ in range(2)]
+        geo = self.saxpy_launch(n)
+        for launch, y in zip((b.launch, hooks["launch"]), ys):
+            launch(
+                saxpy, geo["grid"], geo.get("block"), (x, y, np.float32(3), np.int32(n)), geo.get("shared_mem", 0), None
+            )
+        device.synchronize()
+        np.testing.assert_array_equal(
+            ys[0].numpy(),
+            ys[1].numpy(),
+            err_msg=rule("direct hooks", "a launch through the direct callable and through the hook differ"),
+        )
+        note = getattr(saxpy.handle, "profile_note", None)
+        assert note is None or isinstance(note, str), rule(
+            "profile_note", f"a kernel handle's profile_note is {note!r}: a string or absent"
+        )
+
     def test_repeated_launches_see_new_arguments(self, device: kb.Device, saxpy: kb.Kernel) -> None:
         n = 4096
         x = kb.asarray(np.ones(n, np.float32), device=device)

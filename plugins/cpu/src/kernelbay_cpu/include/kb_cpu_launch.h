@@ -184,14 +184,21 @@ inline void run_block(Body& body, uint3 bi) {
     }
 }
 
+// After a jump out of the runtime's handler: `sig` (and SIGINT, which Ctrl-C's handler may
+// have jumped from) is still blocked on this thread, and a fiber block was left half-way.
+inline void after_jump(int sig) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    if (rt != nullptr) rt->guard(nullptr);
+}
+
 // Back from the fault handler (kb_cpu_rt.cpp): the block stops, and the launch fails with what
 // happened, where (block, and thread where the runner knows it) and in which function.
 inline void fault_report(const Fault& f) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, f.sig);
-    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);  // blocked since the handler jumped out
-    if (rt != nullptr) rt->guard(nullptr);         // a block on fibers was left half-way
+    after_jump(f.sig);
     const uint3 b = ::kb_blockIdx, t = ::kb_threadIdx;
     char thread[64] = "";
     if (thread_known) std::snprintf(thread, sizeof(thread), ", thread (%u,%u,%u)", t.x, t.y, t.z);
@@ -269,16 +276,6 @@ inline bool run_blocks_in(Body& body, long b, long end, long gx, long gy, const 
 // would be undefined); its other chunks see error_flag and return.
 static const int not_cancelled = 0;
 
-// Back from the runtime's stop signal (Ctrl-C, a deadline): the block was left where it was.
-inline void stopped(int sig) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, sig);
-    sigaddset(&set, SIGINT);  // Ctrl-C's handler may have jumped on this thread
-    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-    if (rt != nullptr) rt->guard(nullptr);
-}
-
 template <class Body>
 inline bool run_range(Body& body, long b, long end, long gx, long gy, const long* irq, long irq0,
                       const int* cancel) {
@@ -288,16 +285,12 @@ inline bool run_range(Body& body, long b, long end, long gx, long gy, const long
     sigjmp_buf jb;
     Fault f{};
     if (__builtin_expect(sigsetjmp(jb, 0) != 0, 0)) {
-        if (r->stop_signal != 0 && f.sig == r->stop_signal) {
-            stopped(f.sig);
+        if (r->stop_signal != 0 && f.sig == r->stop_signal) {  // Ctrl-C or a deadline: left where it was
+            after_jump(f.sig);
             return false;
         }
         if (!thread_known) {
-            sigset_t set;
-            sigemptyset(&set);
-            sigaddset(&set, f.sig);
-            pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-            r->guard(nullptr);
+            after_jump(f.sig);
             find_thread(body, r, cancel);
         }
         fault_report(f);
@@ -326,11 +319,7 @@ inline void find_thread(Body& body, const Runtime* r, const int* cancel) {
         return;  // no fault this time: the report goes without the thread
     }
     ::kb_diag = false;
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, again.sig);
-    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-    r->guard(nullptr);
+    after_jump(again.sig);
     ::kb_blockIdx = bi;
     thread_known = true;  // ::kb_threadIdx is the thread that faulted again
 }
