@@ -39,10 +39,8 @@ class LaunchTests(Suite):
         gives: memory from either is freed by either, a launch through either computes the same.
         A backend without one passes (the hooks themselves run); ``profile_note``, where a kernel
         handle has one, is a string."""
-        from kernelbay._plugins import runtime
-
-        b = runtime.load(device.backend)
-        hooks = {h: runtime.own_impls(b.plugin, f"kernelbay_{h}")[0].function for h in ("allocate", "free", "launch")}
+        b = device.binding
+        hooks = {h: getattr(b.plugin, f"kernelbay_{h}") for h in ("allocate", "free", "launch")}
         n = 1 << 12
         for alloc, free in ((b.allocate, hooks["free"]), (hooks["allocate"], b.free)):
             free(device, alloc(device, n))  # never raises, either way round
