@@ -271,7 +271,10 @@ def _gpu_sweep(dev: Any, jobs: int) -> dict[str, Any]:
     serial_compile = time.perf_counter() - t0
     _fresh_cache()
     t0 = time.perf_counter()
-    outcomes = _precompile.run_pool(_precompile.compile_source, [(x, str(dev)) for x in sources], jobs, "", False)
+    calls = [(x, str(dev)) for x in sources]
+    outcomes = _precompile.run_pool(
+        _precompile.compile_source, calls, jobs, "", False, threads=_precompile.in_threads([dev])
+    )
     parallel_compile = time.perf_counter() - t0
     failed = [o[1] for o in outcomes if o[0] == "failed"]
     best_serial, medians = serial_sweep(GPU_SPACE, str(dev))

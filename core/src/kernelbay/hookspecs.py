@@ -242,6 +242,11 @@ def kernelbay_compile(device: Device, source: Source) -> Any:
     The core has checked that ``source.lang`` is one of the backend's languages. Backends cache
     compiled modules in process and on disk (:mod:`kernelbay.cache`).
 
+    A user may call it from several threads. A backend whose spec sets
+    ``compile_in_threads=True`` promises more: two compiles in two threads run at once (no
+    process-wide lock around the compiler), and ``kernelbay precompile`` and the tuner then
+    compile in a thread pool of one process instead of a process per compile.
+
     :param device: the target device.
     :param source: the kernel source.
     :return: the backend's handle for the compiled kernel, stored as ``Kernel.handle``. It may

@@ -365,14 +365,20 @@ def _compile_all(
     jobs: int | None,
     show: bool,
 ) -> None:
-    """Every text source compiled into the disk cache first, in parallel (precompile's pool):
+    """Every text source compiled into the disk cache first, in parallel (precompile's pool, in
+    threads where the backend compiles in threads):
     the timing workers then load them. Functions (Pallas, Triton) compile in the workers."""
     models = list({(d.backend, d.name): d for d in devs}.values())
     calls = [(i, d) for i in todo for d in models if isinstance(sources[i].code, (str, bytes))]
     if not calls:
         return
     out = _precompile.run_pool(
-        _precompile.compile_source, [(sources[i], str(d)) for i, d in calls], jobs, "tune: compile", show
+        _precompile.compile_source,
+        [(sources[i], str(d)) for i, d in calls],
+        jobs,
+        "tune: compile",
+        show,
+        threads=_precompile.in_threads(models),
     )
     for (i, _), (outcome, detail) in zip(calls, out):
         if outcome == "failed":

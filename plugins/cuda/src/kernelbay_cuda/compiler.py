@@ -10,6 +10,7 @@ user of a module unloads it).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from kernelbay.errors import InvalidArgumentError, UseAfterFreeError
@@ -36,6 +37,9 @@ __all__ = [
 #: The kernels ``kb.compile`` handed out, by ``(device index, Source)``.
 cache = KernelCache()
 
+#: Triton's compiler is not known to be safe in several threads at once.
+_triton_lock = threading.Lock()
+
 
 def set_max_kernels(bound: int) -> None:
     """Set the in-process cache's bound (default :data:`.modules.MAX_KERNELS`, 256)."""
@@ -46,13 +50,26 @@ def set_max_kernels(bound: int) -> None:
 
 def compile_kernel(device: Device, source: Source) -> CudaKernel:
     """The ``kernelbay_compile`` hook: a kernel from the in-process cache, else compiled (the
-    disk cache, NVRTC or Triton) or given, loaded, and ready to launch."""
+    disk cache, NVRTC or Triton) or given, loaded, and ready to launch.
+
+    The compile runs outside the cache's lock, so compiles in several threads run at once (NVRTC
+    releases the GIL; the disk cache's per-key lock makes one of two threads with the same key
+    compile it). Triton compiles one at a time (:data:`_triton_lock`).
+    """
     key = (device.index, source)
     with cache.lock:
         k = cache.hit(key)
-        if k is None:
-            _driver.check_alive(device.index)
+    if k is not None:
+        return k
+    _driver.check_alive(device.index)
+    if source.lang == "triton":
+        with _triton_lock:
             image, expr, settings = _image_for(device, source)
+    else:
+        image, expr, settings = _image_for(device, source)
+    with cache.lock:
+        k = cache.hit(key)  # another thread made it meanwhile
+        if k is None:
             mod = cache.module(device.index, image)
             symbol = image.lowered.get(expr, expr)
             raw = image.params.get(symbol)

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from kernelbay.argrules import PARAM
-from kernelbay.cache import lookup, make_key, store
+from kernelbay.cache import locked, lookup, make_key, recheck, store
 from kernelbay.csource import default_kernel
 from kernelbay.errors import CompileError
 
@@ -258,21 +258,41 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
             "includes": json.dumps(include_digests(source, opts)),
         },
     )
-    cache = None
-    if use_cache:
-        cache, hit = lookup(key)  # an unusable cache never stops a compile
-        if hit is not None:
-            m = hit.meta
-            return Image(
-                data=hit.payload,
-                kind=m["kind"],
-                arch=m["arch"],
-                lowered=dict(m["lowered"]),
-                params={k: [tuple(p) for p in v] for k, v in m["params"].items()},
-                log=m.get("log", ""),
-                from_cache="disk",
-                kinds=dict(m.get("kinds", {})),
-            )
+    if not use_cache:
+        return _compile_new(source, entry, exprs, opts, kind, arch, ver)
+    cache, hit = lookup(key)  # an unusable cache never stops a compile
+    if hit is None:
+        # One process or thread compiles a key; the others with the same key wait, then read it.
+        with locked(cache, key):
+            hit = recheck(cache, key)
+            if hit is None:
+                img = _compile_new(source, entry, exprs, opts, kind, arch, ver)
+                meta = {
+                    "kind": img.kind,
+                    "arch": img.arch,
+                    "lowered": img.lowered,
+                    "params": img.params,
+                    "log": img.log,
+                    "kinds": img.kinds,
+                }
+                store(cache, key, img.data, meta)
+                return img
+    m = hit.meta
+    return Image(
+        data=hit.payload,
+        kind=m["kind"],
+        arch=m["arch"],
+        lowered=dict(m["lowered"]),
+        params={k: [tuple(p) for p in v] for k, v in m["params"].items()},
+        log=m.get("log", ""),
+        from_cache="disk",
+        kinds=dict(m.get("kinds", {})),
+    )
+
+
+def _compile_new(
+    source: Any, entry: str, exprs: list[str], opts: list[str], kind: str, arch: str, ver: tuple[int, int]
+) -> Image:
     t0 = time.perf_counter()
     try:
         img = _nvrtc(source, exprs, opts, kind, arch, probe=True)
@@ -284,15 +304,6 @@ def compile_image(source: Any, cc: tuple[int, int], *, use_cache: bool = True) -
     log.info(
         "compiled %s with NVRTC %d.%d in %.0f ms: %s", entry, *ver, (time.perf_counter() - t0) * 1e3, " ".join(opts)
     )
-    meta = {
-        "kind": img.kind,
-        "arch": img.arch,
-        "lowered": img.lowered,
-        "params": img.params,
-        "log": img.log,
-        "kinds": img.kinds,
-    }
-    store(cache, key, img.data, meta)
     return img
 
 

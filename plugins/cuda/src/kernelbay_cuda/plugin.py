@@ -55,6 +55,7 @@ def kernelbay_backend() -> BackendSpec:
         languages=("cuda", "ptx", "cubin", "fatbin", "triton"),
         api_version=1,  # the contract this backend was built for: a literal, never the core's constant
         description="NVIDIA GPUs through the CUDA driver and NVRTC (cuda-python); Triton kernels with kernelbay-cuda[triton]",
+        compile_in_threads=True,  # NVRTC releases the GIL; compile_kernel holds no lock around it
     )
 
 

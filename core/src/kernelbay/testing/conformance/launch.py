@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 
@@ -79,6 +81,22 @@ class LaunchTests(Suite):
         xs, ys = sample(np.dtype("float32"), 300, rng), sample(np.dtype("float32"), 300, rng)
         np.testing.assert_allclose(self._run_saxpy(k2, device, -1.0, xs, ys), ys - xs, rtol=1e-6, atol=1e-6)
         assert k1.device == k2.device
+
+    def test_compiles_from_several_threads(self, device: kb.Device) -> None:
+        """``kb.compile`` from several threads at once: the same source, and variants of it (a
+        backend with ``compile_in_threads`` compiles those at once), each a working kernel."""
+        base = self.saxpy_source()
+        sources: list[Any] = [base, base]
+        if isinstance(base, kb.Source) and isinstance(base.code, str):
+            sources += [attrs.evolve(base, code=f"{base.code}\n// conformance variant {i}\n") for i in range(4)]
+        with ThreadPoolExecutor(len(sources)) as pool:
+            kernels = list(pool.map(lambda s: kb.compile(s, device=device), sources))
+        xs, ys = np.arange(64, dtype=np.float32), np.ones(64, np.float32)
+        for k in kernels:
+            got = self._run_saxpy(k, device, 3.0, xs, ys)
+            np.testing.assert_allclose(
+                got, 3.0 * xs + ys, rtol=1e-6, err_msg=rule("compile", "a kernel compiled in a thread")
+            )
 
     def test_bad_geometry_is_rejected(self, device: kb.Device, saxpy: kb.Kernel) -> None:
         x = kb.zeros(4, "float32", device=device)
