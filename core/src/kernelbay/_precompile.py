@@ -156,7 +156,8 @@ def _observed() -> Iterator[list[bool]]:
         if _observing == 0:
             _previous, cache.observer = cache.observer, _observe
         _observing += 1
-    _local.found = found = []
+    found: list[bool] = []
+    _local.found = found
     try:
         yield found
     finally:
