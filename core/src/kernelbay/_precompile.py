@@ -1,8 +1,8 @@
 """``kernelbay precompile FILE_OR_DIR... [--device SEL]...``: fill the disk compile cache.
 
 For CI images and containers: compile every kernel source found into the cache in parallel
-(worker processes, or threads of one process for a backend that compiles in threads), with a
-progress bar (tqdm), then a summary of hits, misses and failures, each failure with its
+(worker processes, each calling the backend's ``kernelbay_compile_to_cache``), with a progress
+bar (tqdm), then a summary of hits, misses and failures, each failure with its
 compiler log. Exit status 1 when any failed.
 
 Sources are found by suffix (``.cu``, ``.cpp``/``.cc``/``.cxx``, ``.ptx``, ``.cubin``,
@@ -172,7 +172,7 @@ def compile_one(
     path: str, lang: str, name: str | None, options: tuple[str, ...], headers: tuple[str, ...], device: str
 ) -> tuple[str, str]:
     """Compile one source file for one device here: ``(outcome, detail)``, outcome one of memory,
-    disk, compiled, failed, skipped. Runs in a worker process, or a thread (:func:`run_pool`)."""
+    disk, compiled, failed, skipped. Runs in a worker process (:func:`run_pool`)."""
     texts = {}
     for h in headers:
         with open(h, encoding="utf-8") as f:
@@ -185,31 +185,19 @@ def compile_one(
 
 
 def compile_source(src: Source, device: str) -> tuple[str, str]:
-    """Compile one :class:`Source` for one device here (see :func:`compile_one`); the tuner
-    compiles its variants with it. Only the disk cache keeps the result: the kernel is closed."""
+    """Compile one :class:`Source` for one device into the disk cache here (the backend's
+    ``kernelbay_compile_to_cache``; see :func:`compile_one`); the tuner compiles its variants
+    with it."""
     dev, b = _api._resolve(device)
     langs = b.spec.languages if b.spec is not None else ()
     if src.lang not in langs:
         return "skipped", f"{dev.backend} does not take {src.lang} (it takes {', '.join(langs)})"
     with _observed() as found:
         try:
-            kernel = _api.compile(src, device=dev)
+            b.compile_to_cache(dev, src)
         except KernelbayError as exc:
             return "failed", str(exc)
-    try:
-        kernel.close()
-    except KernelbayError:  # pragma: no cover - a backend whose close fails: the compile stands
-        pass
     return ("disk" if all(found) else "compiled") if found else "memory", ""
-
-
-def in_threads(devices: Sequence[Any]) -> bool:
-    """Whether every device's backend compiles in threads (``BackendSpec.compile_in_threads``)."""
-    for d in devices:
-        spec = _api._resolve(d)[1].spec
-        if spec is None or not spec.compile_in_threads:
-            return False
-    return bool(devices)
 
 
 def run_pool(
@@ -219,19 +207,14 @@ def run_pool(
     desc: str,
     progress: bool,
     labels: Sequence[str] | None = None,
-    threads: bool = False,
 ) -> list[tuple[str, str]]:
-    """``fn(*call)`` for every call, in spawned worker processes (``threads``: in a thread pool
-    of this process), with a progress bar: the results in the calls' order. A worker that dies
-    gives ``("failed", why)`` for its call.
+    """``fn(*call)`` for every call, in spawned worker processes, with a progress bar: the
+    results in the calls' order. A worker that dies gives ``("failed", why)`` for its call.
 
-    Shared by ``kernelbay precompile`` and the tuner's compile phase. ``threads`` is for
-    backends whose compiles run at once in one process (:func:`in_threads`): no process to
-    start and no driver to initialise per worker, which costs more than a small kernel's
-    compile (an NVRTC sweep of 64 configs ran slower in 16 processes than serially).
+    Shared by ``kernelbay precompile`` and the tuner's compile phase.
     """
     import multiprocessing
-    from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     out: list[tuple[str, str]] = [("", "")] * len(calls)
     if not calls:
@@ -242,17 +225,13 @@ def run_pool(
         from tqdm import tqdm
 
         bar = tqdm(total=len(calls), unit="kernel", desc=desc, file=sys.stderr, dynamic_ncols=True)
-    # Worker processes unless the backends compile in threads: a backend may compile one kernel
-    # at a time per process, and a compiler crash takes down a worker, not this command.
-    # Spawned, so no driver state is inherited; without KERNELBAY_TRACE, so they write no trace.
-    trace_env = None if threads else os.environ.pop("KERNELBAY_TRACE", None)
-    pool_type: Callable[[], Executor] = (
-        (lambda: ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernelbay-compile"))
-        if threads
-        else (lambda: ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")))
-    )
+    # Worker processes, not threads: a compiler may compile one program at a time per process
+    # (NVRTC does: 64 compiles in 16 threads took as long as one after another), and a compiler
+    # crash takes down a worker, not this command. Spawned, so no driver state is inherited;
+    # without KERNELBAY_TRACE, so they write no trace.
+    trace_env = os.environ.pop("KERNELBAY_TRACE", None)
     try:
-        with pool_type() as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(fn, *call): i for i, call in enumerate(calls)}
             for fut in as_completed(futures):
                 i = futures[fut]
@@ -284,7 +263,6 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         "precompile",
         not args.no_progress,
         [os.path.basename(j.path) for j in jobs],
-        threads=in_threads(sorted({j.device for j in jobs}, key=str)),
     )
     for j, (outcome, detail) in zip(jobs, results):
         j.outcome, j.detail = outcome, detail

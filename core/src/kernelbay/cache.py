@@ -16,8 +16,9 @@ user cache directory). The cache trusts nothing it did not make:
 
 * Keys hash everything that defines the output -- schema, backend, compiler identity and
   version, target arch, options, full source text, entry names -- never the output itself.
-* Entries are written to a temporary file, fsynced and moved into place with ``os.replace``,
-  so many processes may write the same key at once and a reader never sees half a file.
+* Entries are written to a temporary file and moved into place with ``os.replace``, so many
+  processes may write the same key at once and a reader never sees half a file. They are not
+  fsynced: after a power loss a torn entry fails its checksum and is a miss (docs/decisions.md).
 * Each entry holds a checksum that is verified on every read; a truncated, corrupt or foreign
   entry is deleted and reported as a miss, never loaded. Metadata is JSON, never pickle.
 * A size limit (``KERNELBAY_CACHE_MAX_BYTES``, default 1 GiB) is kept by evicting the least
@@ -176,8 +177,6 @@ class DiskCache(CacheSpace):
                 try:
                     with os.fdopen(fd, "wb") as f:
                         f.write(blob)
-                        f.flush()
-                        os.fsync(f.fileno())
                     os.replace(tmp, key + SUFFIX, src_dir_fd=sub, dst_dir_fd=sub)
                 except BaseException:
                     _unlink(tmp, sub)

@@ -65,11 +65,6 @@ class BackendSpec:
     :ivar api_version: the core API version the backend was built for
         (:data:`kernelbay.hookspecs.API_VERSION`).
     :ivar description: one line for ``kernelbay info``.
-    :ivar compile_in_threads: ``True`` when ``kernelbay_compile`` may run in several threads of
-        one process at once and lets other threads run while it compiles (its compiler releases
-        the GIL, as NVRTC and a compiler subprocess do). ``kernelbay precompile`` and the tuner
-        then compile in threads of the calling process; otherwise (the default) each compile
-        runs in a worker process of its own.
     """
 
     name: str
@@ -77,7 +72,6 @@ class BackendSpec:
     languages: tuple[str, ...] = attrs.field(converter=_str_tuple)
     api_version: int
     description: str = ""
-    compile_in_threads: bool = False
 
     @property
     def chosen_by_default(self) -> bool:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._binding import Binding
     from .graphs import Step
     from .streams import Event, Stream
-    from .types import Device
+    from .types import Device, Source
 
 __all__ = ["OPTIONAL", "fallback", "replay_steps"]
 
@@ -48,6 +48,13 @@ def _elapsed(device: Device, start: Event, end: Event) -> float:
     return (end.handle - start.handle) * 1000.0
 
 
+def _compile_to_cache(b: Binding) -> Callable[..., Any]:
+    def compile_to_cache(device: Device, source: Source) -> None:
+        b.compile(device, source)  # the handle is dropped; the disk cache keeps what it kept
+
+    return compile_to_cache
+
+
 def _const(value: Any) -> Callable[[Binding], Callable[..., Any]]:
     def make(_b: Binding) -> Callable[..., Any]:
         return lambda *_args: value
@@ -65,6 +72,8 @@ OPTIONAL: dict[str, Callable[[Binding], Callable[..., Any]]] = {
     "kernelbay_from_external": _const(None),
     # Nothing kept per kernel: dropping the reference is the whole release.
     "kernelbay_close_kernel": _const(None),
+    # Compile as for a launch and drop the handle: the disk cache keeps what it kept.
+    "kernelbay_compile_to_cache": _compile_to_cache,
     # No device timer: a trace has host spans only.
     "kernelbay_device_timer": _const(None),
     # Streams and events: one in-order stream (every dev.stream() is it); events complete when

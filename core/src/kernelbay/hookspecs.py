@@ -242,10 +242,7 @@ def kernelbay_compile(device: Device, source: Source) -> Any:
     The core has checked that ``source.lang`` is one of the backend's languages. Backends cache
     compiled modules in process and on disk (:mod:`kernelbay.cache`).
 
-    A user may call it from several threads. A backend whose spec sets
-    ``compile_in_threads=True`` promises more: two compiles in two threads run at once (no
-    process-wide lock around the compiler), and ``kernelbay precompile`` and the tuner then
-    compile in a thread pool of one process instead of a process per compile.
+    A user may call it from several threads at once (the conformance suite does).
 
     :param device: the target device.
     :param source: the kernel source.
@@ -313,6 +310,27 @@ def kernelbay_host_view(array: Array) -> np.ndarray | None:
     :return: a numpy view of ``array.shape`` and ``array.dtype``, or ``None`` for "copy instead".
 
     .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def kernelbay_compile_to_cache(device: Device, source: Source) -> None:
+    """*Optional* (fallback: :func:`kernelbay_compile`, its handle dropped). Compile ``source`` for ``device`` into the disk cache only, so that a later
+    ``kernelbay_compile`` of the same source in any process finds it there.
+
+    ``kernelbay precompile`` and the tuner's compile phase call it in worker processes, one
+    compile after another per process. Implement it when a compile can skip what a launch
+    needs: the cuda backend runs NVRTC here without creating a driver context or loading a
+    module, which makes a worker process cost an import instead of an import and a context.
+    Not on the hot path.
+
+    :param device: the target device (its properties give the target, e.g. the compute
+        capability).
+    :param source: the kernel source, in one of the backend's languages (the core checks).
+    :return: ``None``.
+    :raises CompileError: as :func:`kernelbay_compile` does.
+
+    .. versionadded:: 0.2
     """
 
 

@@ -365,8 +365,7 @@ def _compile_all(
     jobs: int | None,
     show: bool,
 ) -> None:
-    """Every text source compiled into the disk cache first, in parallel (precompile's pool, in
-    threads where the backend compiles in threads):
+    """Every text source compiled into the disk cache first, in parallel (precompile's pool):
     the timing workers then load them. Functions (Pallas, Triton) compile in the workers."""
     models = list({(d.backend, d.name): d for d in devs}.values())
     calls = [(i, d) for i in todo for d in models if isinstance(sources[i].code, (str, bytes))]
@@ -378,7 +377,6 @@ def _compile_all(
         jobs,
         "tune: compile",
         show,
-        threads=_precompile.in_threads(models),
     )
     for (i, _), (outcome, detail) in zip(calls, out):
         if outcome == "failed":

@@ -27,6 +27,7 @@ from .triton_kernels import compile_triton
 __all__ = [
     "cache",
     "compile_kernel",
+    "compile_to_cache",
     "close_kernel",
     "module_global",
     "set_max_kernels",
@@ -80,6 +81,16 @@ def compile_kernel(device: Device, source: Source) -> CudaKernel:
             dropped = 0
     cache.after_drops(dropped)
     return k
+
+
+def compile_to_cache(device: Device, source: Source) -> None:
+    """The ``kernelbay_compile_to_cache`` hook: CUDA C++ through NVRTC into the disk cache, with
+    no driver context and no module (a compile worker stays cheap); a Triton kernel as
+    ``kb.compile`` does it, released again; PTX, cubin and fatbin have nothing to compile."""
+    if source.lang == "cuda":
+        compile_image(source, tuple(device.properties["compute_capability"]))
+    elif source.lang == "triton":
+        cache.release(compile_kernel(device, source))
 
 
 def close_kernel(kernel: Any) -> None:

@@ -20,6 +20,7 @@ kernelbay_copy = hookimpl(copies.copy)
 kernelbay_launch = hookimpl(launcher.launch)
 kernelbay_memset = hookimpl(copies.memset)
 kernelbay_compile = hookimpl(compiler.compile_kernel)
+kernelbay_compile_to_cache = hookimpl(compiler.compile_to_cache)
 kernelbay_close_kernel = hookimpl(compiler.close_kernel)
 kernelbay_module_global = hookimpl(compiler.module_global)
 kernelbay_synchronize = hookimpl(streams.synchronize)
@@ -55,7 +56,6 @@ def kernelbay_backend() -> BackendSpec:
         languages=("cuda", "ptx", "cubin", "fatbin", "triton"),
         api_version=1,  # the contract this backend was built for: a literal, never the core's constant
         description="NVIDIA GPUs through the CUDA driver and NVRTC (cuda-python); Triton kernels with kernelbay-cuda[triton]",
-        compile_in_threads=True,  # NVRTC releases the GIL; compile_kernel holds no lock around it
     )
 
 

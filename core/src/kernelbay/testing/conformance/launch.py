@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 import kernelbay as kb
+from kernelbay import cache
 
 from .base import Suite, make_rng, rule, sample
 
@@ -97,6 +99,29 @@ class LaunchTests(Suite):
             np.testing.assert_allclose(
                 got, 3.0 * xs + ys, rtol=1e-6, err_msg=rule("compile", "a kernel compiled in a thread")
             )
+
+    def test_compile_to_cache_then_compile(self, device: kb.Device) -> None:
+        """``kernelbay_compile_to_cache`` (or its fallback), as precompile's workers call it: a
+        ``kb.compile`` of the same source afterwards reads the disk cache only (every lookup a
+        hit, where the backend uses the disk cache) and gives a working kernel."""
+        base = self.saxpy_source()
+        langs = device.binding.spec.languages if device.binding.spec is not None else ()
+        src = base if isinstance(base, kb.Source) else next(s for s in base if s.lang in langs)
+        if isinstance(src.code, str):  # a new text: not in any cache yet
+            src = attrs.evolve(src, code=f"{src.code}\n// compile_to_cache {time.time_ns()}\n")
+        device.binding.compile_to_cache(device, src)
+        found: list[bool] = []
+        before = cache.observer
+        cache.observer = lambda _key, hit: found.append(hit)
+        try:
+            kernel = kb.compile(src, device=device)
+        finally:
+            cache.observer = before
+        assert all(found), rule(
+            "compile_to_cache", f"kb.compile after compile_to_cache missed the disk cache ({found.count(False)} misses)"
+        )
+        xs, ys = np.arange(64, dtype=np.float32), np.ones(64, np.float32)
+        np.testing.assert_allclose(self._run_saxpy(kernel, device, 2.0, xs, ys), 2.0 * xs + ys, rtol=1e-6)
 
     def test_bad_geometry_is_rejected(self, device: kb.Device, saxpy: kb.Kernel) -> None:
         x = kb.zeros(4, "float32", device=device)
