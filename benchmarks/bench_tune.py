@@ -122,7 +122,9 @@ def _fresh_cache() -> str:
 
 
 def serial_sweep(space: dict[str, list[int]], device: str) -> tuple[dict[str, Any], dict[str, float]]:
-    """The sweep by hand: compile, check, time each config in turn, in this process."""
+    """The sweep by hand: compile, check, time each config in turn, in this process, with the L2
+    flushed before each timed launch as the tuner does (a kernel timed with its data in L2 and
+    one timed without rank differently)."""
     import kernelbay as kb
     from kernelbay.tune.space import Space, apply
 
@@ -130,6 +132,8 @@ def serial_sweep(space: dict[str, list[int]], device: str) -> tuple[dict[str, An
     x, y = host_args()
     want = reference(x, y)[1]
     stream = kb.Stream.default(dev)
+    l2 = int(dev.properties.get("l2_cache_bytes", 0) or 0)
+    scratch = kb.empty(2 * l2, "uint8", dev) if l2 else None
     medians = {}
     for c in Space(space).configs():
         k = kb.compile(apply(source(), c), dev)
@@ -142,6 +146,8 @@ def serial_sweep(space: dict[str, list[int]], device: str) -> tuple[dict[str, An
             launch(k, c, [ax, ay])
         samples = []
         for _ in range(REPEATS):
+            if scratch is not None:
+                scratch._binding.memset(scratch, 0, scratch.nbytes, None)  # as the tuner flushes
             e0 = stream.record()
             launch(k, c, [ax, ay])
             e1 = stream.record()
