@@ -21,7 +21,8 @@ BEGIN, END = "<!-- corpus-table:begin -->", "<!-- corpus-table:end -->"
 
 _CHILD = r"""
 import json, sys
-from tests.corpus.cases import CASES, run_case
+from tests.corpus.all_cases import CASES
+from tests.corpus.cases import run_case
 case = next(c for c in CASES if c.id == sys.argv[1])
 try:
     run_case(case, sys.argv[2])
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-docs", action="store_true", help="replace the table in docs/corpus.md")
     ns = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from tests.corpus.cases import CASES
+    from tests.corpus.all_cases import CASES
 
     backends = ns.backend or [b for b in ("cpu", "cuda") if b == "cpu" or backend_present(b)]
     ids = [c.id for c in CASES if ns.filter in c.id]
