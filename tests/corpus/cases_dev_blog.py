@@ -73,8 +73,8 @@ def _offset(rng: np.random.Generator) -> Launch:
     block, blocks, s = 256, 64, 7  # runTest<float>: offset<<<n / blockSize, blockSize>>>(d_a, i)
     n = block * blocks
     a = rng.random(n + 32, dtype=np.float32)
-    want = a.astype(np.float64).copy()
-    want[s : s + n] += 1
+    want = a.copy()
+    want[s : s + n] += np.float32(1)  # rounded to float, as the kernel's a[i] + 1
     return Launch([a, np.int32(s)], (blocks,), (block,), {0: want}, rtol=0, atol=0)
 
 

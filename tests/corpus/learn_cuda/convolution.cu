@@ -1,6 +1,6 @@
 // Upstream: github PacktPublishing/Learn-CUDA-Programming, Chapter07/07_parallel_programming_pattern/02_convolution/convolution.cu, commit 10bd9b59bfcc680d608ea1417da5089f73d91b11.
 // Licence: MIT (tests/corpus/learn_cuda/LICENSE), Copyright (c) 2018 Packt.
-// Verbatim upstream lines 1-6, 9-126 of 315: left out the cuda-samples helper includes (7-8) and the host code (127-end).
+// Verbatim upstream lines 1-6, 9-129 of 315: left out the cuda-samples helper includes (7-8) and the host code (130-end).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cuda_profiler_api.h>
@@ -124,4 +124,7 @@ convolution_kernel_v3(float *d_output, float *d_input, float *d_filter, int num_
             result += image_value * filter_value;
         }
     }
+
+    d_output[idx_y * num_col + idx_x] = result;
+}
 
