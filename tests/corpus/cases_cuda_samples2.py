@@ -220,6 +220,27 @@ def _black_scholes(rng: np.random.Generator) -> Launch:
     return Launch(args, (ceil_div(opt_n // 2, 128),), (128,), {0: call, 1: put}, rtol=1e-4, atol=2e-4)
 
 
+def _fence_reduction(single: bool) -> Callable[[np.random.Generator], Launch]:
+    def make(rng: np.random.Generator) -> Launch:
+        n, threads, blocks = 1 << 16, 128, 64  # reduceSinglePass(size, threads, blocks): smem threads * 4
+        x = rng.random(n, dtype=np.float32)
+        per_block = x.astype(np.float64).reshape(-1, 2 * threads * blocks)  # gridSize = 2 * threads * blocks
+        partials = per_block.reshape(-1, blocks, 2 * threads).sum(axis=(0, 2))
+
+        def check(outs: dict[int, np.ndarray]) -> None:
+            got = outs[1].astype(np.float64)
+            if single:  # the last block to retire sums the partials into g_odata[0]
+                np.testing.assert_allclose(got[0], partials.sum(), rtol=1e-5, err_msg="the single-pass total")
+                np.testing.assert_allclose(got[1:], partials[1:], rtol=1e-5, err_msg="the other block partials")
+            else:
+                np.testing.assert_allclose(got, partials, rtol=1e-5, err_msg="the block partials")
+
+        args = [x, np.zeros(blocks, np.float32), np.uint32(n)]
+        return Launch(args, (blocks,), (threads,), {}, shared_mem=threads * 4, check=check)
+
+    return make
+
+
 def cuda_samples2_cases() -> list[Case]:
     scan_h = (_D + "scan_common.h",)
     hist_h = (_D + "histogram_common.h",)
@@ -297,6 +318,18 @@ def cuda_samples2_cases() -> list[Case]:
             "cuda_samples/shfl_scan:shfl_scan_test", _D + "shfl_scan.cu", "shfl_scan_test", _shfl_scan, headers=shfl_h
         ),
         Case("cuda_samples/shfl_scan:uniform_add", _D + "shfl_scan.cu", "uniform_add", _uniform_add, headers=shfl_h),
+        Case(
+            "cuda_samples/threadFenceReduction:reduceMultiPass<128,true>",
+            _D + "threadFenceReduction_kernel.cu",
+            "reduceMultiPass<128, true>",
+            _fence_reduction(False),
+        ),
+        Case(
+            "cuda_samples/threadFenceReduction:reduceSinglePass<128,true>",
+            _D + "threadFenceReduction_kernel.cu",
+            "reduceSinglePass<128, true>",
+            _fence_reduction(True),
+        ),
         Case(
             "cuda_samples/BlackScholes:BlackScholesGPU",
             _D + "BlackScholes_kernel.cu",

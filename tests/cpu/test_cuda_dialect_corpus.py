@@ -87,3 +87,24 @@ def test_every_variable_of_one_constant_declaration_is_a_module_global(cpu):
     k.launch(1, 1, (out, ints))
     np.testing.assert_array_equal(out.numpy(), [0.5, 1.5, 2.5, 3.5])
     np.testing.assert_array_equal(ints.numpy(), [7, 8, 3])
+
+
+SHARED_AFTER_TYPE = r"""
+__global__ void k(const float* in, float* out) {
+    extern float __shared__ smem[];
+    extern unsigned int __shared__ counts[];
+    smem[threadIdx.x] = in[threadIdx.x];
+    __syncthreads();
+    out[threadIdx.x] = smem[blockDim.x - 1 - threadIdx.x] + (counts == (unsigned int*)smem ? 1.0f : 0.0f);
+}
+"""
+
+
+def test_extern_shared_after_the_type_is_dynamic_shared_memory(cpu):
+    """`extern float __shared__ smem[];` (cuda-samples' threadFenceReduction) is the launch's
+    dynamic shared memory, as `extern __shared__ float smem[];` is; every such array starts there."""
+    x = np.arange(64, dtype=np.float32)
+    out = kb.asarray(np.zeros(64, np.float32), device=cpu)
+    k = kb.compile(kb.Source(SHARED_AFTER_TYPE, lang="cuda", name="k"), cpu)
+    k.launch(1, 64, (kb.asarray(x, device=cpu), out), shared_mem=64 * 4)
+    np.testing.assert_array_equal(out.numpy(), x[::-1] + 1)

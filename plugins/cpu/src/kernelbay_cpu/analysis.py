@@ -59,10 +59,13 @@ _BLOCK_FEATURES_RE = re.compile(
     r"\b(?:__syncthreads\w*|__shared__|__syncwarp|__shfl\w*|__ballot\w*|__any_sync|__all_sync|__uni_sync"
     r"|__activemask|__match_\w+|__reduce_\w+_sync|cooperative_groups)\b"
 )
+# `extern __shared__ T name[];`, with an alignment, or with __shared__ after the type
+# (`extern float __shared__ smem[];`, cuda-samples' threadFenceReduction).
 _EXTERN_SHARED_RE = re.compile(
     r"\bextern\s+(?:__shared__\s+((?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+)?"
-    r"|(?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+__shared__\s+)"
-    r"(?P<type>[A-Za-z_][\w:<>,\s]*?[\w>])\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
+    r"|(?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+__shared__\s+"
+    r"|(?=[A-Za-z_][\w:<>,\s]*?\s__shared__\s+[A-Za-z_]\w*\s*\[\s*\]\s*;))"
+    r"(?P<type>[A-Za-z_][\w:<>,\s]*?[\w>])(?:\s+__shared__)?\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
 )
 
 
