@@ -98,8 +98,15 @@ def table(cells: dict[str, dict[str, str]], case_ids: list[str]) -> str:
             continue
         ok = sum(cells[b].get(c) == "pass" for c in case_ids)
         missing = sum(cells[b].get(c, NOT_RUN) == NOT_RUN for c in case_ids)
-        note = f"; {missing} not run yet" if missing else ""
-        lines.append(f"- **{b}**: {ok} / {n} pass verbatim ({100.0 * ok / n:.0f} %){note}.")
+        if missing == n:
+            lines.append(f"- **{b}**: not run yet.")
+        elif missing:
+            run = n - missing
+            lines.append(
+                f"- **{b}**: {ok} / {run} of the cases run pass verbatim ({100.0 * ok / run:.0f} %); {missing} not run yet."
+            )
+        else:
+            lines.append(f"- **{b}**: {ok} / {n} pass verbatim ({100.0 * ok / n:.0f} %).")
     return "\n".join(lines) + "\n"
 
 
