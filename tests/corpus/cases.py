@@ -53,6 +53,8 @@ class Case:
     make: Callable[[np.random.Generator], Launch]
     globals_: dict[str, np.ndarray] = field(default_factory=dict)
     headers: tuple[str, ...] = ()
+    #: compiler options, as the upstream build or tuner passes them (Kernel Tuner's ``-Dblock_size_x=...``)
+    options: tuple[str, ...] = ()
     #: elements of each output that depend on thread order (atomicExch, atomicCAS...): the
     #: cuda-equals-cpu comparison leaves them out (each backend's run still checks their properties)
     order_dependent: dict[int, tuple[int, ...]] = field(default_factory=dict)
@@ -100,6 +102,7 @@ def run_case(case: Case, device: str, seed: int = 0) -> dict[int, np.ndarray]:
         name=case.kernel,
         name_expressions=(case.kernel,) if template else (),
         headers=case.header_texts(),
+        options=case.options,
     )
     kernel = kb.compile(src, device=dev)
     fill_module_globals(kernel, case.globals_)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from kernelbay.errors import CompileError
 
-from tests.corpus.cases import CASES, Case, run_case
+from tests.corpus.all_cases import CASES
+from tests.corpus.cases import Case, run_case
 from tests.corpus.known_failures import KNOWN_FAILURES
 
 

@@ -59,10 +59,13 @@ _BLOCK_FEATURES_RE = re.compile(
     r"\b(?:__syncthreads\w*|__shared__|__syncwarp|__shfl\w*|__ballot\w*|__any_sync|__all_sync|__uni_sync"
     r"|__activemask|__match_\w+|__reduce_\w+_sync|cooperative_groups)\b"
 )
+# `extern __shared__ T name[];`, with an alignment, or with __shared__ after the type
+# (`extern float __shared__ smem[];`, cuda-samples' threadFenceReduction).
 _EXTERN_SHARED_RE = re.compile(
     r"\bextern\s+(?:__shared__\s+((?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+)?"
-    r"|(?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+__shared__\s+)"
-    r"(?P<type>[A-Za-z_][\w:<>,\s]*?[\w>])\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
+    r"|(?:alignas\s*\(\s*\w+\s*\)|__align__\s*\(\s*\w+\s*\))\s+__shared__\s+"
+    r"|(?=[A-Za-z_][\w:<>,\s]*?\s__shared__\s+[A-Za-z_]\w*\s*\[\s*\]\s*;))"
+    r"(?P<type>[A-Za-z_][\w:<>,\s]*?[\w>])(?:\s+__shared__)?\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
 )
 
 
@@ -327,11 +330,12 @@ def entries(source: Source) -> list[str]:
 
 
 # A `__constant__`/`__device__`/`__managed__` variable at namespace scope: `__constant__ float k[17];`,
-# `static __device__ int n = 0;` (not a function: its name is followed by `[...]`, `=` or `;`).
+# `static __device__ int n = 0;`, `__constant__ float a, b;` (not a function: its name is followed by
+# `[...]`, `=`, `,` or `;`).
 _GLOBAL_VAR_RE = re.compile(
     r"(?:^|(?<=[;}]))\s*(?:(?:static|extern|const|volatile)\s+)*(?:__constant__|__device__|__managed__)"
     r"(?:\s+(?:__constant__|__device__|__managed__|static|const|volatile))*\s+"
-    r"[A-Za-z_][\w:<>,\s\*&]*?\b(?P<name>[A-Za-z_]\w*)\s*(?:\[[^\];{}()]*\]\s*)*(?:=[^;]*)?;",
+    r"[A-Za-z_][\w:<>,\s\*&]*?\b(?P<name>[A-Za-z_]\w*)\s*(?:\[[^\];{}()]*\]\s*)*(?:[=,][^;]*)?;",
     re.M,
 )
 
@@ -355,7 +359,25 @@ def module_globals(text: str) -> list[str]:
     for m in _GLOBAL_VAR_RE.finditer(clean):
         depth = clean.count("{", 0, m.start()) - clean.count("}", 0, m.start())
         at = clean.count("\n", 0, m.end() - 1)
-        if depth or guarded[at] or "extern" in m.group(0).split() or m.group("name") in names:
+        if depth or guarded[at] or "extern" in m.group(0).split():
             continue
-        names.append(m.group("name"))
+        names.extend(n for n in _declarators(m.group(0), m.group("name")) if n not in names)
     return names
+
+
+def _declarators(decl: str, name: str) -> list[str]:
+    """The names a declaration defines: `__constant__ float c_ax, c_bx;` defines both (the
+    pattern above names one of them, ``name``)."""
+    pieces, depth, start = [], 0, 0
+    for i, ch in enumerate(decl):
+        depth += ch in "<[({"
+        depth -= ch in ">])}"
+        if ch == "," and depth == 0:
+            pieces.append(decl[start:i])
+            start = i + 1
+    if not pieces:
+        return [name]
+    pieces.append(decl[start:].rstrip().rstrip(";"))
+    first = re.search(r"\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*(?:=.*)?$", pieces[0], re.S)
+    rest = [re.match(r"[\s\*&]*([A-Za-z_]\w*)", p) for p in pieces[1:]]
+    return [m.group(1) for m in (first, *rest) if m]

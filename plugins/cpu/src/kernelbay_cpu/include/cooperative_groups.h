@@ -91,19 +91,19 @@ public:
     }
     template <class T>
     T shfl(T v, int src, int line = __builtin_LINE(), const char* file = __builtin_FILE()) const {
-        return ::kb_cpu::shfl(::kb_cpu::W_SHFL, mask(), v, src, N, line, file);
+        return ::kb_cpu::shfl_any(::kb_cpu::W_SHFL, mask(), v, src, N, line, file);
     }
     template <class T>
     T shfl_down(T v, unsigned d, int line = __builtin_LINE(), const char* file = __builtin_FILE()) const {
-        return ::kb_cpu::shfl(::kb_cpu::W_DOWN, mask(), v, (int)d, N, line, file);
+        return ::kb_cpu::shfl_any(::kb_cpu::W_DOWN, mask(), v, (int)d, N, line, file);
     }
     template <class T>
     T shfl_up(T v, unsigned d, int line = __builtin_LINE(), const char* file = __builtin_FILE()) const {
-        return ::kb_cpu::shfl(::kb_cpu::W_UP, mask(), v, (int)d, N, line, file);
+        return ::kb_cpu::shfl_any(::kb_cpu::W_UP, mask(), v, (int)d, N, line, file);
     }
     template <class T>
     T shfl_xor(T v, unsigned m, int line = __builtin_LINE(), const char* file = __builtin_FILE()) const {
-        return ::kb_cpu::shfl(::kb_cpu::W_XOR, mask(), v, (int)m, N, line, file);
+        return ::kb_cpu::shfl_any(::kb_cpu::W_XOR, mask(), v, (int)m, N, line, file);
     }
     // Votes answer in tile lanes: bit k is the tile's thread k.
     unsigned ballot(int p, int line = __builtin_LINE(), const char* file = __builtin_FILE()) const {

@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 // __device__ is `inline`, so the unused device functions of a header cost no code generation;
 // kernelbay_cpu.analysis drops the user's own `inline` next to it or to __global__ (`__device__ inline`, `inline
@@ -506,6 +508,28 @@ template <class T>
 inline T shfl(int op, unsigned mask, T v, int arg, int width, int line, const char* file) {
     return from_bits<T>(warp_op(op, mask, to_bits(v), arg, width, line, file));
 }
+// Cooperative groups' tile shuffles take any trivially copyable type (CUDA moves a larger one in
+// pieces: cuda-samples' shfl_integral_image shuffles uint4); the raw __shfl_*_sync do not.
+template <class T>
+inline T shfl_any(int op, unsigned mask, T v, int arg, int width, int line, const char* file) {
+    if constexpr (sizeof(T) <= 8) {
+        return shfl(op, mask, v, arg, width, line, file);
+    } else {
+        static_assert(std::is_trivially_copyable<T>::value, "cooperative groups shuffle trivially copyable values");
+        unsigned char b[sizeof(T)];
+        std::memcpy(b, &v, sizeof(T));
+        for (std::size_t o = 0; o < sizeof(T); o += 8) {
+            const std::size_t n = sizeof(T) - o < 8 ? sizeof(T) - o : 8;
+            std::uint64_t c = 0;
+            std::memcpy(&c, b + o, n);
+            c = warp_op(op, mask, c, arg, width, line, file);
+            std::memcpy(b + o, &c, n);
+        }
+        T r;
+        std::memcpy(&r, b, sizeof(T));
+        return r;
+    }
+}
 }  // namespace kb_cpu
 
 inline void __syncwarp(unsigned mask = 0xffffffffu, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
@@ -580,3 +604,25 @@ KB_REDUCE(__reduce_and_sync, unsigned, kb_cpu::W_AND)
 KB_REDUCE(__reduce_or_sync, unsigned, kb_cpu::W_OR)
 KB_REDUCE(__reduce_xor_sync, unsigned, kb_cpu::W_XOR_R)
 #undef KB_REDUCE
+
+// --- the CUDA runtime's plain types ------------------------------------------------------------
+// nvcc includes cuda_runtime.h in every .cu file, so device files use its plain types (cudaError_t
+// in an error-checking helper beside the kernels) without including it; the stand-in
+// cuda_runtime.h beside this file adds the half types. Of the host API, only the error queries
+// that such helpers call are here (kernelbay never runs a kernel file's host code).
+enum cudaError { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+typedef enum cudaError cudaError_t;
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
+};
+
+inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "cuda error"; }
+inline const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaError"; }
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
