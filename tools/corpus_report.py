@@ -14,6 +14,7 @@ import argparse
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
     ap.add_argument("-k", dest="filter", default="", help="only cases whose id contains this text")
     ap.add_argument("--write-docs", action="store_true", help="replace the table in docs/corpus.md")
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="cases run at once, each in its own process (default 1)")
     ns = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from tests.corpus.all_cases import CASES
@@ -125,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, dict[str, str]]] = {}
     for b in backends:
         results[b] = {}
-        for cid in ids:
-            r = run_one(cid, b, ns.timeout)
-            results[b][cid] = r
-            print(f"{b:5} {r['status']:14} {cid}  {r['detail'][:150]}", flush=True)
+        with ThreadPoolExecutor(max(1, ns.jobs)) as pool:
+            for cid, r in zip(ids, pool.map(lambda cid, b=b: run_one(cid, b, ns.timeout), ids)):
+                results[b][cid] = r
+                print(f"{b:5} {r['status']:14} {cid}  {r['detail'][:150]}", flush=True)
     cells = {b: {cid: cell(r) for cid, r in res.items()} for b, res in results.items()}
     doc = DOC.read_text()
     if ns.write_docs:
