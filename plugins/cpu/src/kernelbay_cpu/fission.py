@@ -307,7 +307,10 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
 
     def _assigned(name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", body_code)
-        return len(writes) > 1 or re.search(rf"(?:\+\+|--|&)\s*{name}\b|\b{name}\s*(?:\+\+|--)", body_code) is not None
+        return (
+            len(writes) > 1
+            or re.search(rf"(?:\+\+|--|(?<!&)&)\s*{name}\b|\b{name}\s*(?:\+\+|--)", body_code) is not None
+        )
 
     fixed = {
         p

@@ -160,7 +160,8 @@ __attribute__((always_inline)) inline T shfl(const Block& b, Lanes& l, unsigned 
             return (lane - seg) >= arg ? lo : me;
         }
         if (op == W_XOR) {
-            const T hi = v[ti + arg], lo = v[ti - arg];
+            if (arg & (arg - 1)) return v[(t & ~31u) + (unsigned)(lane ^ arg)];
+            const T hi = v[ti + arg], lo = v[ti - arg];  // a power of two: the partner is lane +- arg
             return (lane & arg) ? lo : hi;
         }
         return v[(t & ~31u) + (unsigned)(seg + (arg & (w - 1)))];
