@@ -302,6 +302,9 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
     cg: dict[str, str] = {}
     tiles: dict[str, int] = {}  # the tiles among them: name -> threads
     lanes: list[str] = []  # the lane arrays of the warp operations
+    #: locals every thread computes alike (from parameters and the block's geometry), never
+    #: assigned again: declared once for the block, before the loops (name -> declaration)
+    hoisted: dict[str, str] = {}
     cg_decls = 0
     body_code = code[a:b]
 
@@ -325,13 +328,13 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
         if _assigned(name) or re.search(r"\(\s*[^)]*\)\s*\(|\[", init):
             return False
         words = set(re.findall(r"\b[A-Za-z_]\w*\b", init))
-        return words <= _INDEX_WORDS | fixed | set(remat) | set(cg) | _CG_METHODS
+        return words <= _INDEX_WORDS | fixed | set(remat) | set(cg) | _CG_METHODS | set(hoisted)
 
     def _uniform(expr: str) -> bool:
         if re.search(r"[\[{]|->|\+\+|--|(?<![=!<>])=(?!=)", expr) or re.search(r"\b[A-Za-z_]\w*\s*\(", expr):
             return False
         words = set(re.findall(r"\b[A-Za-z_]\w*\b", expr))
-        return words <= _UNIFORM_WORDS | fixed | scalars
+        return words <= _UNIFORM_WORDS | fixed | scalars | set(hoisted)
 
     def _again() -> str:
         objs = " ".join(f"{t} {n}{{kb_threadIdx, kb_blockDim, kb_blockIdx}};" for n, t in cg.items())
@@ -434,7 +437,7 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
                 raise _Giveup(f"a barrier or warp operation inside if, switch or a block ({where})")
             d = _DECL.match(code, _skip_ws(code, s, e), e)
             if d:
-                _declare(s, e, d, [])
+                _declare(s, e, d, [], inside_loop)
             elif _LOOKS_DECL.match(st) and not _KEYWORD_START.match(st):
                 raise _Giveup(f"a local of a type the loop path does not store per thread ({where})")
             region.append((s, e))
@@ -548,7 +551,7 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
         flush(" ".join(tail), " ".join(after), s)
         d = _DECL.match(code, _skip_ws(code, s, e), e)
         if d:
-            _declare(s, e, d, subs)
+            _declare(s, e, d, subs, True)
         else:
             if _LOOKS_DECL.match(code[s:e].strip()) and not _KEYWORD_START.match(code[s:e].strip()):
                 raise _Giveup(f"a local of a type the loop path does not store per thread ({where})")
@@ -568,7 +571,7 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
             raise _Giveup(f"a for loop around a barrier or warp operation without its own variable ({where})")
         var = init.group(1)
         words = set(re.findall(r"\b[A-Za-z_]\w*\b", header))
-        if not words <= _UNIFORM_WORDS | params | {var} | scalars:
+        if not words <= _UNIFORM_WORDS | params | {var} | scalars | set(hoisted):
             raise _Giveup(f"a for loop around a barrier or warp operation whose trip count may differ ({where})")
         scalars.add(var)
         j = _skip_ws(code, close + 1, e)
@@ -579,7 +582,7 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
             level(j, e, True)
             edits.append((e, e, "}"))
 
-    def _declare(s: int, e: int, d: re.Match[str], subs: list[tuple[int, int, str]]) -> None:
+    def _declare(s: int, e: int, d: re.Match[str], subs: list[tuple[int, int, str]], inside_loop: bool) -> None:
         s0 = _skip_ws(code, s, e)
         t = re.sub(r"__restrict__", "", d.group("type"))
         # The array is assigned, so the variable itself is not const; what a pointer points at may be.
@@ -608,7 +611,10 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
             arrays[name] = t
             if m.group(2) is not None:
                 init = pos + m.start(2)
-                if not subs and _rematerializable(name, code[init : pos + len(part)]):
+                if not subs and not inside_loop and not _assigned(name) and _uniform(code[init : pos + len(part)]):
+                    del arrays[name]  # the same in every thread: once for the block
+                    hoisted[name] = f"{t} const {name} ={text[init : pos + len(part)]};"
+                elif not subs and _rematerializable(name, code[init : pos + len(part)]):
                     # Recomputed at the top of each region instead of stored per thread: the
                     # compiler then sees `t` as the loop index (contiguous, vectorisable).
                     del arrays[name]
@@ -666,7 +672,7 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
         pos = k
     pieces.append(seg[pos:])
     decls = " ".join(f"{t} {n}[KB_FISSION_MAX_THREADS];" for n, t in arrays.items())
-    decls += " " + " ".join(f"::kb_cpu::fis::Lanes {n};" for n in lanes)
+    decls += " " + " ".join(f"::kb_cpu::fis::Lanes {n};" for n in lanes) + " " + " ".join(hoisted.values())
     return new[:a] + " KB_FISSION_BEGIN " + decls + "".join(pieces) + new[nb:]
 
 
