@@ -301,7 +301,8 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
     #: cooperative_groups objects: name -> the loop path's type (made again in each region)
     cg: dict[str, str] = {}
     tiles: dict[str, int] = {}  # the tiles among them: name -> threads
-    lanes: list[str] = []  # the lane arrays of the warp operations
+    lanes: set[str] = set()  # the lane arrays of the warp operations (reused statement by statement)
+    sites = 0  # warp operations so far: each names its own type and mask
     #: locals every thread computes alike (from parameters and the block's geometry), never
     #: assigned again: declared once for the block, before the loops (name -> declaration)
     hoisted: dict[str, str] = {}
@@ -449,23 +450,23 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
         first = _args(code, paren, close)[:1] if close > 0 else []
         return bool(first) and code[first[0][0] : first[0][1]].strip() in tiles
 
-    def _lane_arg(k: int, raw: str, txt: str, tail: list[str]) -> str:
-        """A shuffle's lane or offset: as written where every thread computes it alike, else stored."""
+    def _lane_arg(j: int, raw: str, txt: str, tail: list[str]) -> tuple[str, str]:
+        """A shuffle's lane or offset, as (uniform value, per-lane array): as written where every
+        thread computes it alike, else stored per lane before the split."""
         if _uniform(raw):
-            return f"(int)({txt})"
-        lanes.append(f"kb_a{k}")
-        tail.append(f"::kb_cpu::fis::put(kb_a{k}, kb_t, (int)({txt}));")
-        return f"::kb_cpu::fis::get<int>(kb_a{k}, kb_t)"
+            return f"(int)({txt})", "nullptr"
+        lanes.add(f"kb_a{j}")
+        tail.append(f"::kb_cpu::fis::put(kb_a{j}, kb_t, (int)({txt}));")
+        return "0", f"::kb_cpu::fis::at<int>(kb_a{j})"
 
-    def _operand(k: int, raw: str, txt: str, tail: list[str], after: list[str], where: str) -> str:
-        """The operand stored in lane array k before the split; its type named kb_T<k> after it."""
-        if set(re.findall(r"\b[A-Za-z_]\w*\b", raw)) & (set(remat) | set(cg)):
-            raise _Giveup(f"a warp operation's operand reads a local made again in each loop ({where})")
-        tail.append(f"::kb_cpu::fis::put(kb_l{k}, kb_t, ({txt}));")
+    def _operand(k: int, j: int, txt: str, tail: list[str], after: list[str]) -> str:
+        """The operand stored in lane array j before the split; its type named kb_T<k> after it."""
+        tail.append(f"::kb_cpu::fis::put(kb_l{j}, kb_t, ({txt}));")
         after.append(f"using kb_T{k} = ::std::decay_t<decltype({txt})>;")
         return f"kb_T{k}"
 
     def _warp_statement(s: int, e: int, calls: list[re.Match[str]]) -> None:
+        nonlocal sites
         where = f"line {_line(code, s)}"
         spans = []
         for c in calls:
@@ -480,15 +481,15 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
         tail: list[str] = []
         after: list[str] = []
         subs: list[tuple[int, int, str]] = []
-        for c, paren, close in spans:
-            k = len(lanes)
-            lanes.append(f"kb_l{k}")
+        for j, (c, paren, close) in enumerate(spans):
+            k = sites
+            sites += 1
+            lane = f"kb_l{j}"
+            lanes.add(lane)
             args = _args(code, paren, close)
             txt = [text[x:y].strip() for x, y in args]
             raw = [code[x:y] for x, y in args]
             line = _line(code, c.start())
-            lane = f"kb_l{k}"
-
             intr, obj, meth = c.group("intr"), c.group("obj"), c.group("meth")
             if intr is not None:
                 if not raw or not _uniform(raw[0]):
@@ -500,15 +501,17 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
                     if len(args) == 4 and not _uniform(raw[3]):
                         raise _Giveup(f"a shuffle width that may differ between threads ({where})")
                     width = txt[3] if len(args) == 4 else "32"
-                    t = _operand(k, raw[1], txt[1], tail, after, where)
+                    t = _operand(k, j, txt[1], tail, after)
+                    arg, per_lane = _lane_arg(j, raw[2], txt[2], tail)
                     after.append(
                         f"const unsigned {mask} = ::kb_cpu::fis::check(kb_fb, ::kb_cpu::{_OPS[intr]}, "
                         f"(unsigned)({txt[0]}), (int)({width}), {line});"
                     )
-                    rep = (
-                        f"::kb_cpu::fis::shfl<{t}>(kb_fb, {lane}, kb_t, ::kb_cpu::{_OPS[intr]}, {mask}, false, "
-                        f"{_lane_arg(k, raw[2], txt[2], tail)}, (int)({width}), {line})"
+                    after.append(
+                        f"::kb_cpu::fis::shuffle<{t}>(kb_fb, {lane}, ::kb_cpu::{_OPS[intr]}, {mask}, 0u, {arg}, "
+                        f"{per_lane}, (int)({width}), {line});"
                     )
+                    rep = f"::kb_cpu::fis::result<{t}>({lane}, kb_t)"
                 else:
                     if len(args) != 2:
                         raise _Giveup(f"{intr} with {len(args)} arguments ({where})")
@@ -526,11 +529,13 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
                 if meth in _OPS:
                     if len(args) != 2:
                         raise _Giveup(f"{obj}.{meth} with {len(args)} arguments ({where})")
-                    t = _operand(k, raw[0], txt[0], tail, after, where)
-                    rep = (
-                        f"::kb_cpu::fis::shfl<{t}>(kb_fb, {lane}, kb_t, ::kb_cpu::{_OPS[meth]}, "
-                        f"::kb_cpu::fis::tile_mask<{n}>(kb_fb, kb_t), true, {_lane_arg(k, raw[1], txt[1], tail)}, {n}, {line})"
+                    t = _operand(k, j, txt[0], tail, after)
+                    arg, per_lane = _lane_arg(j, raw[1], txt[1], tail)
+                    after.append(
+                        f"::kb_cpu::fis::shuffle<{t}>(kb_fb, {lane}, ::kb_cpu::{_OPS[meth]}, ~0u, {n}u, {arg}, "
+                        f"{per_lane}, {n}, {line});"
                     )
+                    rep = f"::kb_cpu::fis::result<{t}>({lane}, kb_t)"
                 else:
                     if len(args) != 1:
                         raise _Giveup(f"{obj}.{meth} with {len(args)} arguments ({where})")
@@ -544,9 +549,9 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
                 n = tiles[txt[0]]
                 if set(re.findall(r"\b[A-Za-z_]\w*\b", raw[2])) & (set(remat) | set(cg) | set(arrays)):
                     raise _Giveup(f"a reduce operator that reads the thread's locals ({where})")
-                t = _operand(k, raw[1], txt[1], tail, after, where)
+                t = _operand(k, j, txt[1], tail, after)
                 after.append(f"::kb_cpu::fis::reduce<{n}, {t}>(kb_fb, {lane}, {txt[2]}, {line});")
-                rep = f"::kb_cpu::fis::get<{t}>({lane}, kb_t)"
+                rep = f"::kb_cpu::fis::result<{t}>({lane}, kb_t)"
             subs.append((c.start(), close + 1, _pad(rep, text[c.start() : close + 1])))
         flush(" ".join(tail), " ".join(after), s)
         d = _DECL.match(code, _skip_ws(code, s, e), e)
@@ -672,7 +677,10 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
         pos = k
     pieces.append(seg[pos:])
     decls = " ".join(f"{t} {n}[KB_FISSION_MAX_THREADS];" for n, t in arrays.items())
-    decls += " " + " ".join(f"::kb_cpu::fis::Lanes {n};" for n in lanes) + " " + " ".join(hoisted.values())
+    decls += " " + " ".join(f"::kb_cpu::fis::Lanes {n};" for n in sorted(lanes)) + " " + " ".join(hoisted.values())
+    if lanes:  # the loops' own locals, outside them for decltype only (a warp operand's type)
+        decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, t in cg.items())
+        decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, (t, _) in remat.items())
     return new[:a] + " KB_FISSION_BEGIN " + decls + "".join(pieces) + new[nb:]
 
 

@@ -20,7 +20,7 @@
     const ::kb_cpu::uint3 kb_blockIdx = ::kb_blockIdx;                                     \
     const ::kb_cpu::fis::Block kb_fb(kb_blockIdx, kb_blockDim);                            \
     /* outside the loops, kb_t names no thread: only types are taken of what it indexes */ \
-    constexpr unsigned kb_t = 0;                                                           \
+    constexpr int kb_t = 0;                                                                \
     (void)kb_t;                                                                            \
     auto kb_region = [&](auto&& kb_f) __attribute__((always_inline)) {                     \
         if (__builtin_expect(::kb_diag, 0)) { /* a faulting block again, to name its thread */ \
@@ -29,19 +29,33 @@
                     for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) {                \
                         ::kb_cpu::diag_thread(kb_x, kb_y, kb_z);                           \
                         kb_f(::kb_cpu::uint3{kb_x, kb_y, kb_z},                            \
-                             (kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x + kb_x);        \
+                             (int)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x + kb_x)); \
                     }                                                                      \
+            return;                                                                        \
+        }                                                                                  \
+        /* As KB_X_FAST (kb_cpu_cuda.h): the loop counts the global index, so a guard (i < n) */ \
+        /* and x[i] are affine in it (contiguous loads, not gathers), and kb_t is an int.      */ \
+        if (kb_blockIdx.x < 2097152u && kb_blockDim.x <= 1024u && kb_blockDim.y <= 1024u &&    \
+            kb_blockDim.z <= 64u) {                                                        \
+            const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);                      \
+            for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                          \
+                for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y) {                    \
+                    const int kb_row = (int)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x) - kb_base; \
+                    KB_SIMD for (int kb_g = kb_base; kb_g < kb_base + (int)kb_blockDim.x; ++kb_g) \
+                        kb_f(::kb_cpu::uint3{(unsigned)(kb_g - kb_base), kb_y, kb_z}, kb_row + kb_g); \
+                }                                                                          \
             return;                                                                        \
         }                                                                                  \
         for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                              \
             for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y) {                        \
-                const unsigned kb_row = (kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x;     \
-                KB_SIMD for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x)              \
-                    kb_f(::kb_cpu::uint3{kb_x, kb_y, kb_z}, kb_row + kb_x);                \
+                const int kb_row = (int)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x);   \
+                const int kb_nx = (int)kb_blockDim.x;                                      \
+                KB_SIMD for (int kb_x = 0; kb_x < kb_nx; ++kb_x)                           \
+                    kb_f(::kb_cpu::uint3{(unsigned)kb_x, kb_y, kb_z}, kb_row + kb_x);      \
             }                                                                              \
     };
 #define KB_REGION_BEGIN \
-    kb_region([&](const ::kb_cpu::uint3 kb_threadIdx, const unsigned kb_t) __attribute__((always_inline)) {
+    kb_region([&](const ::kb_cpu::uint3 kb_threadIdx, const int kb_t) __attribute__((always_inline)) {
 #define KB_REGION_END \
     });
 
@@ -71,11 +85,13 @@ template <class... A>
     throw std::runtime_error(m);
 }
 
-// One warp operation's lane array: lane t's operand at [t], with room for reads at t - 31 .. t + 31,
-// so that shfl_down/up/xor read two contiguous runs and blend (never a gather).
+// One warp operation's lane arrays: lane t's operand at in[t] and its result at out[t], with room
+// for reads at t - 31 .. t + 31, so that shfl_down/up/xor read two contiguous runs and blend
+// (never a gather). The statements of a kernel reuse a few of them, one after the other.
 constexpr unsigned PAD = 32;
+constexpr unsigned HALF = (KB_FISSION_MAX_THREADS + 2 * PAD) * 8;
 struct alignas(64) Lanes {
-    unsigned char b[(KB_FISSION_MAX_THREADS + 2 * PAD) * 8];
+    unsigned char b[2 * HALF];
 };
 template <class T>
 inline T* at(Lanes& l) {
@@ -83,12 +99,20 @@ inline T* at(Lanes& l) {
     return reinterpret_cast<T*>(l.b) + PAD;
 }
 template <class T>
-inline void put(Lanes& l, unsigned t, const T& v) {
+inline T* out(Lanes& l) {
+    return reinterpret_cast<T*>(l.b + HALF) + PAD;
+}
+template <class T>
+inline void put(Lanes& l, int t, const T& v) {
     at<T>(l)[t] = v;
 }
 template <class T>
-inline T get(Lanes& l, unsigned t) {
+inline T get(Lanes& l, int t) {
     return at<T>(l)[t];
+}
+template <class T>
+inline T result(Lanes& l, int t) {
+    return out<T>(l)[t];
 }
 
 // The lanes of thread t's tile of N threads, clipped to the lanes that exist (cooperative_groups.h).
@@ -140,40 +164,56 @@ __attribute__((noinline)) T read_slow(const Block& b, const T* v, unsigned t, un
     return from_bits<T>(0);
 }
 
-// Lane t's result of a shuffle (W_SHFL, W_UP, W_DOWN, W_XOR), the source lane as the fiber
-// runner computes it (kb_cpu_sync.h: warp_complete). `tile`: the mask is a tile's (always the
-// caller's own lanes). The common case -- full mask, full warps, an offset within the width -- is
-// two loads and a blend, which the loop over the block's threads vectorises.
+// A shuffle (W_SHFL, W_UP, W_DOWN, W_XOR) over the block's lane array: out[t] is what lane t
+// reads, the source lane as the fiber runner computes it (kb_cpu_sync.h: warp_complete). `tile`:
+// the mask is each lane's tile of `tile` threads (always the caller's own lanes); `args`: each
+// lane's own offset or source where they differ, else null and `arg`. The common case -- full
+// mask, full warps, one offset within the width -- is two contiguous loads and a blend per
+// element: a vector loop.
 template <class T>
-__attribute__((always_inline)) inline T shfl(const Block& b, Lanes& l, unsigned t, int op, unsigned mask, bool tile,
-                                             int arg, int w, int line, const char* file = __builtin_FILE()) {
+inline void shuffle(const Block& b, Lanes& l, int op, unsigned mask, unsigned tile, int arg, const int* args, int w,
+                    int line, const char* file = __builtin_FILE()) {
     const T* v = at<T>(l);
-    const int lane = (int)(t & 31u), seg = lane & ~(w - 1);
-    if (b.full && (tile || mask == ~0u) && (unsigned)arg < (unsigned)w && w <= 32 && w > 0) {
-        const int ti = (int)t;
+    T* o = out<T>(l);
+    const int n = (int)b.n;
+    if (args == nullptr && b.full && (tile || mask == ~0u) && arg >= 0 && arg < w && w <= 32 && !(w & (w - 1))) {
+        const int m = ~(w - 1);
         if (op == W_DOWN) {
-            const T hi = v[ti + arg], me = v[ti];
-            return (lane - seg) + arg < w ? hi : me;
+            KB_SIMD for (int t = 0; t < n; ++t) {
+                const int lane = t & 31;
+                const T hi = v[t + arg], me = v[t];
+                o[t] = (lane - (lane & m)) + arg < w ? hi : me;
+            }
+        } else if (op == W_UP) {
+            KB_SIMD for (int t = 0; t < n; ++t) {
+                const int lane = t & 31;
+                const T lo = v[t - arg], me = v[t];
+                o[t] = (lane - (lane & m)) >= arg ? lo : me;
+            }
+        } else if (op == W_XOR && !(arg & (arg - 1))) {  // a power of two: the partner is lane +- arg
+            KB_SIMD for (int t = 0; t < n; ++t) {
+                const T hi = v[t + arg], lo = v[t - arg];
+                o[t] = (t & arg) ? lo : hi;
+            }
+        } else if (op == W_XOR) {
+            for (int t = 0; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) ^ arg)];
+        } else {
+            for (int t = 0; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) & m) + (arg & (w - 1))];
         }
-        if (op == W_UP) {
-            const T lo = v[ti - arg], me = v[ti];
-            return (lane - seg) >= arg ? lo : me;
-        }
-        if (op == W_XOR) {
-            if (arg & (arg - 1)) return v[(t & ~31u) + (unsigned)(lane ^ arg)];
-            const T hi = v[ti + arg], lo = v[ti - arg];  // a power of two: the partner is lane +- arg
-            return (lane & arg) ? lo : hi;
-        }
-        return v[(t & ~31u) + (unsigned)(seg + (arg & (w - 1)))];
+        return;
     }
-    int src = lane;
-    switch (op) {
-    case W_SHFL: src = seg + (arg & (w - 1)); break;
-    case W_UP: src = (lane - seg) >= arg ? lane - arg : lane; break;
-    case W_DOWN: src = (lane - seg) + arg < w ? lane + arg : lane; break;
-    default: src = (unsigned)arg < 32u && ((lane ^ arg) & ~(w - 1)) <= seg ? (lane ^ arg) : lane; break;
+    for (int t = 0; t < n; ++t) {
+        const int a = args != nullptr ? args[t] : arg, lane = t & 31, seg = lane & ~(w - 1);
+        int src = lane;
+        switch (op) {
+        case W_SHFL: src = seg + (a & (w - 1)); break;
+        case W_UP: src = (lane - seg) >= a ? lane - a : lane; break;
+        case W_DOWN: src = (lane - seg) + a < w ? lane + a : lane; break;
+        default: src = (unsigned)a < 32u && ((lane ^ a) & ~(w - 1)) <= seg ? (lane ^ a) : lane; break;
+        }
+        const unsigned mt = tile == 32 ? b.exist((unsigned)t) : tile ? (((1u << tile) - 1) << (lane & ~(int)(tile - 1))) & b.exist((unsigned)t) : mask & b.exist((unsigned)t);
+        o[t] = read_slow<T>(b, v, (unsigned)t, mt, src, op, line, file);
     }
-    return read_slow<T>(b, v, t, mask & b.exist(t), src, op, line, file);
 }
 
 // A vote's results, in place: lane t's operand (an int, the predicate) becomes the ballot of the
@@ -208,7 +248,7 @@ template <unsigned N, class T, class Op>
 inline void reduce(const Block& b, Lanes& l, Op op, int line, const char* file = __builtin_FILE()) {
     static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "a tile of at most 32 threads");
     T* v = at<T>(l);
-    alignas(64) T tmp[KB_FISSION_MAX_THREADS];
+    T* tmp = out<T>(l);  // each step's results, then its operands again; the last step's stay
     const int n = (int)b.n;
     for (int off = (int)N / 2; off > 0; off /= 2) {
         if (b.full) {
@@ -221,7 +261,7 @@ inline void reduce(const Block& b, Lanes& l, Op op, int line, const char* file =
                 tmp[t] = op(v[t], read_slow<T>(b, v, (unsigned)t, tile_mask<N>(b, (unsigned)t), (t & 31) ^ off, W_XOR,
                                                  line, file));
         }
-        KB_SIMD for (int t = 0; t < n; ++t) v[t] = tmp[t];
+        if (off > 1) KB_SIMD for (int t = 0; t < n; ++t) v[t] = tmp[t];
     }
 }
 
