@@ -175,7 +175,8 @@ __device__ int deep(int d, int* y) {
 }
 __global__ void k(int* y, int d) {
     __syncthreads();
-    __syncwarp(0xfu);  // keeps it on fibers: a barrier alone is a loop boundary (fission.py)
+    volatile int keep = 0;  // keeps it on fibers: a barrier alone is a loop boundary (fission.py)
+    (void)keep;
     y[threadIdx.x] = deep(d, y);
 }
 '''

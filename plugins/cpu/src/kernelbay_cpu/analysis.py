@@ -12,6 +12,7 @@ from kernelbay.types import Source
 
 from . import _loops
 from .fission import fission
+from .fission import split as split_at_barriers
 from .reach import Program
 
 FILES = {"cuda": "kernel.cu", "c++": "kernel.cpp"}
@@ -226,17 +227,21 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
         fname, fn = found
         r = prog.reach(fname, fn)
         at = fn.body[0] if fn.body is not None and fname == FILES["cuda"] else -1
-        if (
-            r.block
-            and at >= 0
-            and not r.block_outside
-            and not r.builtins_outside
-            and fission(source.text, strip_comments_and_strings(source.text), fn) is not None
-        ):
-            runners[n], why[n] = "run_blocks", f"barriers as loop boundaries: {r.why}"
+        refusal = ""
+        if r.block:
+            if at < 0:
+                refusal = "the kernel is defined in a header"
+            elif r.block_outside:
+                refusal = "a block operation outside the kernel's body (a function it calls, a macro, file scope)"
+            elif r.builtins_outside:
+                refusal = "a function it calls reads threadIdx"
+            else:
+                refusal = split_at_barriers(source.text, strip_comments_and_strings(source.text), fn)[1]
+        if r.block and not refusal:
+            runners[n], why[n] = "run_blocks", f"barriers and warp operations as loop boundaries: {r.why}"
             split_at.add(at)
         elif r.block:
-            runners[n], why[n] = "run_fibers", r.why
+            runners[n], why[n] = "run_fibers", f"{r.why}; not as loops: {refusal}"
             fiber_at.add(at)
         elif r.builtins_outside or at < 0:
             runners[n], why[n] = "run_threads", ""

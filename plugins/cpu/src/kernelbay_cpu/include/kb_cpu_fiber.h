@@ -467,7 +467,7 @@ inline void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsign
 
 inline char* dyn_shared() {
     Sched* s = tls_sched;
-    return s != nullptr ? s->dyn : nullptr;
+    return s != nullptr ? s->dyn : loop_dyn;  // fibers, or a loop runner's block (fission)
 }
 
 template <auto F, std::size_t... I>

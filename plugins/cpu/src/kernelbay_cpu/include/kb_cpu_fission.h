@@ -5,12 +5,23 @@
 // the end of a loop. Locals that live across a barrier are per-thread arrays indexed by kb_t,
 // __shared__ arrays are the block's (one OS thread runs a block), and threads between two
 // barriers are independent (CUDA gives them no order), which the loop pragma tells the vectoriser.
+//
+// Warp operations (shuffles, votes, cooperative_groups tiles' shuffles and reduce) at those same
+// places split the block's loop the same way: one loop stores each lane's operand in a lane array
+// (kb_cpu::fis::Lanes), the next reads each lane's result from it, so a shuffle is an array
+// permutation (two contiguous loads and a blend for shfl_down/up/xor) and a tile's reduce a
+// butterfly over the array. The checks and the values where CUDA is undefined are the fiber
+// runner's (kb_cpu_sync.h), message for message.
 #pragma once
 
 #define KB_FISSION_MAX_THREADS 1024
 #define KB_FISSION_BEGIN                                                                   \
     const ::kb_cpu::dim3 kb_blockDim = ::kb_blockDim, kb_gridDim = ::kb_gridDim;           \
     const ::kb_cpu::uint3 kb_blockIdx = ::kb_blockIdx;                                     \
+    const ::kb_cpu::fis::Block kb_fb(kb_blockIdx, kb_blockDim);                            \
+    /* outside the loops, kb_t names no thread: only types are taken of what it indexes */ \
+    constexpr int kb_t = 0;                                                                \
+    (void)kb_t;                                                                            \
     auto kb_region = [&](auto&& kb_f) __attribute__((always_inline)) {                     \
         if (__builtin_expect(::kb_diag, 0)) { /* a faulting block again, to name its thread */ \
             for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                          \
@@ -18,18 +29,268 @@
                     for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) {                \
                         ::kb_cpu::diag_thread(kb_x, kb_y, kb_z);                           \
                         kb_f(::kb_cpu::uint3{kb_x, kb_y, kb_z},                            \
-                             (kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x + kb_x);        \
+                             (int)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x + kb_x)); \
                     }                                                                      \
+            return;                                                                        \
+        }                                                                                  \
+        /* As KB_X_FAST (kb_cpu_cuda.h): the loop counts the global index, so a guard (i < n) */ \
+        /* and x[i] are affine in it (contiguous loads, not gathers), and kb_t is an int.      */ \
+        if (kb_blockIdx.x < 2097152u && kb_blockDim.x <= 1024u && kb_blockDim.y <= 1024u &&    \
+            kb_blockDim.z <= 64u) {                                                        \
+            const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);                      \
+            for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                          \
+                for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y) {                    \
+                    const int kb_row = (int)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x) - kb_base; \
+                    KB_SIMD for (int kb_g = kb_base; kb_g < kb_base + (int)kb_blockDim.x; ++kb_g) \
+                        kb_f(::kb_cpu::uint3{(unsigned)(kb_g - kb_base), kb_y, kb_z}, kb_row + kb_g); \
+                }                                                                          \
             return;                                                                        \
         }                                                                                  \
         for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                              \
             for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y) {                        \
-                const unsigned kb_row = (kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x;     \
-                KB_SIMD for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x)              \
-                    kb_f(::kb_cpu::uint3{kb_x, kb_y, kb_z}, kb_row + kb_x);                \
+                const int kb_row = (int)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x);   \
+                const int kb_nx = (int)kb_blockDim.x;                                      \
+                KB_SIMD for (int kb_x = 0; kb_x < kb_nx; ++kb_x)                           \
+                    kb_f(::kb_cpu::uint3{(unsigned)kb_x, kb_y, kb_z}, kb_row + kb_x);      \
             }                                                                              \
     };
 #define KB_REGION_BEGIN \
-    kb_region([&](const ::kb_cpu::uint3 kb_threadIdx, const unsigned kb_t) __attribute__((always_inline)) {
+    kb_region([&](const ::kb_cpu::uint3 kb_threadIdx, const int kb_t) __attribute__((always_inline)) {
 #define KB_REGION_END \
     });
+
+namespace kb_cpu {
+namespace fis {
+
+// The running block's shape, for the warp operations' checks and messages.
+struct Block {
+    uint3 idx;
+    dim3 dim;
+    unsigned n;
+    bool full;  // every warp has 32 lanes
+    Block(uint3 i, dim3 d) : idx(i), dim(d), n(d.x * d.y * d.z), full(d.x * d.y * d.z % 32 == 0) {}
+    uint3 tid(unsigned t) const { return uint3{t % dim.x, (t / dim.x) % dim.y, t / (dim.x * dim.y)}; }
+    unsigned lanes(unsigned t) const {  // how many lanes the warp of thread t has
+        const unsigned base = t & ~31u;
+        return n - base < 32 ? n - base : 32;
+    }
+    unsigned exist(unsigned t) const { return lanes(t) == 32 ? ~0u : (1u << lanes(t)) - 1; }
+};
+
+// The ends a misuse meets: the launch fails with the fiber runner's message (run_block records it).
+template <class... A>
+[[noreturn]] __attribute__((noinline, cold)) void fail(const char* fmt, A... a) {
+    char m[480];
+    std::snprintf(m, sizeof(m), fmt, a...);
+    throw std::runtime_error(m);
+}
+
+// One warp operation's lane arrays: lane t's operand at in[t] and its result at out[t], with room
+// for reads at t - 31 .. t + 31, so that shfl_down/up/xor read two contiguous runs and blend
+// (never a gather). The statements of a kernel reuse a few of them, one after the other.
+constexpr unsigned PAD = 32;
+constexpr unsigned HALF = (KB_FISSION_MAX_THREADS + 2 * PAD) * 8;
+struct alignas(64) Lanes {
+    unsigned char b[2 * HALF];
+};
+template <class T>
+inline T* at(Lanes& l) {
+    static_assert(sizeof(T) <= 8, "warp shuffles move values of at most 8 bytes");
+    return reinterpret_cast<T*>(l.b) + PAD;
+}
+template <class T>
+inline T* out(Lanes& l) {
+    return reinterpret_cast<T*>(l.b + HALF) + PAD;
+}
+template <class T>
+inline void put(Lanes& l, int t, const T& v) {
+    at<T>(l)[t] = v;
+}
+template <class T>
+inline T get(Lanes& l, int t) {
+    return at<T>(l)[t];
+}
+template <class T>
+inline T result(Lanes& l, int t) {
+    return out<T>(l)[t];
+}
+
+// The lanes of thread t's tile of N threads, clipped to the lanes that exist (cooperative_groups.h).
+template <unsigned N>
+inline unsigned tile_mask(const Block& b, unsigned t) {
+    const unsigned first = (t & 31u) & ~(N - 1);
+    const unsigned m = N == 32 ? ~0u : ((1u << N) - 1) << first;
+    return m & b.exist(t);
+}
+
+// A warp operation with an explicit mask, before any lane takes its result: the fiber runner's
+// checks, thread by thread in thread order (kb_cpu_sync.h: warp_op).
+inline unsigned check(const Block& b, int op, unsigned mask, int width, int line, const char* file = __builtin_FILE()) {
+    const bool width_ok = width > 0 && width <= 32 && !(width & (width - 1));
+    if (mask == ~0u && b.full && width_ok) return mask;
+    for (unsigned t = 0; t < b.n; ++t) {
+        const unsigned lane = t & 31u, exist = b.exist(t);
+        if (!(mask >> lane & 1)) {
+            const uint3 me = b.tid(t);
+            fail("block (%u,%u,%u): thread (%u,%u,%u) (lane %d) calls %s at %s:%d with mask 0x%08x, which does not "
+                 "name the calling lane",
+                 b.idx.x, b.idx.y, b.idx.z, me.x, me.y, me.z, (int)lane, op_name(op), base_name(file), line, mask);
+        }
+        if ((mask & ~exist) && checked())
+            fail("block (%u,%u,%u): %s at %s:%d has mask 0x%08x, but warp %d has only %d lanes (blockDim has %d "
+                 "threads): lanes past the block do not exist (reported because KERNELBAY_CPU_CHECK is set)",
+                 b.idx.x, b.idx.y, b.idx.z, op_name(op), base_name(file), line, mask, (int)(t >> 5),
+                 (int)b.lanes(t), (int)b.n);
+        if (!width_ok)
+            fail("%s at %s:%d: width %d must be a power of two from 1 to 32", op_name(op), base_name(file), line,
+                 width);
+    }
+    return mask;
+}
+
+// Lane src of thread t's warp where the group's mask m names it; else what the fiber runner gives
+// (0: the lane is past the block, since every lane of the block is at this call) or, checked, an error.
+template <class T>
+__attribute__((noinline)) T read_slow(const Block& b, const T* v, unsigned t, unsigned m, int src, int op, int line,
+                                      const char* file) {
+    if (src >= 0 && src < 32 && (m >> src & 1)) return v[(t & ~31u) + (unsigned)src];
+    if (checked()) {
+        const uint3 me = b.tid(t);
+        fail("block (%u,%u,%u): thread (%u,%u,%u) (lane %d) in %s at %s:%d reads lane %d, which mask "
+             "0x%08x does not name (a GPU gives an undefined value; reported because KERNELBAY_CPU_CHECK "
+             "is set); name every lane read in the mask, or read only lanes that take part",
+             b.idx.x, b.idx.y, b.idx.z, me.x, me.y, me.z, (int)(t & 31u), op_name(op), base_name(file), line, src, m);
+    }
+    return from_bits<T>(0);
+}
+
+// A shuffle (W_SHFL, W_UP, W_DOWN, W_XOR) over the block's lane array: out[t] is what lane t
+// reads, the source lane as the fiber runner computes it (kb_cpu_sync.h: warp_complete). `tile`:
+// the mask is each lane's tile of `tile` threads (always the caller's own lanes); `args`: each
+// lane's own offset or source where they differ, else null and `arg`. The common case -- full
+// mask, full warps, one offset within the width -- is two contiguous loads and a blend per
+// element: a vector loop.
+template <class T>
+inline void shuffle(const Block& b, Lanes& l, int op, unsigned mask, unsigned tile, int arg, const int* args, int w,
+                    int line, const char* file = __builtin_FILE()) {
+    const T* v = at<T>(l);
+    T* o = out<T>(l);
+    const int n = (int)b.n;
+    if (args == nullptr && b.full && (tile || mask == ~0u) && arg >= 0 && arg < w && w <= 32 && !(w & (w - 1))) {
+        const int m = ~(w - 1);
+        if (op == W_DOWN) {
+            KB_SIMD for (int t = 0; t < n; ++t) {
+                const int lane = t & 31;
+                const T hi = v[t + arg], me = v[t];
+                o[t] = (lane - (lane & m)) + arg < w ? hi : me;
+            }
+        } else if (op == W_UP) {
+            KB_SIMD for (int t = 0; t < n; ++t) {
+                const int lane = t & 31;
+                const T lo = v[t - arg], me = v[t];
+                o[t] = (lane - (lane & m)) >= arg ? lo : me;
+            }
+        } else if (op == W_XOR && !(arg & (arg - 1))) {  // a power of two: the partner is lane +- arg
+            KB_SIMD for (int t = 0; t < n; ++t) {
+                const T hi = v[t + arg], lo = v[t - arg];
+                o[t] = (t & arg) ? lo : hi;
+            }
+        } else if (op == W_XOR) {
+            for (int t = 0; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) ^ arg)];
+        } else {
+            for (int t = 0; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) & m) + (arg & (w - 1))];
+        }
+        return;
+    }
+    for (int t = 0; t < n; ++t) {
+        const int a = args != nullptr ? args[t] : arg, lane = t & 31, seg = lane & ~(w - 1);
+        int src = lane;
+        switch (op) {
+        case W_SHFL: src = seg + (a & (w - 1)); break;
+        case W_UP: src = (lane - seg) >= a ? lane - a : lane; break;
+        case W_DOWN: src = (lane - seg) + a < w ? lane + a : lane; break;
+        default: src = (unsigned)a < 32u && ((lane ^ a) & ~(w - 1)) <= seg ? (lane ^ a) : lane; break;
+        }
+        const unsigned mt = tile == 32 ? b.exist((unsigned)t) : tile ? (((1u << tile) - 1) << (lane & ~(int)(tile - 1))) & b.exist((unsigned)t) : mask & b.exist((unsigned)t);
+        o[t] = read_slow<T>(b, v, (unsigned)t, mt, src, op, line, file);
+    }
+}
+
+// A vote's results, in place: lane t's operand (an int, the predicate) becomes the ballot of the
+// group it belongs to (the mask's lanes of its warp, or its tile's), then what the call returns.
+enum : int { V_BALLOT, V_ANY, V_ALL, V_TILE_BALLOT, V_TILE_ANY, V_TILE_ALL };
+template <unsigned N>
+inline void vote(const Block& b, Lanes& l, unsigned mask, int kind) {
+    int* v = at<int>(l);
+    for (unsigned base = 0; base < b.n; base += 32) {
+        const unsigned nl = b.lanes(base);
+        unsigned bits = 0;
+        for (unsigned k = 0; k < nl; ++k) bits |= (unsigned)(v[base + k] != 0) << k;
+        for (unsigned k = 0; k < nl; ++k) {
+            const bool tile = kind >= V_TILE_BALLOT;
+            const unsigned m = tile ? tile_mask<N>(b, base + k) : mask & b.exist(base + k);
+            const unsigned bal = bits & m;
+            unsigned r = bal;
+            switch (kind) {
+            case V_ANY: case V_TILE_ANY: r = bal != 0; break;
+            case V_ALL: case V_TILE_ALL: r = bal == m; break;
+            case V_TILE_BALLOT: r = bal >> __builtin_ctz(m); break;
+            default: break;
+            }
+            v[base + k] = (int)r;
+        }
+    }
+}
+
+// cooperative_groups::reduce over tiles of N <= 32 threads, in place: the butterfly of shfl_xor
+// that the fiber runner runs (cooperative_groups.h), each step one pass over the lane array.
+template <unsigned N, class T, class Op>
+inline void reduce(const Block& b, Lanes& l, Op op, int line, const char* file = __builtin_FILE()) {
+    static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "a tile of at most 32 threads");
+    T* v = at<T>(l);
+    T* tmp = out<T>(l);  // each step's results, then its operands again; the last step's stay
+    const int n = (int)b.n;
+    for (int off = (int)N / 2; off > 0; off /= 2) {
+        if (b.full) {
+            KB_SIMD for (int t = 0; t < n; ++t) {
+                const T hi = v[t + off], lo = v[t - off];
+                tmp[t] = op(v[t], (t & off) ? lo : hi);
+            }
+        } else {
+            for (int t = 0; t < n; ++t)
+                tmp[t] = op(v[t], read_slow<T>(b, v, (unsigned)t, tile_mask<N>(b, (unsigned)t), (t & 31) ^ off, W_XOR,
+                                                 line, file));
+        }
+        if (off > 1) KB_SIMD for (int t = 0; t < n; ++t) v[t] = tmp[t];
+    }
+}
+
+// cooperative_groups objects inside a loop region: the thread's rank from the region's index,
+// not from ::kb_threadIdx (which the loop path does not set).
+struct block {
+    uint3 ti;
+    dim3 bd;
+    uint3 bi;
+    unsigned thread_rank() const { return ti.x + bd.x * (ti.y + bd.y * ti.z); }
+    unsigned size() const { return bd.x * bd.y * bd.z; }
+    unsigned num_threads() const { return size(); }
+    dim3 group_dim() const { return bd; }
+    dim3 dim_threads() const { return bd; }
+    uint3 group_index() const { return bi; }
+    uint3 thread_index() const { return ti; }
+};
+template <unsigned N>
+struct tile {
+    uint3 ti;
+    dim3 bd;
+    uint3 bi;
+    unsigned linear() const { return ti.x + bd.x * (ti.y + bd.y * ti.z); }
+    static constexpr unsigned size() { return N; }
+    static constexpr unsigned num_threads() { return N; }
+    unsigned thread_rank() const { return linear() & (N - 1); }
+    unsigned meta_group_rank() const { return linear() / N; }
+    unsigned meta_group_size() const { return (bd.x * bd.y * bd.z + N - 1) / N; }
+};
+
+}  // namespace fis
+}  // namespace kb_cpu

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <tuple>
@@ -424,9 +425,21 @@ inline int run_threads(void** args, long gx, long gy, long gz, long bx, long by,
     return run_threads_<F>(args, gx, gy, gz, bx, by, bz, std::make_index_sequence<sig<decltype(F)>::n>{});
 }
 
+// The dynamic shared memory (extern __shared__) of the block a loop runner runs on this thread;
+// the fiber runner keeps its own (kb_cpu_fiber.h: dyn_shared() reads either).
+static thread_local char* loop_dyn = nullptr;
+static thread_local std::size_t loop_dyn_cap = 0;
+
+inline void ensure_loop_dyn(std::size_t shmem) {
+    if (shmem <= loop_dyn_cap && loop_dyn != nullptr) return;
+    std::free(loop_dyn);
+    loop_dyn_cap = shmem > 64 ? shmem : 64;
+    loop_dyn = static_cast<char*>(std::aligned_alloc(64, (loop_dyn_cap + 63) / 64 * 64));
+}
+
 // c++: the kernel called once per block; it runs the block's blockDim threads itself.
 template <auto F, std::size_t... I>
-inline int run_blocks_(void** args, long gx, long gy, long gz, long bx, long by, long bz,
+inline int run_blocks_(void** args, long gx, long gy, long gz, long bx, long by, long bz, std::size_t shmem,
                        std::index_sequence<I...> seq) {
     using S = sig<decltype(F)>;
     const typename S::values p = S::load(args, seq);
@@ -436,13 +449,15 @@ inline int run_blocks_(void** args, long gx, long gy, long gz, long bx, long by,
         ::kb_blockDim = block;
         ::kb_blockIdx = bi;
         thread_known = false;  // a fiber runner sets it; the loop runners keep threadIdx in a local
+        if (shmem > 0) ensure_loop_dyn(shmem);
         F(std::get<I>(p)...);
     });
 }
 
 template <auto F>
-inline int run_blocks(void** args, long gx, long gy, long gz, long bx, long by, long bz, long /*shmem*/) {
-    return run_blocks_<F>(args, gx, gy, gz, bx, by, bz, std::make_index_sequence<sig<decltype(F)>::n>{});
+inline int run_blocks(void** args, long gx, long gy, long gz, long bx, long by, long bz, long shmem) {
+    return run_blocks_<F>(args, gx, gy, gz, bx, by, bz, shmem > 0 ? (std::size_t)shmem : 0,
+                          std::make_index_sequence<sig<decltype(F)>::n>{});
 }
 
 }  // namespace kb_cpu
