@@ -214,6 +214,14 @@ class WorkerHandle:
             return self._fault(timeout, msg)
         return msg[2], msg[3]
 
+    def lookups(self, timeout: float) -> dict[int, list[tuple[str, bool]]]:
+        """The disk cache's answers while each config compiled in the running worker (``{}``
+        when none runs: what a worker that died had seen is gone with it)."""
+        if self.conn is None or not self._post(("lookups",)):
+            return {}
+        msg = self._recv(timeout)
+        return msg[1] if msg is not None and msg[0] == "lookups" else {}
+
     def time_round(
         self, order: Sequence[int], warmup: int, timeout: float
     ) -> tuple[dict[int, int], dict[int, tuple[str, str]]]:
@@ -306,7 +314,7 @@ def sweep_device(
             # what the worker's device said of itself there (a cpu's threads under the quota a
             # scheduler set), which can differ from what the tuner's own process sees
             records[i]["worker_properties"] = {
-                k: v for k, v in handle.properties.items() if k in ("threads", "cores", "name", "compute_capability")
+                k: v for k, v in handle.properties.items() if k in ("threads", "threads_from", "cores", "name", "compute_capability")
             }
     if bar is not None:
         bar.update(len(todo))
