@@ -235,16 +235,18 @@ class RayExecutor:
         options: dict[str, Any],
     ) -> None:
         """Compile, check and time ``todo`` on the cluster, filling ``records``; ``shipped``
-        (index -> object ref of that variant's cache entries) keeps the compiled variants for
-        later batches and for the winner's kernel here."""
+        (index -> the node that compiled it and the object ref of its cache entries) keeps the
+        compiled variants for later batches and for the winner's kernel here."""
         ray = _ray()
         plan = self._plan(ray, backend)[: len(todo)]
         shares = [todo[w :: len(plan)] for w in range(len(plan))]
         default = job.default
         # 1. compile each variant once, on the node that will time it (no transfer for it);
-        # the default config (the reference, which every worker runs) where no batch did yet.
+        # the default config too where no batch did yet, when it is the reference (check=None),
+        # which every worker runs.
         home = {i: node for (node, _), share in zip(plan, shares) for i in share}
-        home.setdefault(default, plan[0][0])
+        if job.check is None and default not in shipped:
+            home.setdefault(default, plan[0][0])
         failed: dict[int, dict[str, Any]] = {}
         where = self._compile(ray, backend, [i for i in home if i not in shipped], home, sources, failed, shipped)
         # the default, when compiled only as the reference: its fault shows in the workers' check
@@ -259,8 +261,9 @@ class RayExecutor:
         try:
             refs = []
             for actor, ((node, _), share) in zip(actors, work):
-                sent = [i for i in dict.fromkeys([default, *share]) if i in shipped and home.get(i) != node]
-                refs.append(actor.run.remote(job, share, options, sent, *[shipped[i] for i in sent]))
+                need = [default, *share] if job.check is None else share
+                sent = [i for i in dict.fromkeys(need) if i in shipped and shipped[i][0] != node]
+                refs.append(actor.run.remote(job, share, options, sent, *[shipped[i][1] for i in sent]))
             self._collect(ray, backend, [s for _, s in work], refs, where, records)
         finally:
             for actor in actors:  # a worker that hangs is killed first, then the actor
@@ -302,7 +305,7 @@ class RayExecutor:
         shipped: dict[int, Any],
     ) -> dict[int, tuple[str, str]]:
         """Compile the text sources of ``want``, each on its home node as a one-CPU Ray task:
-        ``{index: (node, host)}``; failures go to ``records``, entries' refs to ``shipped``.
+        ``{index: (node, host)}``; failures go to ``records``, ``(node, entries' ref)`` to ``shipped``.
         Function sources (Pallas, Triton) compile in the timing workers."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -311,9 +314,10 @@ class RayExecutor:
         for i in want:
             if isinstance(sources[i].code, (str, bytes)):
                 place = NodeAffinitySchedulingStrategy(home[i], soft=False)
-                summaries[i], shipped[i] = task.options(num_cpus=1, num_returns=2, scheduling_strategy=place).remote(
+                summaries[i], entries = task.options(num_cpus=1, num_returns=2, scheduling_strategy=place).remote(
                     sources[i], backend
                 )
+                shipped[i] = (home[i], entries)
         where = {}
         for i, ref in summaries.items():
             try:
@@ -386,6 +390,6 @@ class RayExecutor:
             log.warning("variants compiled again on their timing nodes: %s", sorted(again))
 
     @staticmethod
-    def fetch(ref: Any) -> None:
-        """Put the entries of ``ref`` (a compiled variant) into this process's cache."""
-        _put(_ray().get(ref))
+    def fetch(shipped: tuple[str, Any]) -> None:
+        """Put the entries of a compiled variant (its ``shipped`` item) into this process's cache."""
+        _put(_ray().get(shipped[1]))

@@ -314,7 +314,9 @@ def sweep_device(
             # what the worker's device said of itself there (a cpu's threads under the quota a
             # scheduler set), which can differ from what the tuner's own process sees
             records[i]["worker_properties"] = {
-                k: v for k, v in handle.properties.items() if k in ("threads", "threads_from", "cores", "name", "compute_capability")
+                k: v
+                for k, v in handle.properties.items()
+                if k in ("threads", "threads_from", "cores", "name", "compute_capability")
             }
     if bar is not None:
         bar.update(len(todo))
