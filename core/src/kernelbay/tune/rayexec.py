@@ -310,13 +310,18 @@ class RayExecutor:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         task = ray.remote(_compile_variant)
+        extra: dict[str, Any] = {}
+        if backend != "cpu":
+            # A compile asks for no GPU (it needs the device's model, not its time); Ray before
+            # 2.56 hid every GPU from such a task unless told not to.
+            extra["runtime_env"] = {"env_vars": {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}}
         summaries = {}
         for i in want:
             if isinstance(sources[i].code, (str, bytes)):
                 place = NodeAffinitySchedulingStrategy(home[i], soft=False)
-                summaries[i], entries = task.options(num_cpus=1, num_returns=2, scheduling_strategy=place).remote(
-                    sources[i], backend
-                )
+                summaries[i], entries = task.options(
+                    num_cpus=1, num_returns=2, scheduling_strategy=place, **extra
+                ).remote(sources[i], backend)
                 shipped[i] = (home[i], entries)
         where = {}
         for i, ref in summaries.items():
