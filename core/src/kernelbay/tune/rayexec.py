@@ -36,8 +36,10 @@ from typing import Any
 
 import attrs
 
-from ..errors import InvalidArgumentError, TuneError
+from .. import _api, cache
+from ..errors import InvalidArgumentError, KernelbayError, TuneError
 from ..source import Source
+from .runner import WorkerHandle, sweep_device
 from .worker import Job
 
 log = logging.getLogger("kernelbay.tune")
@@ -72,7 +74,7 @@ def _ray() -> Any:
 
 
 def _here() -> tuple[str, str]:
-    import ray
+    import ray  # deferred: an optional extra, imported only where Ray runs this code
 
     return ray.get_runtime_context().get_node_id(), socket.gethostname()
 
@@ -80,9 +82,6 @@ def _here() -> tuple[str, str]:
 def _compile_variant(src: Source, device: str) -> tuple[tuple[str, str, str, str], list[tuple[str, bytes, dict]]]:
     """A Ray task: compile ``src`` for ``device`` on this node; ``((outcome, detail, node, host),
     entries)``, outcome ``compiled`` or ``failed``, entries ``(key, payload, meta)``."""
-    from .. import _api, cache
-    from ..errors import KernelbayError
-
     node, host = _here()
     memo = (src.digest(), device)
     keys: list[str] = []
@@ -110,8 +109,6 @@ def _compile_variant(src: Source, device: str) -> tuple[tuple[str, str, str, str
 
 def _put(entries: Sequence[tuple[str, bytes, dict]]) -> int:
     """Put shipped cache entries into this process's cache (those not there yet): the count."""
-    from .. import cache
-
     store = cache.default_cache()
     added = 0
     for key, payload, meta in entries:
@@ -128,7 +125,7 @@ class _Timer:
     """A Ray actor: one device of one node; the tuner's timing worker inside it."""
 
     def __init__(self, backend: str, threads: int | None) -> None:
-        import ray
+        import ray  # deferred: an optional extra, imported only where Ray runs this code
 
         self.node, self.host = _here()
         self.granted = dict(ray.get_runtime_context().get_assigned_resources())
@@ -148,14 +145,16 @@ class _Timer:
         node) into this node's cache, then check and time ``share``: ``{"records", "node",
         "host", "granted", "again"}`` (``again``: the configs the worker compiled itself), or
         ``{"error": why}`` when the reference cannot be computed."""
-        from .runner import WorkerHandle, sweep_device
-
         keys = {i: {e[0] for e in entries} for i, entries in zip(sent, shipped)}
         for entries in shipped:
             _put(entries)
         records: dict[int, dict[str, Any]] = {}
+        # Ray's pickler sends functions of the driver's __main__ (a script) by value; the worker
+        # process gets the job that way too, as it cannot import that script.
+        from ray import cloudpickle  # deferred: an optional extra (this runs in a Ray actor)
+
         with self.lock:
-            self.handle = WorkerHandle(self.device, job)
+            self.handle = WorkerHandle(self.device, job, cloudpickle.dumps(job))
         try:
             self.handle.start()
             sweep_device(
@@ -307,13 +306,13 @@ class RayExecutor:
         """Compile the text sources of ``want``, each on its home node as a one-CPU Ray task:
         ``{index: (node, host)}``; failures go to ``records``, ``(node, entries' ref)`` to ``shipped``.
         Function sources (Pallas, Triton) compile in the timing workers."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # the optional extra
 
         task = ray.remote(_compile_variant)
         extra: dict[str, Any] = {}
         if backend != "cpu":
-            # A compile asks for no GPU (it needs the device's model, not its time); Ray before
-            # 2.56 hid every GPU from such a task unless told not to.
+            # A compile asks for no GPU (it needs the device's model, not its time); older Ray
+            # hid every GPU from such a task unless told not to.
             extra["runtime_env"] = {"env_vars": {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}}
         summaries = {}
         for i in want:
@@ -339,7 +338,7 @@ class RayExecutor:
         return where
 
     def _actor(self, ray: Any, backend: str, node: str, opts: dict[str, Any]) -> Any:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # the optional extra
 
         place = NodeAffinitySchedulingStrategy(node, soft=False)
         # max_concurrency=2: stop() runs while run() waits on a worker that hangs.

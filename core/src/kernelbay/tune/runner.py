@@ -35,8 +35,10 @@ class WorkerHandle:
     """The tuner's side of one timing worker: requests with deadlines; a worker that hangs past
     one is killed, one that dies is noted, and either is started again for the next request."""
 
-    def __init__(self, device: str, job: Job) -> None:
-        self.device, self.job = device, job
+    def __init__(self, device: str, job: Job, payload: bytes | None = None) -> None:
+        """``payload``: the job already pickled, sent instead of ``job`` (a Ray actor sends it
+        pickled by value where its functions live in a ``__main__`` the worker cannot import)."""
+        self.device, self.job, self.payload = device, job, payload
         self.proc: Any = None
         self.conn: Any = None
         self.properties: dict[str, Any] = {}
@@ -95,7 +97,7 @@ class WorkerHandle:
 
         def send() -> None:
             try:
-                self.conn.send(self.job)
+                self.conn.send(self.job if self.payload is None else self.payload)
             except (OSError, ValueError) as exc:  # EPIPE: the worker died; ValueError: pipe closed
                 failed.append(exc)
 

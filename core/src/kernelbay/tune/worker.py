@@ -274,6 +274,10 @@ def serve(conn: Any, device: str, current: Any, errlog: str = "") -> None:
     conn.send(("hello",))
     try:
         job = conn.recv()  # unpickling imports the modules of the launch, args and check functions
+        if isinstance(job, bytes):  # pickled by value (a Ray actor's job: see WorkerHandle)
+            import pickle
+
+            job = pickle.loads(job)
     except EOFError:
         return
     except BaseException as exc:  # an import that fails (or exits) there is the user's to see
