@@ -201,13 +201,8 @@ class RayExecutor:
     """
 
     cpus: float | None = None
-    actors_per_node: int = attrs.field(default=1)
+    actors_per_node: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     threads: int | None = None
-
-    @actors_per_node.validator
-    def _check(self, attribute: Any, value: int) -> None:
-        if value < 1:
-            raise InvalidArgumentError(f"RayExecutor(actors_per_node={value}): at least 1 is needed")
 
     def identity(self, backend: str) -> dict[str, Any]:
         """What the results file keys on for this cluster: its nodes' CPUs and accelerators."""
