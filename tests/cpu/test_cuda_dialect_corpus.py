@@ -108,3 +108,17 @@ def test_extern_shared_after_the_type_is_dynamic_shared_memory(cpu):
     k = kb.compile(kb.Source(SHARED_AFTER_TYPE, lang="cuda", name="k"), cpu)
     k.launch(1, 64, (kb.asarray(x, device=cpu), out), shared_mem=64 * 4)
     np.testing.assert_array_equal(out.numpy(), x[::-1] + 1)
+
+
+@pytest.mark.parametrize("name", ["__shfl_down", "__shfl_xor", "__ballot", "__all"])
+def test_a_warp_function_without_sync_is_refused_by_name_and_line(cpu, name) -> None:
+    """Pre-CUDA 9 warp functions (removed for sm_70+) are named with their line and what to use,
+    not a raw g++ 'not declared'; a source that maps them onto _sync with a macro compiles."""
+    args = {"__shfl_down": "v, 1", "__shfl_xor": "v, 1", "__ballot": "v > 0", "__all": "v > 0"}[name]
+    src = f'extern "C" __global__ void k(float* y) {{\n    float v = y[threadIdx.x];\n    y[threadIdx.x] = {name}({args});\n}}\n'
+    with pytest.raises(
+        kb.CompileError, match=rf"{name}\(\), the warp function without _sync that CUDA 9 removed \(use {name}_sync\) at kernel\.cu:3"
+    ):
+        kb.compile(kb.Source(src, "cuda"), cpu)
+    mapped = f"#define {name}(...) {name}_sync(0xffffffffu, __VA_ARGS__)\n" + src
+    kb.compile(kb.Source(mapped, "cuda"), cpu)

@@ -167,3 +167,13 @@ def test_cache_key_follows_shim_content(cache_dir, tmp_path, monkeypatch) -> Non
     # float.h is reached through cfloat: a change two levels down still compiles anew
     (shims / "float.h").write_text((shims / "float.h").read_text() + "\n#define KB_EDITED 1\n")
     assert not _compile("cfloat", body).from_cache
+
+
+@pytest.mark.parametrize("name", ["__shfl_down", "__shfl", "__ballot", "__any"])
+def test_a_warp_function_without_sync_is_named_with_what_to_use(cache_dir, name) -> None:
+    args = {"__shfl_down": "y[0], 1", "__shfl": "y[0], 0", "__ballot": "y[0] > 0", "__any": "y[0] > 0"}[name]
+    src = KERNEL.format(body=f"y[0] = {name}({args});")
+    with pytest.raises(
+        CompileError, match=rf"{name}\(\) \(kernel\.cu line 1\) is a warp function without _sync.*use {name}_sync\(mask"
+    ):
+        nvrtc.compile_image(kb.Source(src, "cuda", name="k"), (9, 0))

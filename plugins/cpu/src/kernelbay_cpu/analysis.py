@@ -54,6 +54,11 @@ _UNSUPPORTED_INCLUDES = [
 _INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"\n]+)[>\"]", re.M)
 _NOINLINE_RE = re.compile(r"(?<!\(\()\b__noinline__\b")
 _UNSUPPORTED_RE = [(re.compile(p), what) for p, what in _UNSUPPORTED]
+#: The warp functions without ``_sync`` that CUDA 9 deprecated and removed for sm_70 and newer
+#: (nvcc and NVRTC no longer declare them): refused by name unless the source defines a macro of
+#: that name (code that maps them onto the ``_sync`` forms itself).
+_LEGACY_WARP_RE = re.compile(r"\b(__shfl(?:_up|_down|_xor)?|__any|__all|__ballot)\s*\(")
+_MACRO_NAME_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
 
 #: Anything that needs the threads of a block to run together: such kernels run as fibers.
 _BLOCK_FEATURES_RE = re.compile(
@@ -78,8 +83,19 @@ def check_features(source: Source) -> None:
     """Refuse CUDA features the CPU backend cannot run correctly, naming each and its line."""
     found: list[tuple[str, str, int]] = []
     lines: set[int] = set()
+    macros = {m.group(1) for _, text in _texts(source) for m in _MACRO_NAME_RE.finditer(text)}
     for fname, text in _texts(source):
         clean = strip_comments_and_strings(text)
+        for m in _LEGACY_WARP_RE.finditer(clean):
+            if m.group(1) not in macros:
+                ln = clean.count("\n", 0, m.start()) + 1
+                name = m.group(1)
+                found.append(
+                    (f"{name}(), the warp function without _sync that CUDA 9 removed (use {name}_sync)", fname, ln)
+                )
+                if fname == FILES["cuda"]:
+                    lines.add(ln)
+                break
         for inc in _INCLUDE_RE.finditer(text):
             ln = text.count("\n", 0, inc.start()) + 1
             if not clean.splitlines()[ln - 1].lstrip().startswith("#"):

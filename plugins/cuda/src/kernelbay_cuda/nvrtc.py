@@ -168,10 +168,16 @@ def _options(source: Any, arch: str) -> list[str]:
 
 
 _MISSING_RE = re.compile(r'^(\S+)\((\d+)\): catastrophic error: cannot open source file "([^"]+)"', re.M)
+# The warp functions without _sync: the front end no longer declares the shuffles, and ptxas
+# refuses the votes' instruction for sm_70 and newer.
+_LEGACY_WARP_RE = re.compile(
+    r'identifier "__(?:shfl(?:_up|_down|_xor)?|any|all|ballot)" is undefined|without \'\.sync\' is not supported'
+)
+_LEGACY_WARP_USE_RE = re.compile(r"\b(__shfl(?:_up|_down|_xor)?|__any|__all|__ballot)\s*\(")
 _HOST_LAUNCH_RE = re.compile(r"cub/cub\.cuh|thrust/system/cuda")
 
 
-def _hint(log: str) -> str:
+def _hint(log: str, text: str = "") -> str:
     """What to do, for the errors NVRTC gives on headers it cannot compile, naming the
     include and its line; ``""`` for others."""
     if _HOST_LAUNCH_RE.search(log):
@@ -189,6 +195,13 @@ def _hint(log: str) -> str:
             f"text in Source(headers={{{name!r}: ...}}), add its folder with options=['-I...'], or install the "
             f"CUDA headers (the nvidia-cuda-runtime and nvidia-cuda-cccl wheels, or a toolkit under CUDA_PATH; "
             f"found: {found})"
+        )
+    use = _LEGACY_WARP_USE_RE.search(text) if _LEGACY_WARP_RE.search(log) else None
+    if use:
+        name, line = use.group(1), text.count("\n", 0, use.start()) + 1
+        return (
+            f"; {name}() (kernel.cu line {line}) is a warp function without _sync, which CUDA 9 deprecated and "
+            f"removed for sm_70 and newer: use {name}_sync(mask, ...) (0xffffffff for the whole warp)"
         )
     return ""
 
@@ -333,7 +346,7 @@ def _nvrtc(source: Any, exprs: list[str], opts: list[str], kind: str, arch: str,
             lines = {int(m) for m in _LOG_LINE_RE.findall(log) if 0 < int(m) <= text.count("\n") + 1}
             raise CompileError(
                 f"NVRTC {'.'.join(map(str, nvrtc_version()))} failed to compile {source.name or 'the kernel'!r} "
-                f"for {arch} (options: {' '.join(opts)}){_hint(log)}",
+                f"for {arch} (options: {' '.join(opts)}){_hint(log, text)}",
                 log=log,
                 source=text,
                 lines=lines,
