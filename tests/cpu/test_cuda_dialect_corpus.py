@@ -117,7 +117,8 @@ def test_a_warp_function_without_sync_is_refused_by_name_and_line(cpu, name) -> 
     args = {"__shfl_down": "v, 1", "__shfl_xor": "v, 1", "__ballot": "v > 0", "__all": "v > 0"}[name]
     src = f'extern "C" __global__ void k(float* y) {{\n    float v = y[threadIdx.x];\n    y[threadIdx.x] = {name}({args});\n}}\n'
     with pytest.raises(
-        kb.CompileError, match=rf"{name}\(\), the warp function without _sync that CUDA 9 removed \(use {name}_sync\) at kernel\.cu:3"
+        kb.CompileError,
+        match=rf"{name}\(\), the warp function without _sync that CUDA 9 removed \(use {name}_sync\) at kernel\.cu:3",
     ):
         kb.compile(kb.Source(src, "cuda"), cpu)
     mapped = f"#define {name}(...) {name}_sync(0xffffffffu, __VA_ARGS__)\n" + src

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from kernelbay import cpus
 from kernelbay.errors import SettingError
 from kernelbay_cpu import _threads
 
@@ -28,8 +29,8 @@ def _cgroup(tmp_path, monkeypatch, line: str, files: dict[str, str]) -> None:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text + "\n")
-    monkeypatch.setattr(_threads, "PROC_CGROUP", str(proc))
-    monkeypatch.setattr(_threads, "CGROUP_ROOT", str(root))
+    monkeypatch.setattr(cpus, "PROC_CGROUP", str(proc))
+    monkeypatch.setattr(cpus, "CGROUP_ROOT", str(root))
 
 
 def test_kernelbay_cpu_threads_wins(monkeypatch):

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from .cpus import affinity_cpus
 from .settings import env_seconds
 
 ENV_TIMEOUT = "KERNELBAY_PLUGIN_TIMEOUT"
@@ -48,8 +49,7 @@ def default_deadline() -> float:
     core over the last minute), at most ``MAX_DEFAULT_TIMEOUT``: on a machine twice as busy as it
     has cores, a probe gets twice as long."""
     try:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        load = os.getloadavg()[0] / (cpus or 1)
+        load = os.getloadavg()[0] / affinity_cpus()
     except OSError:  # no load average here: the idle machine's deadline
         load = 1.0
     return round(min(MAX_DEFAULT_TIMEOUT, DEFAULT_TIMEOUT * max(1.0, load)), 1)

@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 
 from . import _api, cache, settings
+from .cpus import usable_cpus
 from .errors import InvalidArgumentError, KernelbayError
 from .source import SUFFIX_LANG, Source
 
@@ -219,7 +220,7 @@ def run_pool(
     out: list[tuple[str, str]] = [("", "")] * len(calls)
     if not calls:
         return out
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(calls)))
+    workers = max(1, min(jobs or usable_cpus(), len(calls)))
     bar = None
     if progress:
         from tqdm import tqdm

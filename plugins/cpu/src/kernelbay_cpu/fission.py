@@ -681,7 +681,8 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
     if lanes:  # the loops' own locals, outside them for decltype only (a warp operand's type)
         decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, t in cg.items())
         decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, (t, _) in remat.items())
-    return new[:a] + " KB_FISSION_BEGIN " + decls + "".join(pieces) + new[nb:]
+    begin = " KB_FISSION_BEGIN_WARPS " if lanes else " KB_FISSION_BEGIN "  # kb_t an int or an unsigned
+    return new[:a] + begin + decls + "".join(pieces) + new[nb:]
 
 
 def _pad(new: str, old: str) -> str:

@@ -12,12 +12,12 @@ to ``cuMemcpy*Async``.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kernelbay.concurrency import OnceMap
+from kernelbay.cpus import usable_cpus
 from kernelbay.types import Buffer
 
 from . import _driver
@@ -33,9 +33,7 @@ CHUNK = 4 << 20
 #: on an H100 host (16 cores) one thread's memmove ran at 4-9 GB/s, eight at 28, and a 256 MiB
 #: staged H2D at 19.6 GB/s with four workers, 27.6 with eight, 15.8 with twelve (2 MiB chunks),
 #: 10.1 with sixteen (1 MiB chunks): one run, each case interleaved, pinned DMA 46 GB/s.
-WORKERS = max(
-    1, min(8, len(os.sched_getaffinity(0)) // 2 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2) // 2)
-)
+WORKERS = max(1, min(8, usable_cpus() // 2))
 
 _memmove = ctypes.memmove
 _u64 = ctypes.c_uint64
