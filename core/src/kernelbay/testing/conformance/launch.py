@@ -85,8 +85,8 @@ class LaunchTests(Suite):
         assert k1.device == k2.device
 
     def test_compiles_from_several_threads(self, device: kb.Device) -> None:
-        """``kb.compile`` from several threads at once: the same source, and variants of it (a
-        backend with ``compile_in_threads`` compiles those at once), each a working kernel."""
+        """``kb.compile`` from several threads at once (the hookspec allows it): the same source
+        and variants of it, each a working kernel."""
         base = self.saxpy_source()
         sources: list[Any] = [base, base]
         if isinstance(base, kb.Source) and isinstance(base.code, str):
