@@ -53,9 +53,10 @@ def compile_kernel(device: Device, source: Source) -> CudaKernel:
     """The ``kernelbay_compile`` hook: a kernel from the in-process cache, else compiled (the
     disk cache, NVRTC or Triton) or given, loaded, and ready to launch.
 
-    The compile runs outside the cache's lock, so compiles in several threads run at once (NVRTC
-    releases the GIL; the disk cache's per-key lock makes one of two threads with the same key
-    compile it). Triton compiles one at a time (:data:`_triton_lock`).
+    The compile runs outside the cache's lock, so another thread's cache hit never waits for it
+    (NVRTC itself compiles one program at a time per process; the disk cache's per-key lock makes
+    one of two threads or processes with the same key compile it). Triton compiles one at a time
+    (:data:`_triton_lock`).
     """
     key = (device.index, source)
     with cache.lock:
