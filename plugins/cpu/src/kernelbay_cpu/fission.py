@@ -12,7 +12,10 @@ a tile's ``sync``, and a statement that calls warp operations -- ``__shfl_sync``
 thread computes alike, and a ``thread_block_tile<N>``'s (N <= 32) ``shfl``, ``shfl_up/down/xor``,
 ``ballot``, ``any``, ``all`` and ``cooperative_groups::reduce``. A warp operation is a barrier among
 a warp's lanes: the loop before it stores each lane's operand in a lane array, the loop after
-reads each lane's result there. Locals declared at those top levels with a plain arithmetic or
+reads each lane's result there. A warp's reduction written as a top-level loop of shuffles
+(``for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffff, v, o);``, or ``__shfl_down_sync``,
+another compound operator, ``v = fmaxf(v, ...)``; a literal full mask) is one split point: its
+steps run between the loops, one pass each. Locals declared at those top levels with a plain arithmetic or
 pointer type become per-thread arrays; cooperative_groups objects (``this_thread_block()``,
 ``tiled_partition<N>``) are made again in each loop from the loop's thread index. ``__shared__``
 arrays declared at the top level are the block's: local arrays of the call that runs the block;
@@ -37,7 +40,7 @@ from kernelbay.csource import Function, strip_comments_and_strings
 
 from .fission_scan import closing, line_of, skip_ws, statements
 from .fission_state import CG_METHODS, DECL, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
-from .fission_warps import warp_calls, warp_statement
+from .fission_warps import reduction_loop, warp_calls, warp_statement
 
 _BARRIER_STMT = re.compile(r"__syncthreads\s*\(\s*\)\s*;")
 #: What the loop path never runs: each with the words the profile note gives.
@@ -185,6 +188,8 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             _group(rw, s, e, m, inside_loop)
             continue
         if re.match(r"for\s*\(", st) and _SPLIT_RE.search(st):
+            if not inside_loop and reduction_loop(rw, s, e):
+                continue
             if inside_loop:
                 raise Giveup(f"a barrier or warp operation in a nested loop ({where})")
             rw.flush()

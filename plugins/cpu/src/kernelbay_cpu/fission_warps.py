@@ -29,6 +29,18 @@ _OPS = {
 _VOTES = {"__ballot_sync": "V_BALLOT", "__any_sync": "V_ANY", "__all_sync": "V_ALL"}
 _TILE_VOTES = {"ballot": "V_TILE_BALLOT", "any": "V_TILE_ANY", "all": "V_TILE_ALL"}
 _VOTE_TYPES = {"V_BALLOT": "unsigned", "V_ANY": "int", "V_ALL": "int", "V_TILE_BALLOT": "unsigned"}
+#: A warp's reduction written as a loop of shuffles, `for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(~0u,
+#: v, o);` (or __shfl_down_sync, another compound operator, `v = fmaxf(v, ...)`), with a literal full mask.
+_REDUCTION_LOOP = re.compile(
+    r"for\s*\(\s*(?:int|unsigned)\s+(?P<o>[A-Za-z_]\w*)\s*=\s*(?P<first>16|8|4|2|1)\s*;"
+    r"\s*(?P=o)\s*(?:>\s*0|>=\s*1|!=\s*0)\s*;"
+    r"\s*(?:(?P=o)\s*/=\s*2|(?P=o)\s*>>=\s*1|(?P=o)\s*=\s*(?P=o)\s*(?:/\s*2|>>\s*1))\s*\)"
+    r"\s*(?P<open>\{)?\s*(?P<v>[A-Za-z_]\w*)\s*"
+    r"(?:(?P<op>[-+*&|^])=\s*(?P<call1>__shfl_(?:xor|down)_sync)\s*\(|=\s*(?P<fn>fmaxf|fminf|fmax|fmin|max|min)\s*\("
+    r"\s*(?P=v)\s*,\s*(?P<call2>__shfl_(?:xor|down)_sync)\s*\()"
+    r"\s*(?P<mask>0[xX][fF]{8}[uU]?|~0[uU]?)\s*,\s*(?P=v)\s*,\s*(?P=o)\s*(?:,\s*32\s*)?\)"
+    r"(?(fn)\s*\))\s*;\s*(?(open)\}|)"
+)
 
 
 def warp_calls(rw: Rewrite, s: int, e: int) -> list[re.Match[str]]:
@@ -159,3 +171,33 @@ def warp_statement(rw: Rewrite, s: int, e: int, calls: list[re.Match[str]]) -> N
             raise Giveup(f"a local of a type the loop path does not store per thread ({where})")
         rw.edits.extend(subs)
     rw.region.append((s, e))
+
+
+def reduction_loop(rw: Rewrite, s: int, e: int) -> bool:
+    """Split at ``code[s:e]`` if it is a warp's reduction loop (:data:`_REDUCTION_LOOP`) over a
+    per-thread local: one put before it, its steps between the loops (kb_cpu::fis::steps, one pass
+    each, where the loop makes three), one read after it. False where it is not one."""
+    code = rw.code
+    m = _REDUCTION_LOOP.fullmatch(code[s:e].strip())
+    v = m and m.group("v")
+    if not m or v not in rw.arrays:
+        return False
+    call = m.group("call1") or m.group("call2")
+    kind = "W_XOR" if call == "__shfl_xor_sync" else "W_DOWN"
+    k = rw.sites
+    rw.sites += 1
+    lane = "kb_l0"
+    rw.lanes.add(lane)
+    t = f"kb_T{k}"
+    line = line_of(code, code.index(call, s))
+    step = f"kb_a {m.group('op')}= kb_b; return kb_a;" if m.group("op") else f"return {m.group('fn')}(kb_a, kb_b);"
+    after = (
+        f"using {t} = ::std::decay_t<decltype({v})>; "
+        f"(void)::kb_cpu::fis::check(kb_fb, ::kb_cpu::{kind}, (unsigned)({m.group('mask')}), 32, {line}); "
+        f"::kb_cpu::fis::steps<32, ::kb_cpu::{kind}, {t}>(kb_fb, {lane}, {m.group('first')}, "
+        f"[]({t} kb_a, {t} kb_b) -> {t} {{ {step} }}, {line});"
+    )
+    rw.flush(f"::kb_cpu::fis::put({lane}, kb_t, ({v}));", after, s)
+    rw.edits.append((s, e, pad(f"{v} = ::kb_cpu::fis::result<{t}>({lane}, kb_t);", rw.text[s:e])))
+    rw.region.append((s, e))
+    return True
