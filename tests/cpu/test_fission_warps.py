@@ -41,7 +41,7 @@ __global__ void k(const float* x, float* y, unsigned* u, int n) {
 }
 """
 
-# Cooperative groups: tiles of 32, 16, 8 and 4 threads, reduce with two operators, tile votes.
+# Cooperative groups: tiles of 32, 16, 8, 4 and 1 threads, reduce with two operators, tile votes.
 GROUPS = r"""
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
@@ -60,8 +60,9 @@ __global__ void k(const float* x, float* y, unsigned* u, int n) {
     float all = warp.thread_rank() < warp.meta_group_size() ? sums[warp.thread_rank()] : 0.0f;
     all = cg::reduce(warp, all, cg::plus<float>());
     auto quarter = cg::tiled_partition<4>(block);
+    auto one = cg::tiled_partition<1>(block);
     float m = cg::reduce(eighth, v, cg::greater<float>()) + cg::reduce(half, v, cg::plus<float>())
-        - cg::reduce(quarter, v, cg::plus<float>());
+        - cg::reduce(quarter, v, cg::plus<float>()) * cg::reduce(one, v, cg::plus<float>());
     float d = half.shfl_down(v, 3) + half.shfl_xor(v, 5) + half.shfl(v, 2) - half.shfl_up(v, 1);
     warp.sync();
     unsigned b = half.ballot(v > 0.0f);
