@@ -41,7 +41,7 @@ __global__ void k(const float* x, float* y, unsigned* u, int n) {
 }
 """
 
-# Cooperative groups: tiles of 32, 16 and 8 threads, reduce with two operators, tile votes.
+# Cooperative groups: tiles of 32, 16, 8, 4 and 1 threads, reduce with two operators, tile votes.
 GROUPS = r"""
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
@@ -59,7 +59,10 @@ __global__ void k(const float* x, float* y, unsigned* u, int n) {
     block.sync();
     float all = warp.thread_rank() < warp.meta_group_size() ? sums[warp.thread_rank()] : 0.0f;
     all = cg::reduce(warp, all, cg::plus<float>());
-    float m = cg::reduce(eighth, v, cg::greater<float>());
+    auto quarter = cg::tiled_partition<4>(block);
+    auto one = cg::tiled_partition<1>(block);
+    float m = cg::reduce(eighth, v, cg::greater<float>()) + cg::reduce(half, v, cg::plus<float>())
+        - cg::reduce(quarter, v, cg::plus<float>()) * cg::reduce(one, v, cg::plus<float>());
     float d = half.shfl_down(v, 3) + half.shfl_xor(v, 5) + half.shfl(v, 2) - half.shfl_up(v, 1);
     warp.sync();
     unsigned b = half.ballot(v > 0.0f);
@@ -87,6 +90,26 @@ __global__ void k(const float* x, float* y, unsigned* u, int n) {
 }
 """
 
+# Warp reductions written as loops of shuffles (one split point each, kb_cpu::fis::steps): a
+# butterfly and trees toward lane 0, from offsets 16, 8 and 1, with other operators and types.
+REDUCTIONS = r"""
+__global__ void k(const float* x, float* y, unsigned* u, int n) {
+    int t = (blockIdx.x * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+    float v = t < n ? x[t] : 0.0f;
+    float s = v, hi = v, p = 1.0f + v / 64.0f;
+    unsigned bits = t < n ? 1u << (t % 32) : 0u;
+    int c = t % 7;
+    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+    for (int off = 8; off >= 1; off >>= 1) {
+        hi = fmaxf(hi, __shfl_down_sync(0xFFFFFFFF, hi, off));
+    }
+    for (unsigned off = 16; off != 0; off = off / 2) p *= __shfl_down_sync(~0u, p, off);
+    for (int off = 1; off > 0; off /= 2) bits |= __shfl_xor_sync(0xffffffffu, bits, off, 32);
+    for (int off = 16; off > 0; off /= 2) c -= __shfl_xor_sync(0xffffffff, c, off);
+    if (t < n) { y[4 * t] = s; y[4 * t + 1] = hi; y[4 * t + 2] = p; y[4 * t + 3] = v; u[2 * t] = bits; u[2 * t + 1] = c; }
+}
+"""
+
 KEEP_FIBERS = "volatile int keep_fibers = 0; (void)keep_fibers;"
 
 
@@ -110,7 +133,7 @@ def _launch(cpu, text: str, n: int, block, shared: int = 0):
     return k, y.numpy(), u.numpy()
 
 
-@pytest.mark.parametrize("text", [WARPS, GROUPS, DYNAMIC], ids=["warps", "groups", "dynamic"])
+@pytest.mark.parametrize("text", [WARPS, GROUPS, DYNAMIC, REDUCTIONS], ids=["warps", "groups", "dynamic", "reductions"])
 @pytest.mark.parametrize("block", [256, 96, 48, (16, 6)], ids=str)
 def test_warp_operations_run_as_loops_with_the_fiber_runners_bits(cpu, text, block):
     if text is DYNAMIC and not isinstance(block, int):
@@ -125,6 +148,13 @@ def test_warp_operations_run_as_loops_with_the_fiber_runners_bits(cpu, text, blo
     np.testing.assert_array_equal(y, y2)
     np.testing.assert_array_equal(u, u2)
     assert (y != -1).all()
+
+
+def test_a_reduction_loop_is_one_split_point():
+    text = _plan(REDUCTIONS).text
+    assert text.count("::kb_cpu::fis::steps<32, ::kb_cpu::W_XOR") == 3
+    assert text.count("::kb_cpu::fis::steps<32, ::kb_cpu::W_DOWN") == 2
+    assert "fis::shuffle" not in text
 
 
 def test_a_warp_sum_is_the_sum_of_the_warps_lanes(cpu):
@@ -163,12 +193,22 @@ __global__ void k(const float* x, float* y, unsigned* u, int n) {
     y[threadIdx.x] = d;
 }
 """
+    loop = """
+__global__ void k(const float* x, float* y, unsigned* u, int n) {
+    float v = x[threadIdx.x];
+    for (int off = 4; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+    y[threadIdx.x] = v;
+}
+"""
     assert _plan(src).runners == {"k": "run_blocks"}
     _, y, _ = _launch(cpu, src, 20, 20)
     x = np.random.default_rng(7).standard_normal(20).astype(np.float32)
     np.testing.assert_array_equal(y[:20], np.concatenate([x[4:20], np.zeros(4, np.float32)]))
+    _, y, _ = _launch(cpu, loop, 20, 20)
+    _, y2, _ = _launch(cpu, _on_fibers(loop), 20, 20)
+    np.testing.assert_array_equal(y, y2)
     monkeypatch.setenv("KERNELBAY_CPU_CHECK", "1")
-    for text in (src, _on_fibers(src)):
+    for text in (src, _on_fibers(src), loop, _on_fibers(loop)):
         with pytest.raises(
             kb.LaunchError,
             match=r"block \(0,0,0\): __shfl_down_sync at kernel.cu:\d has mask 0xffffffff, but warp 0 has only "

@@ -20,7 +20,13 @@
 // (KB_FISSION_BEGIN_WARPS): g++ vectorises the lane-array passes and reads of the warp
 // operations with an int index only, and the shared-memory tree reductions with an unsigned one
 // only (a 2^22-float tree sum took 3.5 ms with unsigned, 28-46 ms with int, one thread; a warp
-// shuffle sum 18 ms with int, 67 ms with unsigned).
+// shuffle sum 18 ms with int, 67 ms with unsigned). With an int kb_t, the x loop counts the
+// global index blockIdx.x * blockDim.x + threadIdx.x itself where it cannot wrap (kb_small), as
+// KB_THREADS does: `x[blockIdx.x * blockDim.x + threadIdx.x]` is then a contiguous load, not a
+// gather (a cooperative-groups block sum 16.4 -> 10.3 ms; the tree kernel does not need it),
+// and is unrolled: the regions that stay scalar (a guarded store such as `if (lane == 0)
+// sums[threadIdx.x / 32] = v;`) cost less per thread (a shuffle block sum 12.1-12.5 -> 10.2-10.9
+// ms; unrolling the tree kernel's loops gained nothing measurable).
 #define KB_FISSION_BEGIN KB_FISSION_BEGIN_AS(unsigned)
 #define KB_FISSION_BEGIN_WARPS KB_FISSION_BEGIN_AS(int)
 #define KB_FISSION_BEGIN_AS(T)                                                             \
@@ -30,6 +36,7 @@
     /* outside the loops, kb_t names no thread: only types are taken of what it indexes */ \
     constexpr T kb_t = 0;                                                                  \
     (void)kb_t;                                                                            \
+    const bool kb_small = kb_blockIdx.x < 1048576u && kb_blockDim.x <= 1024u;              \
     auto kb_region = [&](auto&& kb_f) __attribute__((always_inline)) {                     \
         if (__builtin_expect(::kb_diag, 0)) { /* a faulting block again, to name its thread */ \
             for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                          \
@@ -45,8 +52,16 @@
             for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y) {                        \
                 const T kb_row = (T)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x);       \
                 const T kb_nx = (T)kb_blockDim.x;                                          \
-                KB_SIMD for (T kb_x = 0; kb_x < kb_nx; ++kb_x)                             \
-                    kb_f(::kb_cpu::uint3{(unsigned)kb_x, kb_y, kb_z}, kb_row + kb_x);      \
+                if (::std::is_same_v<T, int> && kb_small) {                                \
+                    const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);              \
+                    KB_SIMD _Pragma("GCC unroll 4")                                        \
+                    for (int kb_g = kb_base; kb_g < kb_base + (int)kb_nx; ++kb_g)          \
+                        kb_f(::kb_cpu::uint3{(unsigned)(kb_g - kb_base), kb_y, kb_z},      \
+                             kb_row + (T)(kb_g - kb_base));                                \
+                } else {                                                                   \
+                    KB_SIMD for (T kb_x = 0; kb_x < kb_nx; ++kb_x)                         \
+                        kb_f(::kb_cpu::uint3{(unsigned)kb_x, kb_y, kb_z}, kb_row + kb_x);  \
+                }                                                                          \
             }                                                                              \
     };
 #define KB_REGION_BEGIN \
@@ -237,27 +252,61 @@ inline void vote(const Block& b, Lanes& l, unsigned mask, int kind) {
     }
 }
 
-// cooperative_groups::reduce over tiles of N <= 32 threads, in place: the butterfly of shfl_xor
-// that the fiber runner runs (cooperative_groups.h), each step one pass over the lane array.
+// One step of a reduction over the lane array (K: W_XOR, a butterfly, or W_DOWN, a tree toward
+// lane 0 of each warp): lane t's operand combined with what lane t reads at offset `off`, from
+// `v` to `o` (never in place: another lane reads t's operand after t). The source lanes and the
+// values where CUDA leaves them undefined are the shuffle's (tile_mask<N>: the group's lanes).
+template <unsigned N, int K, class T, class Op>
+inline void pass(const Block& b, const T* v, T* o, int off, Op& op, int line, const char* file) {
+    static_assert(K == W_XOR || K == W_DOWN, "a butterfly or a tree");
+    const int n = (int)b.n;
+    if (b.full) {
+        if constexpr (K == W_XOR) {
+            KB_SIMD for (int t = 0; t < n; ++t) {
+                const T hi = v[t + off], lo = v[t - off];
+                o[t] = op(v[t], (t & off) ? lo : hi);
+            }
+        } else {
+            KB_SIMD for (int t = 0; t < n; ++t) {
+                const T hi = v[t + off], me = v[t];
+                o[t] = op(me, (t & 31) + off < 32 ? hi : me);
+            }
+        }
+    } else {
+        for (int t = 0; t < n; ++t) {
+            const int lane = t & 31, src = K == W_XOR ? lane ^ off : lane + off < 32 ? lane + off : lane;
+            o[t] = op(v[t], read_slow<T>(b, v, (unsigned)t, tile_mask<N>(b, (unsigned)t), src, K, line, file));
+        }
+    }
+}
+
+// The steps of a reduction at offsets first, first / 2, ..., 1, each one pass from one half of
+// the lane array to the other, so that the last step writes where `result` reads.
+template <unsigned N, int K, class T, class Op>
+inline void steps(const Block& b, Lanes& l, int first, Op op, int line, const char* file = __builtin_FILE()) {
+    T* v = at<T>(l);
+    T* o = out<T>(l);
+    const int count = first > 0 ? __builtin_ctz((unsigned)first) + 1 : 0;
+    int off = first;
+    if (count % 2 == 0) {  // an even number of steps would end in `v`: the first reads and writes `o`
+        const int n = (int)b.n;
+        KB_SIMD for (int t = 0; t < n; ++t) o[t] = v[t];
+        if (count == 0) return;
+        pass<N, K>(b, o, v, off, op, line, file);
+        off /= 2;
+    }
+    for (; off > 0; off /= 4) {
+        pass<N, K>(b, v, o, off, op, line, file);
+        if (off > 1) pass<N, K>(b, o, v, off / 2, op, line, file);
+    }
+}
+
+// cooperative_groups::reduce over tiles of N <= 32 threads: the butterfly of shfl_xor that the
+// fiber runner runs (cooperative_groups.h).
 template <unsigned N, class T, class Op>
 inline void reduce(const Block& b, Lanes& l, Op op, int line, const char* file = __builtin_FILE()) {
     static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "a tile of at most 32 threads");
-    T* v = at<T>(l);
-    T* tmp = out<T>(l);  // each step's results, then its operands again; the last step's stay
-    const int n = (int)b.n;
-    for (int off = (int)N / 2; off > 0; off /= 2) {
-        if (b.full) {
-            KB_SIMD for (int t = 0; t < n; ++t) {
-                const T hi = v[t + off], lo = v[t - off];
-                tmp[t] = op(v[t], (t & off) ? lo : hi);
-            }
-        } else {
-            for (int t = 0; t < n; ++t)
-                tmp[t] = op(v[t], read_slow<T>(b, v, (unsigned)t, tile_mask<N>(b, (unsigned)t), (t & 31) ^ off, W_XOR,
-                                                 line, file));
-        }
-        if (off > 1) KB_SIMD for (int t = 0; t < n; ++t) v[t] = tmp[t];
-    }
+    steps<N, W_XOR, T>(b, l, (int)N / 2, op, line, file);
 }
 
 // cooperative_groups objects inside a loop region: the thread's rank from the region's index,

@@ -1,0 +1,191 @@
+"""The state of one kernel's barrier loop fission: the edits so far, the open region, and the
+locals by how the loop path keeps them (per-thread arrays, block-wide constants, values made
+again in each region, cooperative_groups objects), with the tests that sort them (is an
+expression the same in every thread; is a local computed from the thread's indices only)."""
+
+from __future__ import annotations
+
+import re
+
+from kernelbay.csource import Function
+
+from .fission_scan import line_of, pad, skip_ws, split_top
+
+TYPE = (
+    r"(?:(?:const|unsigned|signed|long|short|volatile)\s+)*"
+    r"(?:int|float|double|long|char|bool|short|unsigned|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t)"
+    r"(?:\s+const)?(?:\s*\*+(?:\s*const)?(?:\s*__restrict__)?)?"
+)
+#: A declaration of locals the loop path stores per thread (a plain arithmetic or pointer type).
+DECL = re.compile(rf"(?P<type>{TYPE})\s+(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
+#: What reads as a declaration of some other type.
+LOOKS_DECL = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:[=;,\[({]|$)")
+KEYWORD_START = re.compile(r"^(?:if|for|while|do|switch|else|case|default|return|__shared__|static|typedef)\b")
+#: The methods of a cooperative_groups group the loop path's objects have.
+CG_METHODS = {
+    "thread_rank",
+    "size",
+    "num_threads",
+    "meta_group_rank",
+    "meta_group_size",
+    "group_dim",
+    "dim_threads",
+    "group_index",
+    "thread_index",
+}
+UNIFORM_WORDS = {
+    "blockDim", "gridDim", "blockIdx", "x", "y", "z", "int", "unsigned", "long", "size_t", "const", "warpSize",
+}  # fmt: skip
+_INDEX_WORDS = {
+    "threadIdx",
+    "blockIdx",
+    "blockDim",
+    "gridDim",
+    "x",
+    "y",
+    "z",
+    "int",
+    "unsigned",
+    "long",
+    "short",
+    "char",
+    "float",
+    "double",
+    "bool",
+    "size_t",
+    "const",
+    "warpSize",
+}
+
+
+class Giveup(Exception):
+    """The kernel has a shape the loop path does not take; the message says which."""
+
+
+def params(fn: Function) -> set[str]:
+    """The names of ``fn``'s parameters."""
+    names = set()
+    for p in fn.params:
+        m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", p.text)
+        if m:
+            names.add(m.group(1))
+    return names
+
+
+class Rewrite:
+    """One kernel body ``text[a:b]`` being rewritten (``code``: ``text`` with comments, literals
+    and directives blanked, same offsets)."""
+
+    def __init__(self, text: str, code: str, fn: Function, a: int, b: int) -> None:
+        self.text, self.code = text, code
+        self.params = params(fn)
+        self.edits: list[tuple[int, int, str]] = []  # (start, end, replacement) on text offsets
+        self.arrays: dict[str, str] = {}  # per-thread local -> its type
+        self.scalars: set[str] = set()  # uniform loop variables
+        #: locals computed from the thread's and block's indices and unchanged kernel parameters
+        #: only, never assigned again: name -> (type, initializer), in declaration order
+        self.remat: dict[str, tuple[str, str]] = {}
+        #: cooperative_groups objects: name -> the loop path's type (made again in each region)
+        self.cg: dict[str, str] = {}
+        self.tiles: dict[str, int] = {}  # the tiles among them: name -> threads
+        self.lanes: set[str] = set()  # the lane arrays of the warp operations (reused statement by statement)
+        self.sites = 0  # warp operations so far: each names its own type and mask
+        #: locals every thread computes alike (from parameters and the block's geometry), never
+        #: assigned again: declared once for the block, before the loops (name -> declaration)
+        self.hoisted: dict[str, str] = {}
+        self.cg_decls = 0
+        self.body_code = code[a:b]
+        self.fixed = {
+            p
+            for p in self.params
+            if not re.search(
+                rf"(?<![\w.])(?<!->){p}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|(?:\+\+|--)\s*{p}\b|\b{p}\s*(?:\+\+|--)",
+                self.body_code,
+            )
+        }
+        self.region: list[tuple[int, int]] = []  # the statements of the region not yet closed
+
+    def assigned(self, name: str) -> bool:
+        writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
+        return (
+            len(writes) > 1
+            or re.search(rf"(?:\+\+|--|(?<!&)&)\s*{name}\b|\b{name}\s*(?:\+\+|--)", self.body_code) is not None
+        )
+
+    def rematerializable(self, name: str, init: str) -> bool:
+        if self.assigned(name) or re.search(r"\(\s*[^)]*\)\s*\(|\[", init):
+            return False
+        words = set(re.findall(r"\b[A-Za-z_]\w*\b", init))
+        return words <= _INDEX_WORDS | self.fixed | set(self.remat) | set(self.cg) | CG_METHODS | set(self.hoisted)
+
+    def uniform(self, expr: str) -> bool:
+        if re.search(r"[\[{]|->|\+\+|--|(?<![=!<>])=(?!=)", expr) or re.search(r"\b[A-Za-z_]\w*\s*\(", expr):
+            return False
+        words = set(re.findall(r"\b[A-Za-z_]\w*\b", expr))
+        return words <= UNIFORM_WORDS | self.fixed | self.scalars | set(self.hoisted)
+
+    def _again(self) -> str:
+        objs = " ".join(f"{t} {n}{{kb_threadIdx, kb_blockDim, kb_blockIdx}};" for n, t in self.cg.items())
+        return objs + " " + " ".join(f"{t} const {n} ={init};" for n, (t, init) in self.remat.items())
+
+    def flush(self, tail: str = "", after: str = "", at: int = -1) -> None:
+        """Close the open region: a loop over the threads, ``tail`` at its end, ``after`` after
+        it (where no region is open, one of ``tail`` alone at ``at``)."""
+        region = self.region
+        if region:
+            self.edits.append((region[0][0], region[0][0], f" KB_REGION_BEGIN {self._again()} "))
+            self.edits.append((region[-1][1], region[-1][1], f" {tail} KB_REGION_END {after} "))
+            region.clear()
+        elif tail or after:
+            head = f" KB_REGION_BEGIN {self._again()} {tail} KB_REGION_END " if tail else ""
+            self.edits.append((at, at, f"{head} {after} "))
+
+    def blank(self, s: int, e: int, rep: str = "") -> None:
+        self.edits.append((s, e, pad(rep, self.text[s:e])))
+
+    def declare(self, s: int, e: int, d: re.Match[str], subs: list[tuple[int, int, str]], inside_loop: bool) -> None:
+        """The declaration ``d`` (of :data:`DECL`) of ``code[s:e]``, its locals sorted and
+        ``subs`` (edits inside it) applied."""
+        text, code = self.text, self.code
+        s0 = skip_ws(code, s, e)
+        t = re.sub(r"__restrict__", "", d.group("type"))
+        # The array is assigned, so the variable itself is not const; what a pointer points at may be.
+        t = re.sub(r"\*\s*const\b", "*", t) if "*" in t else re.sub(r"\bconst\b", "", t)
+        t = " ".join(t.split()).replace(" *", "*")
+        rest0 = d.start("rest")
+        semi = code.rindex(";", s0, e)
+
+        def piece(x: int, y: int) -> str:
+            out, pos = [], x
+            for ss, se, rep in sorted(subs):
+                if x <= ss and se <= y:
+                    out.append(text[pos:ss] + rep)
+                    pos = se
+            return "".join(out) + text[pos:y]
+
+        out = []
+        pos = rest0
+        for part in split_top(code[rest0:semi]):
+            m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*(?:=(.*))?", part, re.S)
+            if not m:
+                raise Giveup(f"a declaration the loop path does not split (line {line_of(code, s)})")
+            name = m.group(1)
+            if name in self.arrays or name in self.params or name in self.scalars or name in self.cg:
+                raise Giveup(f"{name} declared twice (line {line_of(code, s)})")
+            self.arrays[name] = t
+            if m.group(2) is not None:
+                init = pos + m.start(2)
+                end = pos + len(part)
+                if not subs and not inside_loop and not self.assigned(name) and self.uniform(code[init:end]):
+                    del self.arrays[name]  # the same in every thread: once for the block
+                    self.hoisted[name] = f"{t} const {name} ={text[init:end]};"
+                elif not subs and self.rematerializable(name, code[init:end]):
+                    # Recomputed at the top of each region instead of stored per thread: the
+                    # compiler then sees `t` as the loop index (contiguous, vectorisable).
+                    del self.arrays[name]
+                    self.remat[name] = (t, text[init:end])
+                else:
+                    out.append(f"{name} ={piece(init, end)}")
+            pos += len(part) + 1
+        stmt = ("(void)0" if not out else ", ".join(out)) + ";"
+        self.edits.append((s, e, pad(stmt, text[s:e])))
