@@ -86,10 +86,10 @@ def check_features(source: Source) -> None:
     macros = {m.group(1) for _, text in _texts(source) for m in _MACRO_NAME_RE.finditer(text)}
     for fname, text in _texts(source):
         clean = strip_comments_and_strings(text)
-        for m in _LEGACY_WARP_RE.finditer(clean):
-            if m.group(1) not in macros:
-                ln = clean.count("\n", 0, m.start()) + 1
-                name = m.group(1)
+        for use in _LEGACY_WARP_RE.finditer(clean):
+            if use.group(1) not in macros:
+                ln = clean.count("\n", 0, use.start()) + 1
+                name = use.group(1)
                 found.append(
                     (f"{name}(), the warp function without _sync that CUDA 9 removed (use {name}_sync)", fname, ln)
                 )
