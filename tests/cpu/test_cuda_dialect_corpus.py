@@ -123,3 +123,25 @@ def test_a_warp_function_without_sync_is_refused_by_name_and_line(cpu, name) -> 
         kb.compile(kb.Source(src, "cuda"), cpu)
     mapped = f"#define {name}(...) {name}_sync(0xffffffffu, __VA_ARGS__)\n" + src
     kb.compile(kb.Source(mapped, "cuda"), cpu)
+
+
+@pytest.mark.parametrize("name", ["N", "T", "K", "I", "A", "F", "Op", "BLOCK"])
+def test_a_one_letter_define_never_breaks_the_prelude(cpu, name) -> None:
+    """``-DN=2`` (or T, K, ...) as tuning sweeps and nvcc users pass them: kernelbay's own headers
+    name no template parameter or local that such a macro would replace."""
+    src = (
+        'extern "C" __global__ void k(float* y) {\n'
+        "    __shared__ float s[32];\n"
+        "    s[threadIdx.x] = y[threadIdx.x];\n"
+        "    __syncthreads();\n"
+        "    float v = s[threadIdx.x];\n"
+        "    v += __shfl_xor_sync(0xffffffffu, v, 1);\n"
+        f"    y[threadIdx.x] = v * (float){name};\n"
+        "}\n"
+    )
+    k = kb.compile(kb.Source(src, "cuda", options=(f"-D{name}=2",)), cpu)
+    x = np.arange(32, dtype=np.float32)
+    y = kb.asarray(x, device=cpu)
+    k.launch(1, 32, (y,))
+    cpu.synchronize()
+    np.testing.assert_array_equal(y.numpy(), (x + x.reshape(-1, 2)[:, ::-1].ravel()) * 2)

@@ -156,9 +156,10 @@ import numpy as np, kernelbay as kb
 src = """
 __global__ void scale(float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] *= 2; }
 __global__ void shuffle(float* y) { __syncthreads(); y[threadIdx.x] = __shfl_sync(0xffffffffu, y[threadIdx.x], 0); }
+__global__ void kept(float* y) { volatile float v = y[threadIdx.x]; __syncthreads(); y[threadIdx.x] = v; }
 """
 y = kb.zeros(64, "float32", device="cpu")
-for name in ("scale", "shuffle"):
+for name in ("scale", "shuffle", "kept"):
     k = kb.compile(kb.Source(src, "cuda", name=name), "cpu")
     k.launch(1, 64, (y, np.int32(64)) if name == "scale" else (y,))
 print("runners ok")
@@ -174,10 +175,12 @@ def test_profile_says_how_each_cpu_kernel_ran(tmp_path, cache_dir) -> None:
     text = proc.stdout
     assert "runners ok" in text and "how each kernel ran:" in text, text
     assert "  scale: cpu: the loop path" in text
-    assert "  shuffle: cpu: fibers (" in text and "at kernel.cu:3)" in text
+    assert "  shuffle: cpu: the loop path (barriers and warp operations as loop boundaries" in text
+    assert "  kept: cpu: fibers (__syncthreads at kernel.cu:4; not as loops: it uses volatile" in text
     proc = kernelbay("profile", "--json", "--", sys.executable, str(script))
     data = json.loads(proc.stdout[proc.stdout.index("{") :])
     assert {k["kernel"]: k["note"].split(" (")[0] for k in data["kernels"]} == {
         "scale": "cpu: the loop path",
-        "shuffle": "cpu: fibers",
+        "shuffle": "cpu: the loop path",
+        "kept": "cpu: fibers",
     }

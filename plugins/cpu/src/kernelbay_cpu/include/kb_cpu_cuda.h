@@ -103,13 +103,13 @@ using kb_cpu::uint3;
     }
 
 // --- vector types -------------------------------------------------------------------------
-#define KB_VEC(T, N2, N3, N4)                                                   \
-    struct N2 { T x, y; };                                                      \
-    struct N3 { T x, y, z; };                                                   \
-    struct alignas(sizeof(T) * 4 <= 16 ? sizeof(T) * 4 : 16) N4 { T x, y, z, w; }; \
-    inline N2 make_##N2(T x, T y) { return N2{x, y}; }                          \
-    inline N3 make_##N3(T x, T y, T z) { return N3{x, y, z}; }                  \
-    inline N4 make_##N4(T x, T y, T z, T w) { return N4{x, y, z, w}; }
+#define KB_VEC(KbT, N2, N3, N4)                                                   \
+    struct N2 { KbT x, y; };                                                      \
+    struct N3 { KbT x, y, z; };                                                   \
+    struct alignas(sizeof(KbT) * 4 <= 16 ? sizeof(KbT) * 4 : 16) N4 { KbT x, y, z, w; }; \
+    inline N2 make_##N2(KbT x, KbT y) { return N2{x, y}; }                          \
+    inline N3 make_##N3(KbT x, KbT y, KbT z) { return N3{x, y, z}; }                  \
+    inline N4 make_##N4(KbT x, KbT y, KbT z, KbT w) { return N4{x, y, z, w}; }
 KB_VEC(float, float2, float3, float4)
 KB_VEC(double, double2, double3, double4)
 KB_VEC(int, int2, int3, int4)
@@ -261,24 +261,24 @@ inline double __hiloint2double(int hi, int lo) {
 // Float to integer in each rounding mode: round to nearest even, toward zero, up, down; out of
 // range and NaN saturate as the GPU's cvt does (NaN gives 0).
 namespace kb_cpu {
-template <class I, class F>
-inline I cvt_int(F x, int mode) {
+template <class KbI, class KbF>
+inline KbI cvt_int(KbF x, int mode) {
     if (x != x) return 0;
-    F r = mode == 0 ? std::nearbyint(x) : mode == 1 ? std::trunc(x) : mode == 2 ? std::ceil(x) : std::floor(x);
-    if (r <= (F)std::numeric_limits<I>::min()) return std::numeric_limits<I>::min();
-    if (r >= (F)std::numeric_limits<I>::max()) return std::numeric_limits<I>::max();
-    return (I)r;
+    KbF r = mode == 0 ? std::nearbyint(x) : mode == 1 ? std::trunc(x) : mode == 2 ? std::ceil(x) : std::floor(x);
+    if (r <= (KbF)std::numeric_limits<KbI>::min()) return std::numeric_limits<KbI>::min();
+    if (r >= (KbF)std::numeric_limits<KbI>::max()) return std::numeric_limits<KbI>::max();
+    return (KbI)r;
 }
 }  // namespace kb_cpu
-#define KB_CVT(F, suffix, I, mode) \
-    inline I __##F##2##suffix(F x) { return kb_cpu::cvt_int<I>(x, mode); }
-#define KB_CVTS(F)                                                                                \
-    KB_CVT(F, int_rn, int, 0) KB_CVT(F, int_rz, int, 1) KB_CVT(F, int_ru, int, 2) KB_CVT(F, int_rd, int, 3) \
-    KB_CVT(F, uint_rn, unsigned, 0) KB_CVT(F, uint_rz, unsigned, 1) KB_CVT(F, uint_ru, unsigned, 2)       \
-    KB_CVT(F, uint_rd, unsigned, 3) KB_CVT(F, ll_rn, long long, 0) KB_CVT(F, ll_rz, long long, 1)         \
-    KB_CVT(F, ll_ru, long long, 2) KB_CVT(F, ll_rd, long long, 3)                                        \
-    KB_CVT(F, ull_rn, unsigned long long, 0) KB_CVT(F, ull_rz, unsigned long long, 1)                    \
-    KB_CVT(F, ull_ru, unsigned long long, 2) KB_CVT(F, ull_rd, unsigned long long, 3)
+#define KB_CVT(KbF, suffix, KbI, mode) \
+    inline KbI __##KbF##2##suffix(KbF x) { return kb_cpu::cvt_int<KbI>(x, mode); }
+#define KB_CVTS(KbF)                                                                                \
+    KB_CVT(KbF, int_rn, int, 0) KB_CVT(KbF, int_rz, int, 1) KB_CVT(KbF, int_ru, int, 2) KB_CVT(KbF, int_rd, int, 3) \
+    KB_CVT(KbF, uint_rn, unsigned, 0) KB_CVT(KbF, uint_rz, unsigned, 1) KB_CVT(KbF, uint_ru, unsigned, 2)       \
+    KB_CVT(KbF, uint_rd, unsigned, 3) KB_CVT(KbF, ll_rn, long long, 0) KB_CVT(KbF, ll_rz, long long, 1)         \
+    KB_CVT(KbF, ll_ru, long long, 2) KB_CVT(KbF, ll_rd, long long, 3)                                        \
+    KB_CVT(KbF, ull_rn, unsigned long long, 0) KB_CVT(KbF, ull_rz, unsigned long long, 1)                    \
+    KB_CVT(KbF, ull_ru, unsigned long long, 2) KB_CVT(KbF, ull_rd, unsigned long long, 3)
 KB_CVTS(float)
 KB_CVTS(double)
 #undef KB_CVTS
@@ -357,32 +357,32 @@ inline long long clock64() {
 
 // Cache-hint loads and stores (ld.global.nc/.cs/.cg/.ca/.lu/.cv, st.global.cs/.cg/.wb/.wt): the
 // CPU has one memory, so each is a plain load or store, of any type (scalars, float4, ...).
-template <class T> inline T __ldg(const T* p) { return *p; }
-template <class T> inline T __ldcs(const T* p) { return *p; }
-template <class T> inline T __ldcg(const T* p) { return *p; }
-template <class T> inline T __ldca(const T* p) { return *p; }
-template <class T> inline T __ldlu(const T* p) { return *p; }
-template <class T> inline T __ldcv(const T* p) { return *p; }
-template <class T> inline void __stcs(T* p, T v) { *p = v; }
-template <class T> inline void __stcg(T* p, T v) { *p = v; }
-template <class T> inline void __stwb(T* p, T v) { *p = v; }
-template <class T> inline void __stwt(T* p, T v) { *p = v; }
+template <class KbT> inline KbT __ldg(const KbT* p) { return *p; }
+template <class KbT> inline KbT __ldcs(const KbT* p) { return *p; }
+template <class KbT> inline KbT __ldcg(const KbT* p) { return *p; }
+template <class KbT> inline KbT __ldca(const KbT* p) { return *p; }
+template <class KbT> inline KbT __ldlu(const KbT* p) { return *p; }
+template <class KbT> inline KbT __ldcv(const KbT* p) { return *p; }
+template <class KbT> inline void __stcs(KbT* p, KbT v) { *p = v; }
+template <class KbT> inline void __stcg(KbT* p, KbT v) { *p = v; }
+template <class KbT> inline void __stwb(KbT* p, KbT v) { *p = v; }
+template <class KbT> inline void __stwt(KbT* p, KbT v) { *p = v; }
 
 // --- atomics (the blocks of a grid run on several cores: these are real atomics) -----------
 namespace kb_cpu {
-template <class T, class Op>
-inline T atomic_update(T* addr, Op op) {
-    T old, desired;
+template <class KbT, class KbOp>
+inline KbT atomic_update(KbT* addr, KbOp op) {
+    KbT old, desired;
     __atomic_load(addr, &old, __ATOMIC_RELAXED);
     do {
         desired = op(old);
     } while (!__atomic_compare_exchange(addr, &old, &desired, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
     return old;
 }
-template <class T>
-inline T atomic_update_fp(T* addr, T val, int what) {
+template <class KbT>
+inline KbT atomic_update_fp(KbT* addr, KbT val, int what) {
     // floating point has no fetch_add builtin: compare-and-swap on the value's bits.
-    T old, desired;
+    KbT old, desired;
     __atomic_load(addr, &old, __ATOMIC_RELAXED);
     do {
         desired = what == 0 ? old + val : what == 1 ? old - val : what == 2 ? std::fmin(old, val) : what == 3 ? std::fmax(old, val) : val;
@@ -394,51 +394,51 @@ inline T atomic_update_fp(T* addr, T val, int what) {
 // The value operands are not deduced: as with CUDA's overloads, atomicAdd(unsigned*, int) or
 // atomicMax(unsigned long long*, 0) convert the value to the pointee type.
 namespace kb_cpu {
-template <class T>
+template <class KbT>
 struct same {
-    using type = T;
+    using type = KbT;
 };
-template <class T>
-using same_t = typename same<T>::type;
+template <class KbT>
+using same_t = typename same<KbT>::type;
 }  // namespace kb_cpu
 
-template <class T>
-inline T atomicAdd(T* a, kb_cpu::same_t<T> v) {
-    if constexpr (std::is_integral<T>::value) return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
-    else return kb_cpu::atomic_update(a, [v](T o) { return T(o + v); });
+template <class KbT>
+inline KbT atomicAdd(KbT* a, kb_cpu::same_t<KbT> v) {
+    if constexpr (std::is_integral<KbT>::value) return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
+    else return kb_cpu::atomic_update(a, [v](KbT o) { return KbT(o + v); });
 }
-template <class T>
-inline T atomicSub(T* a, kb_cpu::same_t<T> v) {
-    if constexpr (std::is_integral<T>::value) return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);
-    else return kb_cpu::atomic_update(a, [v](T o) { return T(o - v); });
+template <class KbT>
+inline KbT atomicSub(KbT* a, kb_cpu::same_t<KbT> v) {
+    if constexpr (std::is_integral<KbT>::value) return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);
+    else return kb_cpu::atomic_update(a, [v](KbT o) { return KbT(o - v); });
 }
-template <class T>
-inline T atomicMin(T* a, kb_cpu::same_t<T> v) {
-    if constexpr (std::is_floating_point<T>::value) return kb_cpu::atomic_update_fp(a, v, 2);
-    else return kb_cpu::atomic_update(a, [v](T o) { return v < o ? v : o; });
+template <class KbT>
+inline KbT atomicMin(KbT* a, kb_cpu::same_t<KbT> v) {
+    if constexpr (std::is_floating_point<KbT>::value) return kb_cpu::atomic_update_fp(a, v, 2);
+    else return kb_cpu::atomic_update(a, [v](KbT o) { return v < o ? v : o; });
 }
-template <class T>
-inline T atomicMax(T* a, kb_cpu::same_t<T> v) {
-    if constexpr (std::is_floating_point<T>::value) return kb_cpu::atomic_update_fp(a, v, 3);
-    else return kb_cpu::atomic_update(a, [v](T o) { return v > o ? v : o; });
+template <class KbT>
+inline KbT atomicMax(KbT* a, kb_cpu::same_t<KbT> v) {
+    if constexpr (std::is_floating_point<KbT>::value) return kb_cpu::atomic_update_fp(a, v, 3);
+    else return kb_cpu::atomic_update(a, [v](KbT o) { return v > o ? v : o; });
 }
-template <class T>
-inline T atomicExch(T* a, kb_cpu::same_t<T> v) {
-    T old;
+template <class KbT>
+inline KbT atomicExch(KbT* a, kb_cpu::same_t<KbT> v) {
+    KbT old;
     __atomic_exchange(a, &v, &old, __ATOMIC_SEQ_CST);
     return old;
 }
-template <class T>
-inline T atomicCAS(T* a, kb_cpu::same_t<T> compare, kb_cpu::same_t<T> v) {
+template <class KbT>
+inline KbT atomicCAS(KbT* a, kb_cpu::same_t<KbT> compare, kb_cpu::same_t<KbT> v) {
     __atomic_compare_exchange(a, &compare, &v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     return compare;  // holds the old value either way
 }
-template <class T>
-inline T atomicAnd(T* a, kb_cpu::same_t<T> v) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); }
-template <class T>
-inline T atomicOr(T* a, kb_cpu::same_t<T> v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }
-template <class T>
-inline T atomicXor(T* a, kb_cpu::same_t<T> v) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); }
+template <class KbT>
+inline KbT atomicAnd(KbT* a, kb_cpu::same_t<KbT> v) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); }
+template <class KbT>
+inline KbT atomicOr(KbT* a, kb_cpu::same_t<KbT> v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }
+template <class KbT>
+inline KbT atomicXor(KbT* a, kb_cpu::same_t<KbT> v) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); }
 inline unsigned int atomicInc(unsigned int* a, unsigned int v) {
     return kb_cpu::atomic_update(a, [v](unsigned int o) { return o >= v ? 0u : o + 1; });
 }
@@ -491,42 +491,42 @@ inline int __syncthreads_or(int p, int line = __builtin_LINE(), const char* file
 constexpr int warpSize = 32;
 
 namespace kb_cpu {
-template <class T>
-inline std::uint64_t to_bits(T v) {
-    static_assert(sizeof(T) <= 8, "warp shuffles move values of at most 8 bytes");
+template <class KbT>
+inline std::uint64_t to_bits(KbT v) {
+    static_assert(sizeof(KbT) <= 8, "warp shuffles move values of at most 8 bytes");
     std::uint64_t b = 0;
-    std::memcpy(&b, &v, sizeof(T));
+    std::memcpy(&b, &v, sizeof(KbT));
     return b;
 }
-template <class T>
-inline T from_bits(std::uint64_t b) {
-    T v;
-    std::memcpy(&v, &b, sizeof(T));
+template <class KbT>
+inline KbT from_bits(std::uint64_t b) {
+    KbT v;
+    std::memcpy(&v, &b, sizeof(KbT));
     return v;
 }
-template <class T>
-inline T shfl(int op, unsigned mask, T v, int arg, int width, int line, const char* file) {
-    return from_bits<T>(warp_op(op, mask, to_bits(v), arg, width, line, file));
+template <class KbT>
+inline KbT shfl(int op, unsigned mask, KbT v, int arg, int width, int line, const char* file) {
+    return from_bits<KbT>(warp_op(op, mask, to_bits(v), arg, width, line, file));
 }
 // Cooperative groups' tile shuffles take any trivially copyable type (CUDA moves a larger one in
 // pieces: cuda-samples' shfl_integral_image shuffles uint4); the raw __shfl_*_sync do not.
-template <class T>
-inline T shfl_any(int op, unsigned mask, T v, int arg, int width, int line, const char* file) {
-    if constexpr (sizeof(T) <= 8) {
+template <class KbT>
+inline KbT shfl_any(int op, unsigned mask, KbT v, int arg, int width, int line, const char* file) {
+    if constexpr (sizeof(KbT) <= 8) {
         return shfl(op, mask, v, arg, width, line, file);
     } else {
-        static_assert(std::is_trivially_copyable<T>::value, "cooperative groups shuffle trivially copyable values");
-        unsigned char b[sizeof(T)];
-        std::memcpy(b, &v, sizeof(T));
-        for (std::size_t o = 0; o < sizeof(T); o += 8) {
-            const std::size_t n = sizeof(T) - o < 8 ? sizeof(T) - o : 8;
+        static_assert(std::is_trivially_copyable<KbT>::value, "cooperative groups shuffle trivially copyable values");
+        unsigned char b[sizeof(KbT)];
+        std::memcpy(b, &v, sizeof(KbT));
+        for (std::size_t o = 0; o < sizeof(KbT); o += 8) {
+            const std::size_t n = sizeof(KbT) - o < 8 ? sizeof(KbT) - o : 8;
             std::uint64_t c = 0;
             std::memcpy(&c, b + o, n);
             c = warp_op(op, mask, c, arg, width, line, file);
             std::memcpy(b + o, &c, n);
         }
-        T r;
-        std::memcpy(&r, b, sizeof(T));
+        KbT r;
+        std::memcpy(&r, b, sizeof(KbT));
         return r;
     }
 }
@@ -535,23 +535,23 @@ inline T shfl_any(int op, unsigned mask, T v, int arg, int width, int line, cons
 inline void __syncwarp(unsigned mask = 0xffffffffu, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
     kb_cpu::warp_op(kb_cpu::W_SYNC, mask, 0, 0, 32, line, file);
 }
-template <class T>
-inline T __shfl_sync(unsigned mask, T v, int src, int width = warpSize, int line = __builtin_LINE(),
+template <class KbT>
+inline KbT __shfl_sync(unsigned mask, KbT v, int src, int width = warpSize, int line = __builtin_LINE(),
                      const char* file = __builtin_FILE()) {
     return kb_cpu::shfl(kb_cpu::W_SHFL, mask, v, src, width, line, file);
 }
-template <class T>
-inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = warpSize, int line = __builtin_LINE(),
+template <class KbT>
+inline KbT __shfl_up_sync(unsigned mask, KbT v, unsigned d, int width = warpSize, int line = __builtin_LINE(),
                         const char* file = __builtin_FILE()) {
     return kb_cpu::shfl(kb_cpu::W_UP, mask, v, (int)d, width, line, file);
 }
-template <class T>
-inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = warpSize, int line = __builtin_LINE(),
+template <class KbT>
+inline KbT __shfl_down_sync(unsigned mask, KbT v, unsigned d, int width = warpSize, int line = __builtin_LINE(),
                           const char* file = __builtin_FILE()) {
     return kb_cpu::shfl(kb_cpu::W_DOWN, mask, v, (int)d, width, line, file);
 }
-template <class T>
-inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize, int line = __builtin_LINE(),
+template <class KbT>
+inline KbT __shfl_xor_sync(unsigned mask, KbT v, int lane_mask, int width = warpSize, int line = __builtin_LINE(),
                          const char* file = __builtin_FILE()) {
     return kb_cpu::shfl(kb_cpu::W_XOR, mask, v, lane_mask, width, line, file);
 }
@@ -579,20 +579,20 @@ inline int __uni_sync(unsigned mask, int p, int line = __builtin_LINE(), const c
 inline unsigned __activemask(int line = __builtin_LINE(), const char* file = __builtin_FILE(), int column = KB_COLUMN) {
     return (unsigned)kb_cpu::warp_op(kb_cpu::W_ACTIVE, 0, 0, column, 32, line, file);
 }
-template <class T>
-inline unsigned __match_any_sync(unsigned mask, T v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+template <class KbT>
+inline unsigned __match_any_sync(unsigned mask, KbT v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
     return (unsigned)kb_cpu::warp_op(kb_cpu::W_MATCH_ANY, mask, kb_cpu::to_bits(v), 0, 32, line, file);
 }
-template <class T>
-inline unsigned __match_all_sync(unsigned mask, T v, int* pred, int line = __builtin_LINE(),
+template <class KbT>
+inline unsigned __match_all_sync(unsigned mask, KbT v, int* pred, int line = __builtin_LINE(),
                                  const char* file = __builtin_FILE()) {
     const unsigned r = (unsigned)kb_cpu::warp_op(kb_cpu::W_MATCH_ALL, mask, kb_cpu::to_bits(v), 0, 32, line, file);
     *pred = r != 0;
     return r;
 }
-#define KB_REDUCE(name, T, op)                                                                          \
-    inline T name(unsigned mask, T v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) { \
-        return (T)kb_cpu::warp_op(op, mask, (std::uint32_t)v, 0, 32, line, file);                       \
+#define KB_REDUCE(name, KbT, op)                                                                          \
+    inline KbT name(unsigned mask, KbT v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) { \
+        return (KbT)kb_cpu::warp_op(op, mask, (std::uint32_t)v, 0, 32, line, file);                       \
     }
 KB_REDUCE(__reduce_add_sync, unsigned, kb_cpu::W_ADD)
 KB_REDUCE(__reduce_add_sync, int, kb_cpu::W_ADD)

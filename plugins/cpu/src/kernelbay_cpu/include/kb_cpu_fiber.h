@@ -184,8 +184,8 @@ inline const char* base_name(const char* f) {
     std::abort();  // never resumed
 }
 
-template <class... A>
-[[noreturn]] inline void fail(const char* fmt, A... a) {
+template <class... KbA>
+[[noreturn]] inline void fail(const char* fmt, KbA... a) {
     Sched& s = *tls_sched;
     std::snprintf(s.msg, sizeof(s.msg), fmt, a...);
     fail_here(s);
@@ -470,15 +470,15 @@ inline char* dyn_shared() {
     return s != nullptr ? s->dyn : loop_dyn;  // fibers, or a loop runner's block (fission)
 }
 
-template <auto F, std::size_t... I>
+template <auto KbF, std::size_t... KbI>
 inline int run_fibers_(void** args, long gx, long gy, long gz, long bx, long by, long bz, std::size_t shmem,
-                       std::index_sequence<I...> seq) {
-    using S = sig<decltype(F)>;
+                       std::index_sequence<KbI...> seq) {
+    using S = sig<decltype(KbF)>;
     const typename S::values p = S::load(args, seq);
     const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)gz), block((unsigned)bx, (unsigned)by, (unsigned)bz);
     void (*body)(void*) = [](void* c) {
         const typename S::values& t = *static_cast<const typename S::values*>(c);
-        F(std::get<I>(t)...);
+        KbF(std::get<KbI>(t)...);
     };
     return for_each_block(gx, gy, gz, [&](uint3 bi) {
         ::kb_gridDim = grid;
@@ -490,10 +490,10 @@ inline int run_fibers_(void** args, long gx, long gy, long gz, long bx, long by,
 }
 
 // cuda kernels with barriers, shared memory or warp operations: each block's threads as fibers.
-template <auto F>
+template <auto KbF>
 inline int run_fibers(void** args, long gx, long gy, long gz, long bx, long by, long bz, long shmem) {
-    return run_fibers_<F>(args, gx, gy, gz, bx, by, bz, (std::size_t)shmem,
-                          std::make_index_sequence<sig<decltype(F)>::n>{});
+    return run_fibers_<KbF>(args, gx, gy, gz, bx, by, bz, (std::size_t)shmem,
+                          std::make_index_sequence<sig<decltype(KbF)>::n>{});
 }
 
 }  // namespace kb_cpu

@@ -29,12 +29,12 @@
 // ms; unrolling the tree kernel's loops gained nothing measurable).
 #define KB_FISSION_BEGIN KB_FISSION_BEGIN_AS(unsigned)
 #define KB_FISSION_BEGIN_WARPS KB_FISSION_BEGIN_AS(int)
-#define KB_FISSION_BEGIN_AS(T)                                                             \
+#define KB_FISSION_BEGIN_AS(KbT)                                                             \
     const ::kb_cpu::dim3 kb_blockDim = ::kb_blockDim, kb_gridDim = ::kb_gridDim;           \
     const ::kb_cpu::uint3 kb_blockIdx = ::kb_blockIdx;                                     \
     const ::kb_cpu::fis::Block kb_fb(kb_blockIdx, kb_blockDim);                            \
     /* outside the loops, kb_t names no thread: only types are taken of what it indexes */ \
-    constexpr T kb_t = 0;                                                                  \
+    constexpr KbT kb_t = 0;                                                                  \
     (void)kb_t;                                                                            \
     const bool kb_small = kb_blockIdx.x < 1048576u && kb_blockDim.x <= 1024u;              \
     auto kb_region = [&](auto&& kb_f) __attribute__((always_inline)) {                     \
@@ -44,22 +44,22 @@
                     for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) {                \
                         ::kb_cpu::diag_thread(kb_x, kb_y, kb_z);                           \
                         kb_f(::kb_cpu::uint3{kb_x, kb_y, kb_z},                            \
-                             (T)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x + kb_x));   \
+                             (KbT)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x + kb_x));   \
                     }                                                                      \
             return;                                                                        \
         }                                                                                  \
         for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                              \
             for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y) {                        \
-                const T kb_row = (T)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x);       \
-                const T kb_nx = (T)kb_blockDim.x;                                          \
-                if (::std::is_same_v<T, int> && kb_small) {                                \
+                const KbT kb_row = (KbT)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x);       \
+                const KbT kb_nx = (KbT)kb_blockDim.x;                                          \
+                if (::std::is_same_v<KbT, int> && kb_small) {                                \
                     const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);              \
                     KB_SIMD _Pragma("GCC unroll 4")                                        \
                     for (int kb_g = kb_base; kb_g < kb_base + (int)kb_nx; ++kb_g)          \
                         kb_f(::kb_cpu::uint3{(unsigned)(kb_g - kb_base), kb_y, kb_z},      \
-                             kb_row + (T)(kb_g - kb_base));                                \
+                             kb_row + (KbT)(kb_g - kb_base));                                \
                 } else {                                                                   \
-                    KB_SIMD for (T kb_x = 0; kb_x < kb_nx; ++kb_x)                         \
+                    KB_SIMD for (KbT kb_x = 0; kb_x < kb_nx; ++kb_x)                         \
                         kb_f(::kb_cpu::uint3{(unsigned)kb_x, kb_y, kb_z}, kb_row + kb_x);  \
                 }                                                                          \
             }                                                                              \
@@ -88,8 +88,8 @@ struct Block {
 };
 
 // The ends a misuse meets: the launch fails with the fiber runner's message (run_block records it).
-template <class... A>
-[[noreturn]] __attribute__((noinline, cold)) void fail(const char* fmt, A... a) {
+template <class... KbA>
+[[noreturn]] __attribute__((noinline, cold)) void fail(const char* fmt, KbA... a) {
     char m[480];
     std::snprintf(m, sizeof(m), fmt, a...);
     throw std::runtime_error(m);
@@ -103,33 +103,33 @@ constexpr unsigned HALF = (KB_FISSION_MAX_THREADS + 2 * PAD) * 8;
 struct alignas(64) Lanes {
     unsigned char b[2 * HALF];
 };
-template <class T>
-inline T* at(Lanes& l) {
-    static_assert(sizeof(T) <= 8, "warp shuffles move values of at most 8 bytes");
-    return reinterpret_cast<T*>(l.b) + PAD;
+template <class KbT>
+inline KbT* at(Lanes& l) {
+    static_assert(sizeof(KbT) <= 8, "warp shuffles move values of at most 8 bytes");
+    return reinterpret_cast<KbT*>(l.b) + PAD;
 }
-template <class T>
-inline T* out(Lanes& l) {
-    return reinterpret_cast<T*>(l.b + HALF) + PAD;
+template <class KbT>
+inline KbT* out(Lanes& l) {
+    return reinterpret_cast<KbT*>(l.b + HALF) + PAD;
 }
-template <class T>
-inline void put(Lanes& l, int t, const T& v) {
-    at<T>(l)[t] = v;
+template <class KbT>
+inline void put(Lanes& l, int t, const KbT& v) {
+    at<KbT>(l)[t] = v;
 }
-template <class T>
-inline T get(Lanes& l, int t) {
-    return at<T>(l)[t];
+template <class KbT>
+inline KbT get(Lanes& l, int t) {
+    return at<KbT>(l)[t];
 }
-template <class T>
-inline T result(Lanes& l, int t) {
-    return out<T>(l)[t];
+template <class KbT>
+inline KbT result(Lanes& l, int t) {
+    return out<KbT>(l)[t];
 }
 
 // The lanes of thread t's tile of N threads, clipped to the lanes that exist (cooperative_groups.h).
-template <unsigned N>
+template <unsigned KbN>
 inline unsigned tile_mask(const Block& b, unsigned t) {
-    const unsigned first = (t & 31u) & ~(N - 1);
-    const unsigned m = N == 32 ? ~0u : ((1u << N) - 1) << first;
+    const unsigned first = (t & 31u) & ~(KbN - 1);
+    const unsigned m = KbN == 32 ? ~0u : ((1u << KbN) - 1) << first;
     return m & b.exist(t);
 }
 
@@ -160,8 +160,8 @@ inline unsigned check(const Block& b, int op, unsigned mask, int width, int line
 
 // Lane src of thread t's warp where the group's mask m names it; else what the fiber runner gives
 // (0: the lane is past the block, since every lane of the block is at this call) or, checked, an error.
-template <class T>
-__attribute__((noinline)) T read_slow(const Block& b, const T* v, unsigned t, unsigned m, int src, int op, int line,
+template <class KbT>
+__attribute__((noinline)) KbT read_slow(const Block& b, const KbT* v, unsigned t, unsigned m, int src, int op, int line,
                                       const char* file) {
     if (src >= 0 && src < 32 && (m >> src & 1)) return v[(t & ~31u) + (unsigned)src];
     if (checked()) {
@@ -171,7 +171,7 @@ __attribute__((noinline)) T read_slow(const Block& b, const T* v, unsigned t, un
              "is set); name every lane read in the mask, or read only lanes that take part",
              b.idx.x, b.idx.y, b.idx.z, me.x, me.y, me.z, (int)(t & 31u), op_name(op), base_name(file), line, src, m);
     }
-    return from_bits<T>(0);
+    return from_bits<KbT>(0);
 }
 
 // A shuffle (W_SHFL, W_UP, W_DOWN, W_XOR) over the block's lane array: out[t] is what lane t
@@ -180,29 +180,29 @@ __attribute__((noinline)) T read_slow(const Block& b, const T* v, unsigned t, un
 // lane's own offset or source where they differ, else null and `arg`. The common case -- full
 // mask, full warps, one offset within the width -- is two contiguous loads and a blend per
 // element: a vector loop.
-template <class T>
+template <class KbT>
 inline void shuffle(const Block& b, Lanes& l, int op, unsigned mask, unsigned tile, int arg, const int* args, int w,
                     int line, const char* file = __builtin_FILE()) {
-    const T* v = at<T>(l);
-    T* o = out<T>(l);
+    const KbT* v = at<KbT>(l);
+    KbT* o = out<KbT>(l);
     const int n = (int)b.n;
     if (args == nullptr && b.full && (tile || mask == ~0u) && arg >= 0 && arg < w && w <= 32 && !(w & (w - 1))) {
         const int m = ~(w - 1);
         if (op == W_DOWN) {
             KB_SIMD for (int t = 0; t < n; ++t) {
                 const int lane = t & 31;
-                const T hi = v[t + arg], me = v[t];
+                const KbT hi = v[t + arg], me = v[t];
                 o[t] = (lane - (lane & m)) + arg < w ? hi : me;
             }
         } else if (op == W_UP) {
             KB_SIMD for (int t = 0; t < n; ++t) {
                 const int lane = t & 31;
-                const T lo = v[t - arg], me = v[t];
+                const KbT lo = v[t - arg], me = v[t];
                 o[t] = (lane - (lane & m)) >= arg ? lo : me;
             }
         } else if (op == W_XOR && !(arg & (arg - 1))) {  // a power of two: the partner is lane +- arg
             KB_SIMD for (int t = 0; t < n; ++t) {
-                const T hi = v[t + arg], lo = v[t - arg];
+                const KbT hi = v[t + arg], lo = v[t - arg];
                 o[t] = (t & arg) ? lo : hi;
             }
         } else if (op == W_XOR) {
@@ -222,14 +222,14 @@ inline void shuffle(const Block& b, Lanes& l, int op, unsigned mask, unsigned ti
         default: src = (unsigned)a < 32u && ((lane ^ a) & ~(w - 1)) <= seg ? (lane ^ a) : lane; break;
         }
         const unsigned mt = tile == 32 ? b.exist((unsigned)t) : tile ? (((1u << tile) - 1) << (lane & ~(int)(tile - 1))) & b.exist((unsigned)t) : mask & b.exist((unsigned)t);
-        o[t] = read_slow<T>(b, v, (unsigned)t, mt, src, op, line, file);
+        o[t] = read_slow<KbT>(b, v, (unsigned)t, mt, src, op, line, file);
     }
 }
 
 // A vote's results, in place: lane t's operand (an int, the predicate) becomes the ballot of the
 // group it belongs to (the mask's lanes of its warp, or its tile's), then what the call returns.
 enum : int { V_BALLOT, V_ANY, V_ALL, V_TILE_BALLOT, V_TILE_ANY, V_TILE_ALL };
-template <unsigned N>
+template <unsigned KbN>
 inline void vote(const Block& b, Lanes& l, unsigned mask, int kind) {
     int* v = at<int>(l);
     for (unsigned base = 0; base < b.n; base += 32) {
@@ -238,7 +238,7 @@ inline void vote(const Block& b, Lanes& l, unsigned mask, int kind) {
         for (unsigned k = 0; k < nl; ++k) bits |= (unsigned)(v[base + k] != 0) << k;
         for (unsigned k = 0; k < nl; ++k) {
             const bool tile = kind >= V_TILE_BALLOT;
-            const unsigned m = tile ? tile_mask<N>(b, base + k) : mask & b.exist(base + k);
+            const unsigned m = tile ? tile_mask<KbN>(b, base + k) : mask & b.exist(base + k);
             const unsigned bal = bits & m;
             unsigned r = bal;
             switch (kind) {
@@ -256,57 +256,57 @@ inline void vote(const Block& b, Lanes& l, unsigned mask, int kind) {
 // lane 0 of each warp): lane t's operand combined with what lane t reads at offset `off`, from
 // `v` to `o` (never in place: another lane reads t's operand after t). The source lanes and the
 // values where CUDA leaves them undefined are the shuffle's (tile_mask<N>: the group's lanes).
-template <unsigned N, int K, class T, class Op>
-inline void pass(const Block& b, const T* v, T* o, int off, Op& op, int line, const char* file) {
-    static_assert(K == W_XOR || K == W_DOWN, "a butterfly or a tree");
+template <unsigned KbN, int KbK, class KbT, class KbOp>
+inline void pass(const Block& b, const KbT* v, KbT* o, int off, KbOp& op, int line, const char* file) {
+    static_assert(KbK == W_XOR || KbK == W_DOWN, "a butterfly or a tree");
     const int n = (int)b.n;
     if (b.full) {
-        if constexpr (K == W_XOR) {
+        if constexpr (KbK == W_XOR) {
             KB_SIMD for (int t = 0; t < n; ++t) {
-                const T hi = v[t + off], lo = v[t - off];
+                const KbT hi = v[t + off], lo = v[t - off];
                 o[t] = op(v[t], (t & off) ? lo : hi);
             }
         } else {
             KB_SIMD for (int t = 0; t < n; ++t) {
-                const T hi = v[t + off], me = v[t];
+                const KbT hi = v[t + off], me = v[t];
                 o[t] = op(me, (t & 31) + off < 32 ? hi : me);
             }
         }
     } else {
         for (int t = 0; t < n; ++t) {
-            const int lane = t & 31, src = K == W_XOR ? lane ^ off : lane + off < 32 ? lane + off : lane;
-            o[t] = op(v[t], read_slow<T>(b, v, (unsigned)t, tile_mask<N>(b, (unsigned)t), src, K, line, file));
+            const int lane = t & 31, src = KbK == W_XOR ? lane ^ off : lane + off < 32 ? lane + off : lane;
+            o[t] = op(v[t], read_slow<KbT>(b, v, (unsigned)t, tile_mask<KbN>(b, (unsigned)t), src, KbK, line, file));
         }
     }
 }
 
 // The steps of a reduction at offsets first, first / 2, ..., 1, each one pass from one half of
 // the lane array to the other, so that the last step writes where `result` reads.
-template <unsigned N, int K, class T, class Op>
-inline void steps(const Block& b, Lanes& l, int first, Op op, int line, const char* file = __builtin_FILE()) {
-    T* v = at<T>(l);
-    T* o = out<T>(l);
+template <unsigned KbN, int KbK, class KbT, class KbOp>
+inline void steps(const Block& b, Lanes& l, int first, KbOp op, int line, const char* file = __builtin_FILE()) {
+    KbT* v = at<KbT>(l);
+    KbT* o = out<KbT>(l);
     const int count = first > 0 ? __builtin_ctz((unsigned)first) + 1 : 0;
     int off = first;
     if (count % 2 == 0) {  // an even number of steps would end in `v`: the first reads and writes `o`
         const int n = (int)b.n;
         KB_SIMD for (int t = 0; t < n; ++t) o[t] = v[t];
         if (count == 0) return;
-        pass<N, K>(b, o, v, off, op, line, file);
+        pass<KbN, KbK>(b, o, v, off, op, line, file);
         off /= 2;
     }
     for (; off > 0; off /= 4) {
-        pass<N, K>(b, v, o, off, op, line, file);
-        if (off > 1) pass<N, K>(b, o, v, off / 2, op, line, file);
+        pass<KbN, KbK>(b, v, o, off, op, line, file);
+        if (off > 1) pass<KbN, KbK>(b, o, v, off / 2, op, line, file);
     }
 }
 
 // cooperative_groups::reduce over tiles of N <= 32 threads: the butterfly of shfl_xor that the
 // fiber runner runs (cooperative_groups.h).
-template <unsigned N, class T, class Op>
-inline void reduce(const Block& b, Lanes& l, Op op, int line, const char* file = __builtin_FILE()) {
-    static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "a tile of at most 32 threads");
-    steps<N, W_XOR, T>(b, l, (int)N / 2, op, line, file);
+template <unsigned KbN, class KbT, class KbOp>
+inline void reduce(const Block& b, Lanes& l, KbOp op, int line, const char* file = __builtin_FILE()) {
+    static_assert(KbN >= 1 && KbN <= 32 && (KbN & (KbN - 1)) == 0, "a tile of at most 32 threads");
+    steps<KbN, W_XOR, KbT>(b, l, (int)KbN / 2, op, line, file);
 }
 
 // cooperative_groups objects inside a loop region: the thread's rank from the region's index,
@@ -323,17 +323,17 @@ struct block {
     uint3 group_index() const { return bi; }
     uint3 thread_index() const { return ti; }
 };
-template <unsigned N>
+template <unsigned KbN>
 struct tile {
     uint3 ti;
     dim3 bd;
     uint3 bi;
     unsigned linear() const { return ti.x + bd.x * (ti.y + bd.y * ti.z); }
-    static constexpr unsigned size() { return N; }
-    static constexpr unsigned num_threads() { return N; }
-    unsigned thread_rank() const { return linear() & (N - 1); }
-    unsigned meta_group_rank() const { return linear() / N; }
-    unsigned meta_group_size() const { return (bd.x * bd.y * bd.z + N - 1) / N; }
+    static constexpr unsigned size() { return KbN; }
+    static constexpr unsigned num_threads() { return KbN; }
+    unsigned thread_rank() const { return linear() & (KbN - 1); }
+    unsigned meta_group_rank() const { return linear() / KbN; }
+    unsigned meta_group_size() const { return (bd.x * bd.y * bd.z + KbN - 1) / KbN; }
 };
 
 }  // namespace fis

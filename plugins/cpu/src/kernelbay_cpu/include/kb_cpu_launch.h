@@ -70,41 +70,41 @@ static int error_flag = 0;
 static const Runtime* rt = nullptr;  // kb_set_runtime; null: no Ctrl-C, fault report or fork care
 static long no_interrupts = 0;
 
-template <class T>
+template <class KbT>
 constexpr char kind_of() {
-    using U = std::remove_cv_t<std::remove_reference_t<T>>;
-    if constexpr (std::is_pointer<U>::value) return 'p';
-    else if constexpr (std::is_same<U, bool>::value) return 'b';
-    else if constexpr (std::is_floating_point<U>::value) return 'f';
-    else if constexpr (std::is_integral<U>::value) return std::is_signed<U>::value ? 'i' : 'u';
-    else if constexpr (std::is_enum<U>::value) return std::is_signed<std::underlying_type_t<U>>::value ? 'i' : 'u';
+    using KbU = std::remove_cv_t<std::remove_reference_t<KbT>>;
+    if constexpr (std::is_pointer<KbU>::value) return 'p';
+    else if constexpr (std::is_same<KbU, bool>::value) return 'b';
+    else if constexpr (std::is_floating_point<KbU>::value) return 'f';
+    else if constexpr (std::is_integral<KbU>::value) return std::is_signed<KbU>::value ? 'i' : 'u';
+    else if constexpr (std::is_enum<KbU>::value) return std::is_signed<std::underlying_type_t<KbU>>::value ? 'i' : 'u';
     else
     return 'o';
 }
 
-template <class F>
+template <class KbF>
 struct sig;
 
-template <class F>
-struct sig<F const> : sig<F> {};
+template <class KbF>
+struct sig<KbF const> : sig<KbF> {};
 
-template <class... P>
-struct sig<void (*)(P...)> {
-    static constexpr int n = sizeof...(P);
-    using values = std::tuple<std::decay_t<P>...>;
+template <class... KbP>
+struct sig<void (*)(KbP...)> {
+    static constexpr int n = sizeof...(KbP);
+    using values = std::tuple<std::decay_t<KbP>...>;
     static int info(long long* sizes, char* kinds, int cap) {
-        const long long s[] = {(long long)sizeof(std::decay_t<P>)..., 0};
-        const char k[] = {kind_of<P>()..., 0};
+        const long long s[] = {(long long)sizeof(std::decay_t<KbP>)..., 0};
+        const char k[] = {kind_of<KbP>()..., 0};
         for (int i = 0; i < n && i < cap; ++i) {
             sizes[i] = s[i];
             kinds[i] = k[i];
         }
         return n;
     }
-    template <std::size_t... I>
-    static values load(void** args, std::index_sequence<I...>) {
+    template <std::size_t... KbI>
+    static values load(void** args, std::index_sequence<KbI...>) {
         // The driver convention: args[i] points at the value of parameter i.
-        return values{*static_cast<std::tuple_element_t<I, values>*>(args[I])...};
+        return values{*static_cast<std::tuple_element_t<KbI, values>*>(args[KbI])...};
     }
 };
 
@@ -400,10 +400,10 @@ inline int launch(const char* name, void** a, const int* g, int shmem) {
 }
 
 // cuda: each block on one core, its threads in turn, the kernel called once per thread.
-template <auto F, std::size_t... I>
+template <auto KbF, std::size_t... KbI>
 inline int run_threads_(void** args, long gx, long gy, long gz, long bx, long by, long bz,
-                        std::index_sequence<I...> seq) {
-    using S = sig<decltype(F)>;
+                        std::index_sequence<KbI...> seq) {
+    using S = sig<decltype(KbF)>;
     const typename S::values p = S::load(args, seq);
     const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)gz), block((unsigned)bx, (unsigned)by, (unsigned)bz);
     return for_each_block(gx, gy, gz, [&](uint3 bi) {
@@ -415,14 +415,14 @@ inline int run_threads_(void** args, long gx, long gy, long gz, long bx, long by
             for (unsigned y = 0; y < (unsigned)by; ++y)
                 for (unsigned x = 0; x < (unsigned)bx; ++x) {
                     ::kb_threadIdx = uint3{x, y, z};
-                    F(std::get<I>(p)...);
+                    KbF(std::get<KbI>(p)...);
                 }
     });
 }
 
-template <auto F>
+template <auto KbF>
 inline int run_threads(void** args, long gx, long gy, long gz, long bx, long by, long bz, long /*shmem*/) {
-    return run_threads_<F>(args, gx, gy, gz, bx, by, bz, std::make_index_sequence<sig<decltype(F)>::n>{});
+    return run_threads_<KbF>(args, gx, gy, gz, bx, by, bz, std::make_index_sequence<sig<decltype(KbF)>::n>{});
 }
 
 // The dynamic shared memory (extern __shared__) of the block a loop runner runs on this thread;
@@ -438,10 +438,10 @@ inline void ensure_loop_dyn(std::size_t shmem) {
 }
 
 // c++: the kernel called once per block; it runs the block's blockDim threads itself.
-template <auto F, std::size_t... I>
+template <auto KbF, std::size_t... KbI>
 inline int run_blocks_(void** args, long gx, long gy, long gz, long bx, long by, long bz, std::size_t shmem,
-                       std::index_sequence<I...> seq) {
-    using S = sig<decltype(F)>;
+                       std::index_sequence<KbI...> seq) {
+    using S = sig<decltype(KbF)>;
     const typename S::values p = S::load(args, seq);
     const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)gz), block((unsigned)bx, (unsigned)by, (unsigned)bz);
     return for_each_block(gx, gy, gz, [&](uint3 bi) {
@@ -450,14 +450,14 @@ inline int run_blocks_(void** args, long gx, long gy, long gz, long bx, long by,
         ::kb_blockIdx = bi;
         thread_known = false;  // a fiber runner sets it; the loop runners keep threadIdx in a local
         if (shmem > 0) ensure_loop_dyn(shmem);
-        F(std::get<I>(p)...);
+        KbF(std::get<KbI>(p)...);
     });
 }
 
-template <auto F>
+template <auto KbF>
 inline int run_blocks(void** args, long gx, long gy, long gz, long bx, long by, long bz, long shmem) {
-    return run_blocks_<F>(args, gx, gy, gz, bx, by, bz, shmem > 0 ? (std::size_t)shmem : 0,
-                          std::make_index_sequence<sig<decltype(F)>::n>{});
+    return run_blocks_<KbF>(args, gx, gy, gz, bx, by, bz, shmem > 0 ? (std::size_t)shmem : 0,
+                          std::make_index_sequence<sig<decltype(KbF)>::n>{});
 }
 
 }  // namespace kb_cpu
