@@ -92,7 +92,11 @@ def _reader_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("KERNELBAY_") or k == "KERNELBAY_CACHE_DIR"}
 
 
-@pytest.mark.parametrize(("path", "line", "info", "code"), CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
+# One file's blocks run on one xdist worker: its reader's session (_session) runs once, not once per worker.
+@pytest.mark.parametrize(
+    ("path", "line", "info", "code"),
+    [pytest.param(*c, id=f"{c[0]}:{c[1]}", marks=pytest.mark.xdist_group(f"docs:{c[0]}")) for c in CASES],
+)
 def test_block(path: str, line: int, info: str, code: str, tmp_path, tmp_path_factory) -> None:
     kind = info.split()[0] if info else ""
     if not kind:
