@@ -88,7 +88,8 @@ def _compile_variant(src: Source, device: str) -> tuple[tuple[str, str, str, str
     previous = cache.observer
     cache.observer = lambda key, hit: keys.append(key)
     try:
-        _api.compile(src, device)
+        dev, b = _api._resolve(device)
+        b.compile_to_cache(dev, src)  # the disk cache only: no driver context on a GPU node
     except KernelbayError as exc:
         return ("failed", str(exc), node, host), []
     finally:
@@ -154,7 +155,9 @@ class _Timer:
         from ray import cloudpickle  # deferred: an optional extra (this runs in a Ray actor)
 
         with self.lock:
-            self.handle = WorkerHandle(self.device, job, cloudpickle.dumps(job))
+            # ray.cloudpickle re-exports dumps without listing it in __all__
+            pickled = cloudpickle.dumps(job)  # pyright: ignore[reportPrivateImportUsage]
+            self.handle = WorkerHandle(self.device, job, pickled)
         try:
             self.handle.start()
             sweep_device(
