@@ -12,6 +12,7 @@ broken link and docstring warning into a failure; ``make check`` runs it so.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,20 @@ Generated from the docstrings.
 """
 
 
+#: A fence's info string with words after the language (``python needs=ray``, ``python
+#: fragment``: labels tests/core/test_docs_blocks.py reads). Markdown's fenced code takes only
+#: the language, so the site gets the fence without the labels (else the block is not code).
+_LABELLED_FENCE = re.compile(r"^([ \t]*(?:`{3,}|~{3,})[ \t]*[\w#.+-]+)[ \t]+[^\n`]*$", re.M)
+
+
+def _copy_page(src: Path, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if src.suffix == ".md":
+        out.write_text(_LABELLED_FENCE.sub(r"\1", src.read_text(encoding="utf-8")), encoding="utf-8")
+    else:
+        shutil.copy2(src, out)
+
+
 def layout(dst: Path) -> list[str]:
     """Copy the pages to ``dst`` at their repository paths; the nav, in reading order."""
     nav = []
@@ -58,20 +73,18 @@ def layout(dst: Path) -> list[str]:
         src = ROOT / rel
         if src.exists():
             out = dst / ("index.md" if rel == "README.md" else rel)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, out)
+            _copy_page(src, out)
             nav.append(out.relative_to(dst).as_posix())
     for src in sorted((ROOT / "docs").rglob("*")):
         if src.is_file():
             out = dst / src.relative_to(ROOT)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, out)
+            _copy_page(src, out)
             if src.suffix == ".md":
                 nav.append(out.relative_to(dst).as_posix())
     (dst / "api.md").write_text(API)
     nav.append("api.md")
     # README.md links to docs/... and the docs link back with ../README.md: both resolve.
-    (dst / "README.md").write_text((ROOT / "README.md").read_text())
+    _copy_page(ROOT / "README.md", dst / "README.md")
     return nav
 
 
