@@ -75,8 +75,8 @@ using kb_cpu::uint3;
     for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)     \
         for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y) \
             X_LOOP
-// Two copies of the x loop. The first runs for any usual grid (fewer than 2^21 blocks per
-// dimension): its bounds tell the compiler that blockIdx * blockDim + threadIdx cannot wrap, and
+// Two copies of the x loop. The first runs for any usual grid (fewer than 2^21 - 1 blocks in x,
+// 2^21 in y and z, so that blockIdx.x * blockDim.x + blockDim.x stays below 2^31): its bounds tell the compiler that blockIdx * blockDim + threadIdx cannot wrap, and
 // it counts the global index blockIdx.x * blockDim.x + threadIdx.x itself, so a guard such as
 // `if (i < n)` compares the loop variable and the compiler splits the loop there and vectorises
 // the part before it without masked stores (slow on some CPUs). The second serves larger grids.
@@ -94,7 +94,7 @@ using kb_cpu::uint3;
                     ::kb_cpu::diag_thread(kb_x, kb_y, kb_z);                                \
                     kb_thread(::kb_cpu::uint3{kb_x, kb_y, kb_z});                           \
                 }                                                                           \
-    } else if (kb_blockIdx.x < 2097152u && kb_blockIdx.y < 2097152u && kb_blockIdx.z < 2097152u && \
+    } else if (kb_blockIdx.x < 2097151u && kb_blockIdx.y < 2097152u && kb_blockIdx.z < 2097152u && \
         kb_blockDim.x <= 1024u && kb_blockDim.y <= 1024u && kb_blockDim.z <= 64u) {         \
         const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);                           \
         KB_THREAD_LOOP(KB_X_FAST)                                                           \
