@@ -5,23 +5,22 @@ from __future__ import annotations
 import logging
 import pickle
 import sys
-import threading
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import attrs
 
-from .. import _api, _precompile
+from .. import _api
 from ..device import Device
 from ..errors import InvalidArgumentError, TuneError
 from ..kernel import Kernel
 from ..memory import Array
 from ..source import Source
+from .phases import compile_all, started, time_all
 from .rayexec import RayExecutor
 from .results import Store
-from .runner import WorkerHandle, sweep_device
+from .runner import WorkerHandle
 from .space import Config, Space, apply, as_space, config_text, pick
 from .worker import Job
 
@@ -368,12 +367,12 @@ class Sweep:
         # The timing workers start (a process, imports, the device) while the configs compile.
         handles = [WorkerHandle(str(d), job) for d in self.devs[: len(todo)]]
         starter = ThreadPoolExecutor(len(handles))
-        started = [starter.submit(h.start) for h in handles]
+        starting = [starter.submit(h.start) for h in handles]
         try:
-            _compile_all(self.sources, todo, self.devs, self.records, o["jobs"], self.show)
-            up = _started(handles, started)
+            compile_all(self.sources, todo, self.devs, self.records, o["jobs"], self.show)
+            up = started(handles, starting)
             runnable = [i for i in todo if i not in self.records]
-            _time_all(up, runnable, self.records, o["repeats"], o["warmup"], o["timeout"], self.show)
+            time_all(up, runnable, self.records, o["repeats"], o["warmup"], o["timeout"], self.show)
         finally:
             starter.shutdown(wait=True)
             for h in handles:
@@ -395,89 +394,6 @@ class Sweep:
 
         dev = self.devs[0] if self.devs else None
         return _choose(self.configs, self.sources, self.records, dev, self.launch, self.reused, self.timed, here)
-
-
-def _started(handles: list[WorkerHandle], started: list[Any]) -> list[WorkerHandle]:
-    """The workers that started; a device whose worker could not start is left out of the sweep
-    with a warning, and when none started, the first one's TuneError is raised."""
-    up, errors = [], []
-    for h, f in zip(handles, started):
-        try:
-            f.result()
-            up.append(h)
-        except TuneError as exc:
-            errors.append(exc)
-            log.warning("%s", exc)
-    if not up:
-        raise errors[0]
-    if errors:
-        warnings.warn(
-            f"kb.tune goes on without {len(errors)} of {len(handles)} devices, whose timing worker could not "
-            f"start: {errors[0]}",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-    return up
-
-
-def _compile_all(
-    sources: list[Source],
-    todo: list[int],
-    devs: list[Device],
-    records: dict[int, dict[str, Any]],
-    jobs: int | None,
-    show: bool,
-) -> None:
-    """Every text source compiled into the disk cache first, in parallel (precompile's pool):
-    the timing workers then load them. Functions (Pallas, Triton) compile in the workers."""
-    models = list({(d.backend, d.name): d for d in devs}.values())
-    calls = [(i, d) for i in todo for d in models if isinstance(sources[i].code, (str, bytes))]
-    if not calls:
-        return
-    out = _precompile.run_pool(
-        _precompile.compile_source,
-        [(sources[i], str(d)) for i, d in calls],
-        jobs,
-        "tune: compile",
-        show,
-    )
-    for (i, _), (outcome, detail) in zip(calls, out):
-        if outcome == "failed":
-            records[i] = {"status": "compile_error", "detail": detail}
-            if detail.startswith("the compile worker failed"):  # not the config's fault: not kept
-                records[i]["transient"] = True
-
-
-def _time_all(
-    handles: list[WorkerHandle],
-    todo: list[int],
-    records: dict[int, dict[str, Any]],
-    repeats: int,
-    warmup: int,
-    timeout: float,
-    show: bool,
-) -> None:
-    if not todo:
-        return
-    handles = handles[: len(todo)]
-    shares = [todo[w :: len(handles)] for w in range(len(handles))]
-    lock = threading.Lock()
-    bar = None
-    if show:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(todo), unit="config", desc="tune: check+time", file=sys.stderr, dynamic_ncols=True)
-    try:
-        with ThreadPoolExecutor(len(handles)) as pool:
-            futs = [
-                pool.submit(sweep_device, h, s, records, repeats, warmup, timeout, lock, bar)
-                for h, s in zip(handles, shares)
-            ]
-            for f in futs:
-                f.result()
-    finally:
-        if bar is not None:
-            bar.close()
 
 
 def _choose(
