@@ -378,6 +378,8 @@ def _gpu_triton(dev: Any) -> dict[str, Any]:
     from . import tune_triton as T
 
     _fresh_cache()
+    # Each side compiles cold: Triton's own cache (which triton.autotune reads) starts empty too.
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kb-bench-triton-")
     space = {"CFG": list(range(len(T.CONFIGS)))}
     t0 = time.perf_counter()
     res = kb.tune(
@@ -404,6 +406,7 @@ def _gpu_triton(dev: Any) -> dict[str, Any]:
         "kb_tune_statuses": statuses,
     }
     try:
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kb-bench-triton-")
         win, wall = T.triton_autotune(REPEATS)
         out.update(triton_autotune_config=win, triton_autotune_wall_s=wall)
         out["same_winner"] = win == out["kb_tune_config"]

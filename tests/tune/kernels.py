@@ -111,3 +111,12 @@ class _Unpicklable:
 
 
 UNPICKLABLE = _Unpicklable()
+
+
+def pyref_double(x: Any, y: Any, n: int) -> None:
+    """A kernel of the pyref example backend (a Python function: a function source)."""
+    for i in range(n):
+        y[i] = 2 * x[i]
+
+
+PYREF_SOURCE = kb.Source(pyref_double, "python", name="pyref_double")

@@ -240,3 +240,40 @@ def test_a_source_whose_function_does_not_pickle_travels_to_the_worker_by_name()
     assert back.sources[0].code is K.UNPICKLABLE
     assert back.sources[0].meta == src.meta and back.sources[0].lang == "triton"
     assert back.sources[1] == job.sources[1]
+
+
+def test_function_sources_go_to_the_compile_pool_only_where_the_backend_keeps_them_on_disk(cpu, monkeypatch):
+    """A function source (here the pyref backend's Python kernels) is compiled in precompile's
+    pool, passed by module and name, only when its backend implements kernelbay_compile_to_cache
+    itself; with the fallback (a compile that may live only in its process) the timing worker
+    compiles it. Text sources always go to the pool."""
+    from kernelbay import _api, _precompile
+    from kernelbay.tune import phases
+
+    try:
+        dev = kb.device("pyref")
+    except kb.KernelbayError as exc:
+        pytest.skip(f"the pyref example backend is not installed: {exc}")
+    fn_src = K.PYREF_SOURCE
+    text_src = K.source_for({"UNROLL": 2})
+    sent: list = []
+
+    def pool(fn, calls, jobs, desc, show):
+        sent.extend(calls)
+        return [fn(*c) for c in calls]
+
+    monkeypatch.setattr(_precompile, "run_pool", pool)
+    records: dict = {}
+    phases.compile_all([fn_src, text_src], [0, 1], [dev, cpu], records, None, False)
+    assert sent and all(isinstance(item, kb.Source) and item.code is text_src.code for item, _ in sent), sent
+    assert records == {}
+
+    _, b = _api._resolve(dev)
+    compiled: list = []
+    monkeypatch.setattr(b, "compile_to_cache", lambda d, s: compiled.append(s))  # "lands on disk"
+    sent.clear()
+    phases.compile_all([fn_src, text_src], [0, 1], [dev], records, None, False)
+    by_name = [item for item, _ in sent if isinstance(item, tuple)]
+    assert len(by_name) == 1 and by_name[0][:3] == ("ref", K.__name__, "pyref_double")
+    assert [s.code for s in compiled] == [K.pyref_double], "the worker imported the function by name"
+    assert records == {}

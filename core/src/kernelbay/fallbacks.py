@@ -52,6 +52,9 @@ def _compile_to_cache(b: Binding) -> Callable[..., Any]:
     def compile_to_cache(device: Device, source: Source) -> None:
         b.compile(device, source)  # the handle is dropped; the disk cache keeps what it kept
 
+    # What kept is the backend's: a function source's compile may live only in this process, so
+    # the tuner compiles function sources in its pool only for backends implementing the hook.
+    compile_to_cache.kernelbay_fallback = True  # type: ignore[attr-defined]
     return compile_to_cache
 
 

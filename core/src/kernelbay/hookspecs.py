@@ -320,9 +320,14 @@ def kernelbay_compile_to_cache(device: Device, source: Source) -> None:
 
     ``kernelbay precompile`` and the tuner's compile phase call it in worker processes, one
     compile after another per process. Implement it when a compile can skip what a launch
-    needs: the cuda backend runs NVRTC here without creating a driver context or loading a
-    module, which makes a worker process cost an import instead of an import and a context.
-    Not on the hot path.
+    needs: the cuda backend runs NVRTC (and Triton) here without creating a driver context or
+    loading a module, which makes a worker process cost an import instead of an import and a
+    context. Not on the hot path.
+
+    Implementing it also promises that a compile of a *function* source (``Source.code`` a
+    Python function, e.g. Triton's) lands on disk where another process finds it: the tuner
+    then compiles such sources in its pool too (the function passed by module and name). With
+    the fallback, function sources compile in the tuner's timing worker, one after another.
 
     :param device: the target device (its properties give the target, e.g. the compute
         capability).

@@ -10,11 +10,12 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .. import _precompile
+from .. import _api, _precompile
 from ..device import Device
 from ..errors import TuneError
 from ..source import Source
 from .runner import WorkerHandle, sweep_device
+from .worker import portable, unportable
 
 log = logging.getLogger("kernelbay.tune")
 
@@ -52,24 +53,59 @@ def compile_all(
     jobs: int | None,
     show: bool,
 ) -> None:
-    """Every text source compiled into the disk cache first, in parallel (precompile's pool):
-    the timing workers then load them. Functions (Pallas, Triton) compile in the workers."""
+    """Every source compiled into the disk cache first, in parallel (precompile's pool): the
+    timing workers then load them. A text source always; a function source (Triton) where its
+    backend implements ``kernelbay_compile_to_cache`` (whose contract is that a compile in one
+    process is found on disk by any other) and the function is importable by name in a worker;
+    other functions (Pallas, whose compiles live in the process) compile in the timing workers."""
     models = list({(d.backend, d.name): d for d in devs}.values())
-    calls = [(i, d) for i in todo for d in models if isinstance(sources[i].code, (str, bytes))]
+    calls: list[tuple[int, Device, Any]] = []
+    for d in models:
+        to_disk = None
+        for i in todo:
+            src = sources[i]
+            if isinstance(src.code, (str, bytes)):
+                calls.append((i, d, src))
+                continue
+            if to_disk is None:
+                to_disk = _compiles_to_disk(d)
+            ref = portable(src) if to_disk else src
+            if not isinstance(ref, Source):
+                calls.append((i, d, ref))
     if not calls:
         return
     out = _precompile.run_pool(
-        _precompile.compile_source,
-        [(sources[i], str(d)) for i, d in calls],
+        compile_call,
+        [(item, str(d)) for _, d, item in calls],
         jobs,
         "tune: compile",
         show,
     )
-    for (i, _), (outcome, detail) in zip(calls, out):
+    for (i, _, _), (outcome, detail) in zip(calls, out):
         if outcome == "failed":
             records[i] = {"status": "compile_error", "detail": detail}
             if detail.startswith("the compile worker failed"):  # not the config's fault: not kept
                 records[i]["transient"] = True
+
+
+def _compiles_to_disk(dev: Device) -> bool:
+    """Whether ``dev``'s backend implements ``kernelbay_compile_to_cache`` itself (the fallback,
+    ``kernelbay_compile`` with its handle dropped, keeps a function's compile in its process)."""
+    try:
+        _, b = _api._resolve(dev)
+    except Exception:  # the device is gone: its timing worker reports it
+        return False
+    return not getattr(b.compile_to_cache, "kernelbay_fallback", False)
+
+
+def compile_call(item: Any, device: str) -> tuple[str, str]:
+    """One compile in a pool worker: a :class:`Source`, or a function source passed by name
+    (:func:`.worker.portable`)."""
+    try:
+        src = unportable(item)
+    except Exception as exc:  # not importable here: the timing worker compiles it (and reports why not)
+        return "skipped", f"the compile worker could not import the kernel function: {type(exc).__name__}: {exc}"
+    return _precompile.compile_source(src, device)
 
 
 def time_all(

@@ -49,7 +49,7 @@ class Job:
         # A source whose code is a module-level function object travels by reference (its module
         # and name), as the launch function does: a Triton @jit function does not pickle (it
         # holds its module's globals and a function its module's name no longer points at).
-        sources = {i: _portable(src) for i, src in self.sources.items()}
+        sources = {i: portable(src) for i, src in self.sources.items()}
         return (
             _job,
             (
@@ -66,7 +66,7 @@ class Job:
         )
 
 
-def _portable(src: Source) -> Any:
+def portable(src: Source) -> Any:
     """``src``, or ``("ref", module, qualname, lang, ...)`` where its code is a function object
     that its module holds by that name (imported again in the worker)."""
     code = src.code
@@ -88,7 +88,7 @@ def _portable(src: Source) -> Any:
     return ("ref", mod, qual, src.lang, src.name, src.options, dict(src.headers), src.name_expressions, dict(src.meta))
 
 
-def _unportable(item: Any) -> Source:
+def unportable(item: Any) -> Source:
     if isinstance(item, Source):
         return item
     import importlib
@@ -101,7 +101,7 @@ def _unportable(item: Any) -> Source:
 
 
 def _job(sources: dict[int, Any], *rest: Any) -> Job:
-    return Job({i: _unportable(x) for i, x in sources.items()}, *rest)
+    return Job({i: unportable(x) for i, x in sources.items()}, *rest)
 
 
 def resolve(fn: Any) -> Callable[..., Any]:

@@ -85,13 +85,14 @@ def compile_kernel(device: Device, source: Source) -> CudaKernel:
 
 
 def compile_to_cache(device: Device, source: Source) -> None:
-    """The ``kernelbay_compile_to_cache`` hook: CUDA C++ through NVRTC into the disk cache, with
-    no driver context and no module (a compile worker stays cheap); a Triton kernel as
-    ``kb.compile`` does it, released again; PTX, cubin and fatbin have nothing to compile."""
+    """The ``kernelbay_compile_to_cache`` hook: CUDA C++ through NVRTC, a Triton function through
+    Triton (for the device's compute capability), into the disk cache, with no driver context
+    and no module (a compile worker stays cheap); PTX, cubin and fatbin have nothing to compile."""
     if source.lang == "cuda":
         compile_image(source, tuple(device.properties["compute_capability"]))
     elif source.lang == "triton":
-        cache.release(compile_kernel(device, source))
+        with _triton_lock:
+            compile_triton(source, tuple(device.properties["compute_capability"]))
 
 
 def close_kernel(kernel: Any) -> None:
