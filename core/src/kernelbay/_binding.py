@@ -226,7 +226,7 @@ def bind(pm: pluggy.PluginManager, b: Binding, others: list[object], argnames: d
 
 
 #: Hot-path hooks whose implementation may offer a direct callable (hookspecs: *Direct*).
-DIRECT_HOOKS = ("allocate", "free", "launch")
+DIRECT_HOOKS = ("allocate", "free", "launch", "graph_replay")
 
 
 def apply_direct(b: Binding) -> None:

@@ -109,6 +109,7 @@ class Graph:
         self._waits: dict[int, list[tuple[Any, int]]] = {}  # id(stream) -> [(event stream, marker)]
         self._buffers: tuple[tuple[Buffer | Kernel, Step], ...] = ()
         self._checked: tuple[int, int] | None = None  # (memory.closes, kernel.closes) at the last check
+        self._fast: tuple[int, int] | None = None  # _checked after a native replay: the next may skip the checks
         self.closed = False
 
     # --- recording ----------------------------------------------------------------------
@@ -232,7 +233,7 @@ class Graph:
                 if isinstance(x, (Buffer, Kernel)) and id(x) not in seen:
                     seen[id(x)] = (x, s)
         self._buffers = tuple(seen.values())
-        self._checked = None
+        self._checked = self._fast = None
 
     def _check_acyclic(self) -> None:
         n = len(self.steps)
@@ -320,6 +321,11 @@ class Graph:
 
         :raises UseAfterFreeError: when a buffer or kernel the graph uses was closed.
         """
+        # The hot path: a native graph checked at an earlier replay, nothing closed since, on the
+        # default stream with no current stream or recording anywhere: the backend's replay alone.
+        if stream is None and self._fast == (_memory.closes, _kernel.closes) and not _streams.intercept:
+            self._binding.graph_replay(self.device, self._handle, None)
+            return
         self._check_usable()
         g, stream = _streams.route(self.device, stream)
         if g is not None:
@@ -328,6 +334,7 @@ class Graph:
             replay_steps(self._binding, self.steps, stream)
         else:
             self._binding.graph_replay(self.device, self._handle, stream)
+            self._fast = self._checked
 
     def update(self, kernel_index: int | Step, args: Sequence[Any], *, reads: Any = None, writes: Any = None) -> None:
         """Give a recorded launch new arguments (same kernel and geometry), without recapture.
@@ -367,6 +374,7 @@ class Graph:
                 self._schedule()
 
     def _destroy(self) -> None:
+        self._fast = None
         h, self._handle = self._handle, None
         if h is not None:
             self._binding.graph_destroy(self.device, h)

@@ -22,7 +22,7 @@ Rules every backend follows:
     order of the spec's parameters (allocate, free, copy, memset, launch). Implement every
     parameter of a hot-path spec, in order, or the core falls back to the slower keyword call
     through pluggy. Every other hook is bound the same way but is not timed.
-  - **Direct** (optional, for ``allocate``, ``free`` and ``launch``): the implementing function
+  - **Direct** (optional, for ``allocate``, ``free``, ``launch`` and ``graph_replay``): the implementing function
     may carry an attribute ``kernelbay_direct``, a function of no arguments that returns a
     callable with the same positional parameters and the same behaviour (typically written in
     C, so that no Python frame runs), or ``None`` to keep the hook itself. The core asks for it

@@ -565,6 +565,7 @@ static PyMethodDef module_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, NULL},
     {"graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, NULL},
     {"stream_closed", (PyCFunction)stream_closed, METH_NOARGS, "a backend stream handle gave its CUstream up"},
+    {"after_fork", (PyCFunction)ge_after_fork, METH_NOARGS, "in a fork()ed child: no GraphEntry replays in C"},
     {NULL, NULL, 0, NULL},
 };
 

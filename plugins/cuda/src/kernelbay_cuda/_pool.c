@@ -8,6 +8,7 @@
 #include <Python.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "pythread.h"
 
 /* ---- the pool of one device's allocator --------------------------------------------------
  *
@@ -559,10 +560,138 @@ static PyTypeObject PoolType = {
     .tp_getset = Pool_getset,
 };
 
+/* ---- GraphEntry: a CUDA graph's replay on the default stream without a Python frame ----
+ *
+ * GraphEntry(cuGraphLaunch address, exec, allocator module dict, failed) belongs to one
+ * graphs.CudaGraph (its `entry`). graphs.graph_replay, the Python hook, arms it after a replay on
+ * the default stream from this thread (the graph's context current, its buffers' use on that
+ * stream noted): arm(closed_streams). Armed, Direct's graph replay (kind 3) launches the graph
+ * here while the thread, the process (no fork since) and allocator.closed_streams (a stream
+ * closed since: its notes are re-made) are what they were; anything else runs the hook. A
+ * non-zero CUresult calls failed(rc), which raises the hook's error. */
+typedef int (*ge_graph_launch_t)(void *, void *);
+
+static unsigned long long ge_fork_epoch = 1;
+
+static PyObject *ge_after_fork(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    ge_fork_epoch++;
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    PyObject_HEAD
+    void *fn;
+    void *exec;
+    PyObject *alloc; /* the allocator module's dict: "closed_streams" */
+    PyObject *failed;
+    PyObject *armed; /* closed_streams when armed, or NULL */
+    unsigned long tid;
+    unsigned long long fork_epoch;
+} GraphEntry;
+
+static PyObject *ge_closed_streams;
+
+static int GraphEntry_init(GraphEntry *self, PyObject *args, PyObject *kw) {
+    unsigned long long fn, exec;
+    PyObject *alloc, *failed;
+    if (!PyArg_ParseTuple(args, "KKO!O", &fn, &exec, &PyDict_Type, &alloc, &failed)) return -1;
+    if (!ge_closed_streams && !(ge_closed_streams = PyUnicode_InternFromString("closed_streams"))) return -1;
+    self->fn = (void *)(uintptr_t)fn;
+    self->exec = (void *)(uintptr_t)exec;
+    Py_INCREF(alloc);
+    Py_XSETREF(self->alloc, alloc);
+    Py_INCREF(failed);
+    Py_XSETREF(self->failed, failed);
+    Py_CLEAR(self->armed);
+    return 0;
+}
+
+static void GraphEntry_dealloc(GraphEntry *self) {
+    Py_XDECREF(self->alloc);
+    Py_XDECREF(self->failed);
+    Py_XDECREF(self->armed);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *GraphEntry_arm(GraphEntry *self, PyObject *closed) {
+    Py_INCREF(closed);
+    Py_XSETREF(self->armed, closed);
+    self->tid = PyThread_get_thread_ident();
+    self->fork_epoch = ge_fork_epoch;
+    Py_RETURN_NONE;
+}
+
+static PyObject *GraphEntry_disarm(GraphEntry *self, PyObject *unused) {
+    (void)unused;
+    Py_CLEAR(self->armed);
+    Py_RETURN_NONE;
+}
+
+static PyObject *GraphEntry_get_armed(GraphEntry *self, void *c) {
+    (void)c;
+    return PyBool_FromLong(self->armed != NULL);
+}
+
+/* 1: launched (or failed(rc) raised: -1 with the exception set); 0: not armed for this call, the
+ * hook must run. */
+static int graph_entry_replay(GraphEntry *self) {
+    if (self->armed == NULL || self->exec == NULL || self->fork_epoch != ge_fork_epoch ||
+        PyThread_get_thread_ident() != self->tid)
+        return 0;
+    PyObject *now = PyDict_GetItemWithError(self->alloc, ge_closed_streams); /* borrowed */
+    if (now == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = PyObject_RichCompareBool(now, self->armed, Py_EQ);
+    if (same != 1) {
+        if (same < 0) PyErr_Clear();
+        return 0;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ((ge_graph_launch_t)self->fn)(self->exec, NULL);
+    Py_END_ALLOW_THREADS
+    if (rc == 0) return 1;
+    PyObject *rco = PyLong_FromLong(rc);
+    if (rco == NULL) return -1;
+    PyObject *r = PyObject_CallOneArg(self->failed, rco);
+    Py_DECREF(rco);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 1;
+}
+
+static PyMethodDef GraphEntry_methods[] = {
+    {"arm", (PyCFunction)GraphEntry_arm, METH_O, "arm(closed_streams): replays on the default stream from this thread run here"},
+    {"disarm", (PyCFunction)GraphEntry_disarm, METH_NOARGS, "the next replay runs the Python hook"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef GraphEntry_getset[] = {
+    {"armed", (getter)GraphEntry_get_armed, NULL, "whether a default-stream replay runs in C", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject GraphEntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_kbcuda_native.GraphEntry",
+    .tp_basicsize = sizeof(GraphEntry),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A CUDA graph's default-stream replay in C, armed by the Python hook.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)GraphEntry_init,
+    .tp_dealloc = (destructor)GraphEntry_dealloc,
+    .tp_methods = GraphEntry_methods,
+    .tp_getset = GraphEntry_getset,
+};
+
 /* ---- Direct: the allocate, free and launch hooks as C callables (hookspecs: kernelbay_direct) ----
  *
  * Direct(kind, pools, fallback, flags): kind 0 is allocate(device, nbytes), 1 free(device, handle),
- * 2 launch(kernel, grid, block, args, shared_mem, stream). `pools` maps a device index to its
+ * 2 launch(kernel, grid, block, args, shared_mem, stream), 3 graph_replay(device, graph, stream)
+ * (graph.entry, a GraphEntry, when armed and stream is None). `pools` maps a device index to its
  * Pool; `flags` is the core's kernelbay.streams module dict, whose "intercept" says that some
  * thread has a current stream or records a graph. Whatever the C path does not cover (a cache
  * miss, a current stream, a block other streams used, a foreign handle) calls `fallback`, the
@@ -579,6 +708,8 @@ typedef struct {
 
 static PyObject *d_intercept, *d_index, *d_handle, *d_entry, *d_local, *d_s, *d_current;
 
+static const Py_ssize_t direct_nargs[4] = {2, 2, 6, 3};
+
 static int long_is_zero(PyObject *v) { /* v: an exact int from the pool */
     long long x = PyLong_AsLongLong(v);
     if (x == -1 && PyErr_Occurred()) PyErr_Clear();
@@ -592,8 +723,8 @@ static int Direct_init(Direct *self, PyObject *args, PyObject *kw) {
     int kind;
     PyObject *pools, *fallback, *flags;
     if (!PyArg_ParseTuple(args, "iO!OO!", &kind, &PyDict_Type, &pools, &fallback, &PyDict_Type, &flags)) return -1;
-    if (kind < 0 || kind > 2) {
-        PyErr_SetString(PyExc_ValueError, "Direct kind is 0 (allocate), 1 (free) or 2 (launch)");
+    if (kind < 0 || kind > 3) {
+        PyErr_SetString(PyExc_ValueError, "Direct kind is 0 (allocate), 1 (free), 2 (launch) or 3 (graph replay)");
         return -1;
     }
     if (!d_intercept) {
@@ -712,8 +843,22 @@ static Pool *direct_pool(Direct *self, PyObject *device) {
 
 static PyObject *Direct_call(Direct *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (kwnames != NULL || nargs != (self->kind == 2 ? 6 : 2))
+    if (kwnames != NULL || nargs != direct_nargs[self->kind])
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    if (self->kind == 3) { /* graph.entry, armed, on the default stream; else the hook */
+        if (args[2] == Py_None) {
+            PyObject *e = PyObject_GetAttr(args[1], d_entry);
+            if (e == NULL) {
+                PyErr_Clear();
+            } else {
+                int done = Py_TYPE(e) == &GraphEntryType ? graph_entry_replay((GraphEntry *)e) : 0;
+                Py_DECREF(e);
+                if (done < 0) return NULL;
+                if (done) Py_RETURN_NONE;
+            }
+        }
+        return PyObject_Vectorcall(self->fallback, args, 3, NULL);
+    }
     if (self->kind == 2) { /* kernel.handle.entry(grid, block, args, shared_mem, stream) */
         PyObject *h = PyObject_GetAttr(args[0], d_handle);
         if (h == NULL) return NULL;
@@ -782,7 +927,7 @@ static PyObject *Direct_tp_call(PyObject *self, PyObject *args, PyObject *kw) {
 static PyObject *Direct_get_kind(Direct *self, void *c) { return PyLong_FromLong(self->kind); }
 
 static PyGetSetDef Direct_getset[] = {
-    {"kind", (getter)Direct_get_kind, NULL, "0 allocate, 1 free, 2 launch", NULL},
+    {"kind", (getter)Direct_get_kind, NULL, "0 allocate, 1 free, 2 launch, 3 graph replay", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -797,7 +942,7 @@ static PyTypeObject DirectType = {
     .tp_name = "_kbcuda_native.Direct",
     .tp_basicsize = sizeof(Direct),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "A hot-path hook (allocate, free, launch) as a C callable, with its Python hook as the fallback.",
+    .tp_doc = "A hot-path hook (allocate, free, launch, graph replay) as a C callable, with its Python hook as the fallback.",
     .tp_new = Direct_new,
     .tp_init = (initproc)Direct_init,
     .tp_dealloc = (destructor)Direct_dealloc,
@@ -808,7 +953,12 @@ static PyTypeObject DirectType = {
 
 /* Add the Pool type to module m; -1 with an exception set on failure. */
 static int pool_add_type(PyObject *m) {
-    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&DirectType) < 0) return -1;
+    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&DirectType) < 0 || PyType_Ready(&GraphEntryType) < 0) return -1;
+    Py_INCREF(&GraphEntryType);
+    if (PyModule_AddObject(m, "GraphEntry", (PyObject *)&GraphEntryType) < 0) {
+        Py_DECREF(&GraphEntryType);
+        return -1;
+    }
     Py_INCREF(&DirectType);
     if (PyModule_AddObject(m, "Direct", (PyObject *)&DirectType) < 0) {
         Py_DECREF(&DirectType);

@@ -13,6 +13,7 @@ step by the core (build returns ``None``). Pinned host memory (``kernelbay_cuda.
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -121,6 +122,8 @@ class CudaGraph:
         self.buffers = tuple(seen.values())
         self.noted: set[int] = set()
         self.noted_at = -1  # allocator.closed_streams when ``noted`` was last valid
+        #: the native GraphEntry (a default-stream replay in C once graph_replay armed it), or None
+        self.entry: Any = None
         lib = _driver.libcuda()
         _driver.ensure_current(self.index)
         self.ctx = ctypes.c_void_p(int(_driver.context(self.index)))
@@ -133,6 +136,13 @@ class CudaGraph:
         except BaseException:
             self.destroy()
             raise
+        fn, addr = _graph_launch if _graph_launch else _native_graph_launch()
+        entry_type = getattr(native.module(), "GraphEntry", None) if fn is not None else None
+        if entry_type is not None:
+            self.entry = entry_type(addr, self.exec.value, vars(allocator), self._failed)
+
+    def _failed(self, rc: int) -> None:
+        _driver.check(rc, "cuGraphLaunch", self.index)
 
     def _add(self, lib: ctypes.CDLL, s: Step) -> None:
         node = ctypes.c_void_p()
@@ -192,6 +202,8 @@ class CudaGraph:
         if new:
             self.buffers += tuple(new)
             self.noted.clear()
+            if self.entry is not None:
+                self.entry.disarm()  # the new buffers' use is noted by the next replay
         lib = _driver.libcuda()
         _driver.ensure_current(self.index)
         params = self._kernel_params(s)
@@ -199,6 +211,8 @@ class CudaGraph:
         _driver.check(rc, f"updating {s.describe()} of a CUDA graph", self.index)
 
     def destroy(self) -> None:
+        if self.entry is not None:
+            self.entry.disarm()
         if _driver.dead_reason(self.index) is not None:
             return
         lib = _driver.libcuda()
@@ -231,6 +245,9 @@ def _native_graph_launch() -> tuple[Any, int]:
         mod = native.module()
         fn = getattr(mod, "graph_launch", None) if mod is not None else None
         addr = ctypes.cast(_driver.libcuda().cuGraphLaunch, ctypes.c_void_p).value or 0
+        after_fork = getattr(mod, "after_fork", None)
+        if after_fork is not None and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=after_fork)  # a forked child's replays take the hook
         _graph_launch[:] = [fn, addr]
     return _graph_launch[0], _graph_launch[1]
 
@@ -256,6 +273,20 @@ def graph_replay(device: Device, graph: CudaGraph, stream: Any) -> None:
         rc = _driver.libcuda().cuGraphLaunch(graph.exec, s)
     if rc:
         _driver.check(rc, "cuGraphLaunch", graph.index)
+    if s is None and graph.entry is not None:
+        # this thread has the graph's context current and the default stream's uses are noted
+        # (until a stream closes): the next default-stream replays from here run in C (Direct)
+        graph.entry.arm(allocator.closed_streams)
+
+
+def _direct_replay() -> Any:
+    mod = native.module()
+    if mod is None or not hasattr(mod, "GraphEntry"):
+        return None
+    return mod.Direct(3, {}, graph_replay, {})
+
+
+graph_replay.kernelbay_direct = _direct_replay  # type: ignore[attr-defined]
 
 
 def graph_update(device: Device, graph: CudaGraph, step: Step) -> bool:

@@ -1,0 +1,124 @@
+"""kb.Graph replay's hot path on a GPU: after one checked replay on the default stream, later
+ones run in C (the cuda backend's armed GraphEntry, reached through its direct graph_replay)
+while nothing was closed, no stream is current and no stream was closed; everything else runs
+the checks and the Python hook, with the same results. Skips without a GPU."""
+
+from __future__ import annotations
+
+import threading
+
+import kernelbay as kb
+import numpy as np
+import pytest
+from kernelbay import _api
+
+pytestmark = pytest.mark.kernelbay_device("cuda")
+
+SRC = r"""
+extern "C" __global__ void add(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+"""
+N = 4096
+
+
+@pytest.fixture
+def dev() -> kb.Device:
+    return kb.device("cuda:0")
+
+
+@pytest.fixture
+def add(dev) -> kb.Kernel:
+    return kb.compile(kb.Source(SRC, "cuda", name="add"), dev)
+
+
+def _graph(dev, add, x, y):
+    with dev.graph() as g:
+        add.launch(N // 256, 256, (x, y, np.int32(N)))
+    return g
+
+
+def _native() -> bool:
+    from kernelbay_cuda import native
+
+    return native.module() is not None
+
+
+def test_replays_on_the_default_stream_run_in_c_and_count(dev, add) -> None:
+    x = kb.asarray(np.ones(N, np.float32), device=dev)
+    y = kb.zeros(N, device=dev)
+    g = _graph(dev, add, x, y)
+    b = _api.binding("cuda")
+    if _native():
+        assert type(b.graph_replay).__name__ == "Direct", "the direct graph replay is in place"
+    for _ in range(50):
+        g.replay()
+    if _native():
+        assert g._handle.entry.armed
+    dev.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 50, np.float32))
+
+
+def test_a_closed_buffer_or_graph_is_still_refused_after_fast_replays(dev, add) -> None:
+    x = kb.asarray(np.ones(N, np.float32), device=dev)
+    y = kb.zeros(N, device=dev)
+    g = _graph(dev, add, x, y)
+    g.replay()
+    g.replay()
+    y.close()
+    with pytest.raises(kb.UseAfterFreeError, match="closed"):
+        g.replay()
+    g.update(0, args=(x, x, np.int32(N)))  # usable again, with a buffer the graph did not have
+    g.replay()
+    g.replay()
+    dev.synchronize()
+    np.testing.assert_array_equal(x.numpy(), np.full(N, 4, np.float32))
+    g.close()
+    with pytest.raises(kb.InvalidArgumentError, match="closed"):
+        g.replay()
+
+
+def test_a_current_stream_a_closed_stream_and_another_thread_take_the_hook(dev, add) -> None:
+    x = kb.asarray(np.ones(N, np.float32), device=dev)
+    y = kb.zeros(N, device=dev)
+    g = _graph(dev, add, x, y)
+    g.replay()
+    g.replay()  # armed: in C
+    s = dev.stream()
+    with s:  # a current stream: the replay is queued there (the hook)
+        g.replay()
+    s.synchronize()
+    s.close()  # a closed stream: the default stream's notes are made again by the next replay
+    if _native():
+        assert g._handle.entry.armed  # armed, but at an older closed_streams: C gives it to the hook
+    g.replay()
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            for _ in range(3):
+                g.replay()
+            dev.synchronize()
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert not errors, errors
+    g.replay()
+    dev.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 8, np.float32))
+
+
+def test_a_replay_inside_another_recording_is_refused_after_fast_replays(dev, add) -> None:
+    x = kb.asarray(np.ones(N, np.float32), device=dev)
+    y = kb.zeros(N, device=dev)
+    g = _graph(dev, add, x, y)
+    g.replay()
+    g.replay()
+    with pytest.raises(kb.InvalidArgumentError, match="inside another graph"), dev.graph():
+        g.replay()
+    dev.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 2, np.float32))
