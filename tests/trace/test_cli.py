@@ -101,6 +101,19 @@ def test_precompile_a_folder_with_one_broken_source(tmp_path, cache_dir) -> None
     assert proc.stderr == ""
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe (POSIX)")
+def test_precompile_stops_a_compile_that_hangs_and_reports_it(tmp_path, cache_dir) -> None:
+    fifo = tmp_path / "never-written.h"
+    os.mkfifo(fifo)  # nobody writes it: a compile that includes it waits forever
+    (tmp_path / "hangs.cu").write_text(f'#include "{fifo}"\n' + BROKEN.replace("undefined_name", "1.0f"))
+    proc = kernelbay("precompile", "--no-progress", "--timeout", "5", "--device", "cpu", str(tmp_path / "hangs.cu"))
+    assert proc.returncode == 1, proc.stdout
+    assert "0 compiled, 1 failed" in proc.stdout
+    assert "longer than 5 s and was stopped" in proc.stdout
+    bad = kernelbay("precompile", "--timeout", "0", str(tmp_path / "hangs.cu"))
+    assert bad.returncode != 0 and "--timeout must be" in bad.stderr
+
+
 def test_precompiled_kernel_hits_the_cache_at_run_time(tmp_path, cache_dir) -> None:
     (tmp_path / "twice.cu").write_text(GOOD_CU)
     proc = kernelbay("precompile", "--no-progress", "--device", "cpu", "--option=-DN=2", str(tmp_path / "twice.cu"))

@@ -120,3 +120,14 @@ def pyref_double(x: Any, y: Any, n: int) -> None:
 
 
 PYREF_SOURCE = kb.Source(pyref_double, "python", name="pyref_double")
+
+
+#: A named pipe nobody writes: a source that includes it makes its compile wait forever (set by
+#: the test before the sweep; the builder runs in the tuning process).
+HANG_PATH = ""
+
+
+def hang_source(config: dict[str, Any]) -> kb.Source:
+    """A builder whose ``HANG=1`` config never finishes compiling (it includes :data:`HANG_PATH`)."""
+    text = (f'#include "{HANG_PATH}"\n' if config["HANG"] else "") + ROWSUM
+    return kb.Source(text, lang="cuda", name="rowsum", options=("-DUNROLL=1", "-DMODE=0"))

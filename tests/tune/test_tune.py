@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -258,7 +259,7 @@ def test_function_sources_go_to_the_compile_pool_only_where_the_backend_keeps_th
     text_src = K.source_for({"UNROLL": 2})
     sent: list = []
 
-    def pool(fn, calls, jobs, desc, show):
+    def pool(fn, calls, jobs, desc, show, timeout=None):
         sent.extend(calls)
         return [fn(*c) for c in calls]
 
@@ -277,3 +278,29 @@ def test_function_sources_go_to_the_compile_pool_only_where_the_backend_keeps_th
     assert len(by_name) == 1 and by_name[0][:3] == ("ref", K.__name__, "pyref_double")
     assert [s.code for s in compiled] == [K.pyref_double], "the worker imported the function by name"
     assert records == {}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe (POSIX)")
+def test_a_compile_that_hangs_is_a_timeout_result_and_the_sweep_goes_on(cpu, tmp_path, monkeypatch):
+    fifo = tmp_path / "never-written"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(K, "HANG_PATH", str(fifo))
+    # The config that compiles is in the cache already: its compile in the pool is a hit, well
+    # inside the deadline even on a loaded machine (a cold compile there can take longer).
+    kb.compile(K.hang_source({"BLOCK": 32, "HANG": 0}), cpu)
+    res = kb.tune(
+        K.hang_source,
+        {"BLOCK": [32], "HANG": [0, 1]},
+        K.launch,
+        args=K.host_args(),
+        check=K.reference,
+        rtol=1e-4,
+        atol=1e-3,
+        repeats=2,
+        devices=cpu,
+        compile_timeout=10,
+        progress=False,
+    )
+    by = {c["HANG"]: r for c, r in res.records}
+    assert by[1]["status"] == "timeout" and "longer than 10 s" in by[1]["detail"], by[1]
+    assert by[0]["status"] == "ok" and res.config["HANG"] == 0

@@ -36,12 +36,14 @@ from typing import Any
 
 import attrs
 
-from . import _api, cache, settings
+from . import _api, _workers, cache, settings
 from .cpus import usable_cpus
 from .errors import InvalidArgumentError, KernelbayError
 from .source import SUFFIX_LANG, Source
 
 MANIFEST = "kernelbay.toml"
+#: Seconds a compile may run in a worker before it is stopped (a hang, not a slow compile).
+COMPILE_TIMEOUT = 600.0
 _HEADERS = {".cuh", ".h", ".hpp", ".hh", ".inl"}
 
 
@@ -75,6 +77,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--manifest", default=None, help=f"options per source (default: {MANIFEST} in each directory given)")
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: CPU count)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=COMPILE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"stop a compile that runs longer and report it as failed (default: {COMPILE_TIMEOUT:g})",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(handler=cmd_precompile)
 
@@ -208,15 +217,15 @@ def run_pool(
     desc: str,
     progress: bool,
     labels: Sequence[str] | None = None,
+    timeout: float | None = None,
 ) -> list[tuple[str, str]]:
     """``fn(*call)`` for every call, in spawned worker processes, with a progress bar: the
-    results in the calls' order. A worker that dies gives ``("failed", why)`` for its call.
+    results in the calls' order. A call that raises, or whose worker dies, gives ``("failed",
+    why)``; one that runs more than ``timeout`` seconds gives ``("timeout", why)``: its worker
+    and the compilers it started are stopped, and the other calls go on (:mod:`._workers`).
 
     Shared by ``kernelbay precompile`` and the tuner's compile phase.
     """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     out: list[tuple[str, str]] = [("", "")] * len(calls)
     if not calls:
         return out
@@ -226,29 +235,31 @@ def run_pool(
         from tqdm import tqdm
 
         bar = tqdm(total=len(calls), unit="kernel", desc=desc, file=sys.stderr, dynamic_ncols=True)
+
+    def done(i: int) -> None:
+        if bar is not None:
+            if labels is not None:
+                bar.set_postfix_str(labels[i], refresh=False)
+            bar.update(1)
+
     # Worker processes, not threads: a compiler may compile one program at a time per process
     # (NVRTC does: 64 compiles in 16 threads took as long as one after another), and a compiler
-    # crash takes down a worker, not this command. Spawned, so no driver state is inherited;
-    # without KERNELBAY_TRACE, so they write no trace.
+    # crash takes down a worker, not this command. Without KERNELBAY_TRACE, they write no trace.
     trace_env = os.environ.pop("KERNELBAY_TRACE", None)
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(fn, *call): i for i, call in enumerate(calls)}
-            for fut in as_completed(futures):
-                i = futures[fut]
-                try:
-                    out[i] = fut.result()
-                except Exception as exc:  # the worker died (a compiler that crashed the process...)
-                    out[i] = ("failed", f"the compile worker failed: {type(exc).__name__}: {exc}")
-                if bar is not None:
-                    if labels is not None:
-                        bar.set_postfix_str(labels[i], refresh=False)
-                    bar.update(1)
+        results = _workers.run(fn, calls, workers, timeout, done)
     finally:
         if trace_env is not None:
             os.environ["KERNELBAY_TRACE"] = trace_env
         if bar is not None:
             bar.close()
+    for i, (status, value) in enumerate(results):
+        if status == "ok":
+            out[i] = value
+        elif status == "error":  # fn raised (it reports a compile's own failure as a result)
+            out[i] = ("failed", f"the compile worker failed: {value}")
+        else:  # "failed" (the worker died) or "timeout"
+            out[i] = (status, value)
     return out
 
 
@@ -257,6 +268,8 @@ def cmd_precompile(args: argparse.Namespace) -> int:
     if not jobs:
         print("kernelbay precompile: no kernel sources found (.cu, .cpp, .cc, .cxx, .ptx, .cubin, .fatbin)")
         return 0
+    if not args.timeout > 0:
+        raise InvalidArgumentError(f"--timeout must be a number of seconds > 0, got {args.timeout:g}")
     results = run_pool(
         compile_one,
         [(j.path, j.lang, j.name, j.options, j.headers, str(j.device)) for j in jobs],
@@ -264,9 +277,10 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         "precompile",
         not args.no_progress,
         [os.path.basename(j.path) for j in jobs],
+        args.timeout,
     )
     for j, (outcome, detail) in zip(jobs, results):
-        j.outcome, j.detail = outcome, detail
+        j.outcome, j.detail = ("failed" if outcome == "timeout" else outcome), detail
     return report(jobs)
 
 

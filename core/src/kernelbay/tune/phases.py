@@ -52,6 +52,7 @@ def compile_all(
     records: dict[int, dict[str, Any]],
     jobs: int | None,
     show: bool,
+    timeout: float | None = None,
 ) -> None:
     """Every source compiled into the disk cache first, in parallel (precompile's pool): the
     timing workers then load them. A text source always; a function source (Triton) where its
@@ -80,9 +81,12 @@ def compile_all(
         jobs,
         "tune: compile",
         show,
+        timeout=timeout,
     )
     for (i, _, _), (outcome, detail) in zip(calls, out):
-        if outcome == "failed":
+        if outcome == "timeout":  # a compile that hung (its worker was stopped): a result, like a hung launch
+            records[i] = {"status": "timeout", "detail": detail}
+        elif outcome == "failed":
             records[i] = {"status": "compile_error", "detail": detail}
             if detail.startswith("the compile worker failed"):  # not the config's fault: not kept
                 records[i]["transient"] = True

@@ -176,6 +176,7 @@ def tune(
     seed: int = 0,
     restrict: Any = (),
     timeout: float = 30.0,
+    compile_timeout: float = 600.0,
     repeats: int = 10,
     warmup: int = 2,
     rtol: float = 1e-5,
@@ -205,6 +206,9 @@ def tune(
         ``kernelbay[optuna]`` extra).
     :param timeout: seconds one launch of one config may take before its worker is killed and
         the config recorded as ``timeout``.
+    :param compile_timeout: seconds one config's compile may take in the compile pool before
+        its worker (and the compiler it runs) is stopped and the config recorded as
+        ``timeout``: it stops a hang, so leave it well above a slow compile.
     :param repeats: timed launches per config, interleaved across configs; ``warmup`` before.
     :param force: time everything again, ignoring the results file.
     :param executor: ``None`` (this machine), or ``"ray"`` / a :class:`RayExecutor`: the Ray
@@ -215,9 +219,10 @@ def tune(
     :raises InvalidArgumentError: for a bad space, strategy or device, or functions that cannot
         reach a worker process (lambdas, nested functions).
     """
-    if repeats < 1 or warmup < 0 or timeout <= 0:
+    if repeats < 1 or warmup < 0 or not timeout > 0 or not compile_timeout > 0:
         raise InvalidArgumentError(
-            f"repeats >= 1, warmup >= 0 and timeout > 0 are needed; got {repeats}, {warmup}, {timeout}"
+            f"repeats >= 1, warmup >= 0, timeout > 0 and compile_timeout > 0 are needed; got {repeats}, {warmup}, "
+            f"{timeout}, {compile_timeout}"
         )
     sp = as_space(space, restrict)
     runner = _executor(executor)
@@ -248,7 +253,16 @@ def tune(
         check,
         devs,
         store,
-        dict(repeats=repeats, warmup=warmup, timeout=timeout, rtol=rtol, atol=atol, jobs=jobs, flush_l2=flush_l2),
+        dict(
+            repeats=repeats,
+            warmup=warmup,
+            timeout=timeout,
+            compile_timeout=compile_timeout,
+            rtol=rtol,
+            atol=atol,
+            jobs=jobs,
+            flush_l2=flush_l2,
+        ),
         force,
         sys.stderr.isatty() if progress is None else progress,
         runner,
@@ -369,7 +383,7 @@ class Sweep:
         starter = ThreadPoolExecutor(len(handles))
         starting = [starter.submit(h.start) for h in handles]
         try:
-            compile_all(self.sources, todo, self.devs, self.records, o["jobs"], self.show)
+            compile_all(self.sources, todo, self.devs, self.records, o["jobs"], self.show, o["compile_timeout"])
             up = started(handles, starting)
             runnable = [i for i in todo if i not in self.records]
             time_all(up, runnable, self.records, o["repeats"], o["warmup"], o["timeout"], self.show)
