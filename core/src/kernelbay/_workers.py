@@ -72,14 +72,16 @@ class _Worker:
     def begun(self, timeout: float | None) -> None:
         self.deadline = None if timeout is None else time.monotonic() + timeout
 
-    def stop(self, kill: bool) -> None:
+    def ask_to_stop(self, kill: bool) -> None:
+        """Tell an idle worker to end (``None``), or kill a busy one with its process group."""
         pid = self.proc.pid
         if not kill:
             try:
                 self.conn.send(None)
+                return
             except OSError:
-                kill = True
-        if kill and pid is not None:
+                pass
+        if pid is not None:
             try:
                 if hasattr(os, "killpg"):
                     os.killpg(pid, signal.SIGKILL)  # the worker and the compilers it started
@@ -87,11 +89,17 @@ class _Worker:
                     self.proc.kill()
             except OSError:
                 self.proc.kill()
-        self.proc.join(5 if not kill else None)
+
+    def reap(self) -> None:
+        self.proc.join(30)
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join()
         self.conn.close()
+
+    def stop(self, kill: bool) -> None:
+        self.ask_to_stop(kill)
+        self.reap()
 
 
 def run(
@@ -173,6 +181,8 @@ def run(
                     w.stop(kill=True)
                     finish(i, ("timeout", why))
     finally:
+        for w in pool:  # all at once: an interpreter's exit (a driver's teardown) takes a while
+            w.ask_to_stop(kill=w.call is not None)
         for w in pool:
-            w.stop(kill=w.call is not None)
+            w.reap()
     return out
