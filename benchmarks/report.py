@@ -35,6 +35,9 @@ The cpu block-kernel and stream rows measured on 2 quiet cores (the shared devel
 is rarely quiet) are in [performance-cpu-quiet.md](performance-cpu-quiet.md).
 The cpu backend on a busy machine, per-kernel runners and compile speed (issue #25) are in
 [performance-cpu-speed.md](performance-cpu-speed.md).
+Autotuning sweeps (issue #31: parallel compile against serial, `kb.tune` against
+`triton.autotune`, the tuner's overhead; `benchmarks/bench_tune.py`) are in
+[tuning.md](tuning.md#figures).
 """
 
 REPRODUCE = """## Reproduce
