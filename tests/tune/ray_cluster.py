@@ -2,6 +2,8 @@
 tests.tune.ray_cluster OUT``): a Ray cluster of two nodes on this machine, bound to the loopback
 address, each node with its own kernelbay cache directory and a compiler that logs its command
 lines there; one sweep of ``kb.tune(..., executor="ray")`` over it; what happened, as JSON in OUT.
+``python -m tests.tune.ray_cluster OUT hang`` sweeps instead two configs of which one never
+finishes compiling (its source includes a named pipe nobody writes).
 
 Its own process, so that Ray's global state (a connected driver, signal handlers, threads) never
 enters pytest's, and so that the test can end it, cluster and all, whatever happens.
@@ -9,6 +11,7 @@ enters pytest's, and so that the test can end it, cluster and all, whatever happ
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -28,6 +31,23 @@ from tests.tune import kernels
 #: (the worker process dies); every node gets one of each.
 SPACE = {"BLOCK": [64], "MODE": [0, 2, 5], "UNROLL": [1, 4]}
 
+#: The compile_timeout of the ``hang`` sweep: long enough for the other config's cold compile
+#: on a loaded machine.
+HANG_TIMEOUT = 30
+
+
+def _someone_reads(fifo: str) -> bool:
+    """Whether a process has ``fifo`` open for reading, or waits in ``open`` to read it (a
+    non-blocking open for writing succeeds only then; it also lets such a reader go on)."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return False
+        raise
+    os.close(fd)
+    return True
+
 
 def compiler(base: str) -> str:
     """A compiler that appends its command line to ``$KB_CXX_LOG``, then runs the real one."""
@@ -43,7 +63,7 @@ def compiler(base: str) -> str:
     return path
 
 
-def main(out: str) -> None:
+def main(out: str, what: str = "") -> None:
     base = os.path.dirname(os.path.abspath(out))
     cxx = compiler(base)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,11 +79,37 @@ def main(out: str) -> None:
     for name in ("driver", "a", "b"):
         os.makedirs(os.path.join(base, name), mode=0o700, exist_ok=True)
     os.environ.update(env("driver"))
+    report = None
     node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False}
     cluster = Cluster(initialize_head=True, head_node_args={**node, "env_vars": env("a")})
     try:
         b = cluster.add_node(**node, env_vars=env("b"))
         ray.init(address=cluster.address)
+        if what == "hang":
+            fifo = os.path.join(base, "never-written")
+            os.mkfifo(fifo)
+            kernels.HANG_PATH = fifo
+            hung = kb.tune(
+                kernels.hang_source,
+                {"BLOCK": [64], "HANG": [0, 1]},
+                kernels.launch,
+                args=kernels.host_args(),
+                check=None,
+                rtol=1e-4,
+                atol=1e-3,
+                repeats=2,
+                devices="cpu",
+                executor="ray",
+                compile_timeout=HANG_TIMEOUT,
+                progress=False,
+            )
+            report = {
+                "nodes": {cluster.head_node.node_id: "a", b.node_id: "b"},
+                "winner": hung.config,
+                "records": [[c, r] for c, r in hung.records],
+                "reader_left": _someone_reads(fifo),
+            }
+            return
         result = kb.tune(
             kernels.source(),
             SPACE,
@@ -86,9 +132,10 @@ def main(out: str) -> None:
     finally:
         ray.shutdown()
         cluster.shutdown()
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(report, f)
+        if report is not None:
+            with open(out, "w", encoding="utf-8") as f:
+                json.dump(report, f)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

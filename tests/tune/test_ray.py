@@ -56,21 +56,14 @@ def _variant(config: dict[str, Any]) -> str:
     return f"-DMODE={config['MODE']} -DUNROLL={config['UNROLL']}"
 
 
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    import kernelbay as kb
-
-    try:
-        kb.device("cpu")
-    except kb.KernelbayError as exc:
-        pytest.skip(f"the cpu backend is not available here: {exc}")
-    base = tmp_path_factory.mktemp("ray")
+def _run_cluster(base: Path, *what: str) -> dict[str, Any]:
+    """``python -m tests.tune.ray_cluster OUT [WHAT]`` in a session of its own: its report."""
     out = base / "out.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     # A new session: on a hang the whole process group (driver, cluster) is ended; the limit is a
     # guard against a hang, not a speed target (the sweep takes ~40 s on a busy 2-core machine).
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.tune.ray_cluster", str(out)],
+        [sys.executable, "-m", "tests.tune.ray_cluster", str(out), *what],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -85,7 +78,23 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
         log, _ = proc.communicate()
         pytest.fail(f"the Ray sweep did not end within 900 s; its output ends:\n{log[-4000:]}")
     assert proc.returncode == 0, log[-6000:]
-    return base, json.loads(out.read_text(encoding="utf-8"))
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _need_cpu() -> None:
+    import kernelbay as kb
+
+    try:
+        kb.device("cpu")
+    except kb.KernelbayError as exc:
+        pytest.skip(f"the cpu backend is not available here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    _need_cpu()
+    base = tmp_path_factory.mktemp("ray")
+    return base, _run_cluster(base)
 
 
 def test_the_cluster_is_on_the_loopback_address_only(sweep) -> None:
@@ -145,6 +154,26 @@ def test_faults_are_records_and_the_node_goes_on(sweep) -> None:
     # every node timed its right config after its faulting ones were checked
     assert {r["node"] for r in by_mode[0]} == set(report["nodes"])
     assert report["winner"]["MODE"] == 0
+
+
+def test_a_compile_that_hangs_is_stopped_and_reported_as_a_timeout(tmp_path_factory) -> None:
+    """A compile on a node that never ends (its source includes a named pipe nobody writes) is
+    stopped at the sweep's compile_timeout with the compiler it started, recorded as a timeout,
+    and the other config is compiled, timed and chosen (a cluster of its own: its compiles must
+    not enter the caches the tests above count)."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("needs a named pipe (POSIX)")
+    _need_cpu()
+    from tests.tune.ray_cluster import HANG_TIMEOUT
+
+    base = tmp_path_factory.mktemp("ray-hang")
+    report = _run_cluster(base, "hang")
+    by = {c["HANG"]: r for c, r in report["records"]}
+    assert by[1]["status"] == "timeout", by[1]
+    assert f"longer than {HANG_TIMEOUT:g} s" in by[1]["detail"] and by[1]["compiled_on"] in report["nodes"]
+    assert by[0]["status"] == "ok" and report["winner"]["HANG"] == 0
+    # the compiler that waited on the pipe was stopped with its worker: nobody reads it now
+    assert report["reader_left"] is False
 
 
 def test_threads_are_the_cpus_ray_granted(sweep) -> None:

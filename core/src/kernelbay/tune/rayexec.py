@@ -5,7 +5,8 @@ imports it. The process that calls ``kb.tune`` must already be connected
 (``ray.init(address=...)``). What happens:
 
 1. **Compile, once per variant.** Each text source is a Ray task (one CPU) on the node that
-   will time it. The task compiles into its node's own disk cache and returns, as a separate
+   will time it. The task compiles (in a compile worker process of its own, stopped with its
+   compiler past the sweep's ``compile_timeout``) into its node's own disk cache and returns, as a separate
    object, the cache entries that compile read or wrote (their keys, payloads and metadata):
    where another node needs the binary (the default config, which every worker runs as the
    reference; the winner, which this process loads) it travels in Ray's object store, never
@@ -46,9 +47,9 @@ log = logging.getLogger("kernelbay.tune")
 
 __all__ = ["RayExecutor"]
 
-#: The cache entries a compile in this process read or wrote, per (source digest, device): a
-#: second compile of the same source here is answered from the backend's memory and reads no
-#: entry, yet its entries must still travel.
+#: The cache entries a compile on this node read or wrote, per (source digest, device): kept for
+#: a later compile of the same source here whose worker reports fewer (its entries must still
+#: travel).
 _KEYS: dict[tuple[str, str], list[str]] = {}
 
 
@@ -79,11 +80,11 @@ def _here() -> tuple[str, str]:
     return ray.get_runtime_context().get_node_id(), socket.gethostname()
 
 
-def _compile_variant(src: Source, device: str) -> tuple[tuple[str, str, str, str], list[tuple[str, bytes, dict]]]:
-    """A Ray task: compile ``src`` for ``device`` on this node; ``((outcome, detail, node, host),
-    entries)``, outcome ``compiled`` or ``failed``, entries ``(key, payload, meta)``."""
-    node, host = _here()
-    memo = (src.digest(), device)
+def _compile_keys(src: Source, device: str) -> tuple[str, str, list[str]]:
+    """Compile ``src`` for ``device`` into this process's disk cache: ``(outcome, detail, keys)``,
+    outcome ``compiled`` or ``failed``, keys those of the cache entries the compile read or
+    wrote. Runs in a compile worker (:mod:`kernelbay._workers`) started by the Ray task, so that
+    a compile past its deadline is stopped with the compiler it started."""
     keys: list[str] = []
     previous = cache.observer
     cache.observer = lambda key, hit: keys.append(key)
@@ -91,9 +92,33 @@ def _compile_variant(src: Source, device: str) -> tuple[tuple[str, str, str, str
         dev, b = _api._resolve(device)
         b.compile_to_cache(dev, src)  # the disk cache only: no driver context on a GPU node
     except KernelbayError as exc:
-        return ("failed", str(exc), node, host), []
+        return "failed", str(exc), []
     finally:
         cache.observer = previous
+    return "compiled", "", keys
+
+
+def _compile_variant(
+    src: Source, device: str, timeout: float | None = None
+) -> tuple[tuple[str, str, str, str], list[tuple[str, bytes, dict]]]:
+    """A Ray task: compile ``src`` for ``device`` on this node; ``((outcome, detail, node, host),
+    entries)``, outcome ``compiled``, ``failed`` or ``timeout``, entries ``(key, payload, meta)``.
+
+    The compile runs in a worker process of its own with ``timeout`` (the sweep's
+    ``compile_timeout``): one that runs longer is stopped, its compiler too, and reported; the
+    Ray worker lives on."""
+    from .. import _workers
+
+    node, host = _here()
+    memo = (src.digest(), device)
+    status, got = _workers.run(_compile_keys, [(src, device)], 1, timeout)[0]
+    if status == "timeout":
+        return ("timeout", str(got), node, host), []
+    if status != "ok":  # it raised something unexpected, or its worker died
+        return ("failed", str(got), node, host), []
+    outcome, detail, keys = got
+    if outcome != "compiled":
+        return (outcome, detail, node, host), []
     if keys:
         _KEYS[memo] = keys
     entries = []
@@ -245,7 +270,9 @@ class RayExecutor:
         if job.check is None and default not in shipped:
             home.setdefault(default, plan[0][0])
         failed: dict[int, dict[str, Any]] = {}
-        where = self._compile(ray, backend, [i for i in home if i not in shipped], home, sources, failed, shipped)
+        where = self._compile(
+            ray, backend, [i for i in home if i not in shipped], home, sources, failed, shipped, options
+        )
         # the default, when compiled only as the reference: its fault shows in the workers' check
         records.update({i: rec for i, rec in failed.items() if i in todo})
         # 2. time: one actor per device, each with its share and the entries it lacks.
@@ -300,10 +327,12 @@ class RayExecutor:
         sources: list[Source],
         records: dict[int, dict[str, Any]],
         shipped: dict[int, Any],
+        options: dict[str, Any],
     ) -> dict[int, tuple[str, str]]:
         """Compile the text sources of ``want``, each on its home node as a one-CPU Ray task:
-        ``{index: (node, host)}``; failures go to ``records``, ``(node, entries' ref)`` to ``shipped``.
-        Function sources (Pallas, Triton) compile in the timing workers."""
+        ``{index: (node, host)}``; failures and compiles past ``compile_timeout`` go to
+        ``records``, ``(node, entries' ref)`` to ``shipped``. Function sources (Pallas, Triton)
+        compile in the timing workers."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # the optional extra
 
         task = ray.remote(_compile_variant)
@@ -318,7 +347,7 @@ class RayExecutor:
                 place = NodeAffinitySchedulingStrategy(home[i], soft=False)
                 summaries[i], entries = task.options(
                     num_cpus=1, num_returns=2, scheduling_strategy=place, **extra
-                ).remote(sources[i], backend)
+                ).remote(sources[i], backend, options.get("compile_timeout"))
                 shipped[i] = (home[i], entries)
         where = {}
         for i, ref in summaries.items():
@@ -330,8 +359,9 @@ class RayExecutor:
                 del shipped[i]
                 continue
             where[i] = (node, host)
-            if outcome == "failed":
-                records[i] = {"status": "compile_error", "detail": detail, "compiled_on": node, "host": host}
+            if outcome != "compiled":
+                status = "timeout" if outcome == "timeout" else "compile_error"
+                records[i] = {"status": status, "detail": detail, "compiled_on": node, "host": host}
                 del shipped[i]
         return where
 

@@ -206,9 +206,10 @@ def tune(
         ``kernelbay[optuna]`` extra).
     :param timeout: seconds one launch of one config may take before its worker is killed and
         the config recorded as ``timeout``.
-    :param compile_timeout: seconds one config's compile may take in the compile pool before
-        its worker (and the compiler it runs) is stopped and the config recorded as
-        ``timeout``: it stops a hang, so leave it well above a slow compile.
+    :param compile_timeout: seconds one config's compile may take (in the compile pool, or in
+        a Ray compile task's worker) before its worker (and the compiler it runs) is stopped
+        and the config recorded as ``timeout``: it stops a hang, so leave it well above a slow
+        compile.
     :param repeats: timed launches per config, interleaved across configs; ``warmup`` before.
     :param force: time everything again, ignoring the results file.
     :param executor: ``None`` (this machine), or ``"ray"`` / a :class:`RayExecutor`: the Ray
