@@ -335,10 +335,26 @@ def test_close_frees_once_counts_and_marks_closed(path, dev, be):
         assert python_frames(b3.close) == []
 
 
-def test_close_of_an_object_that_is_not_a_buffer_is_the_python_paths_error(dev):
-    assert both(lambda: Buffer.close(object()))[0] == both(lambda: Buffer.close(object()))[1]
-    front, python = both(lambda: Buffer.close(object()))
-    assert (front[:2] == ("raised", TypeError) and python[:2] == ("raised", AttributeError)) or front == python
+@pytest.mark.parametrize("path", ["front", "python"])
+def test_a_buffer_collected_unclosed_is_freed_once_and_a_closed_one_costs_no_frame(path, dev, be):
+    _fronts.use(path == "front")
+    n = memory.closes
+    be.direct.clear()
+    b = kb.buffer(16, dev)
+    del b
+    gc.collect()
+    assert be.direct == ["allocate", "free"] and memory.closes == n  # a collection is not a close()
+    closed = kb.buffer(16, dev)
+    closed.close()
+    assert python_frames(closed.__del__) == ([] if path == "front" else ["__del__"])
+
+
+@pytest.mark.parametrize("self", [object(), None, 3])
+def test_close_of_an_object_that_is_not_a_buffer_is_the_python_paths_error(self, dev):
+    front, python = both(lambda: Buffer.close(self))
+    assert front == python and front[:2] == ("raised", AttributeError)
+    front, python = both(lambda: Buffer.__del__(self))
+    assert front == python and front[:2] == ("raised", AttributeError)
 
 
 def test_a_backend_without_direct_callables_runs_the_python_functions(add_backend, fake, be, dev):

@@ -332,6 +332,16 @@ python:
     return TWIN(front, args, nargsf, kwnames);
 }
 
+/* Buffer.__del__: nothing to do for a closed buffer (the common case: close() ran), else the twin. */
+static PyObject *del_(PyObject *front, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) == 1 && kwnames == NULL) {
+        PyTypeObject *t = Py_TYPE(args[0]);
+        if ((t == BufferT || t == ArrayT) && SLOT(args[0], b_handle) == Py_None)
+            Py_RETURN_NONE;
+    }
+    return TWIN(front, args, nargsf, kwnames);
+}
+
 /* ---- the Front type ---- */
 
 static PyObject *front_get(PyObject *self, PyObject *obj, PyObject *type) {
@@ -417,7 +427,7 @@ static PyObject *obj_arg(PyObject *cfg, const char *key) {
     return v;
 }
 
-/* init(cfg: dict) -> (launch, close, buffer, empty): the classes, the Python twins and the
+/* init(cfg: dict) -> (launch, close, buffer, empty, __del__): the classes, the Python twins and the
  * module namespaces in, the four fronts out (Front objects). Called once per process (kernelbay._fronts). */
 static PyObject *init(PyObject *mod, PyObject *cfg) {
     if (KernelT != NULL)
@@ -436,8 +446,9 @@ static PyObject *init(PyObject *mod, PyObject *cfg) {
     OFF(BindingT, "launch", g_launch); OFF(BindingT, "fronts", g_fronts); OFF(StreamT, "is_default", s_is_default);
     /* LaunchConfig is frozen: its slots are read only, through the offsets of its own descriptors */
     OFF(ConfigT, "grid", c_grid); OFF(ConfigT, "block", c_block); OFF(ConfigT, "shared_mem", c_shared);
-    PyObject *py_launch, *py_buffer, *py_empty, *py_close;
+    PyObject *py_launch, *py_buffer, *py_empty, *py_close, *py_del;
     OBJ(py_launch, "launch"); OBJ(py_buffer, "buffer"); OBJ(py_empty, "empty"); OBJ(py_close, "close");
+    OBJ(py_del, "__del__");
     OBJ(streams_ns, "streams"); OBJ(memory_ns, "memory"); OBJ(runtime, "runtime"); OBJ(dtypes, "dtypes");
     if (!PyDict_Check(streams_ns) || !PyDict_Check(memory_ns) || !PyDict_Check(dtypes))
         return PyErr_Format(PyExc_TypeError, "init: streams, memory and dtypes must be dicts");
@@ -467,15 +478,15 @@ static PyObject *init(PyObject *mod, PyObject *cfg) {
         return NULL;
     if (PyType_Ready(&FrontType) < 0)
         return NULL;
-    return Py_BuildValue("(NNNN)", new_front(launch, py_launch), new_front(close_, py_close),
-                         new_front(buffer, py_buffer), new_front(empty, py_empty));
+    return Py_BuildValue("(NNNNN)", new_front(launch, py_launch), new_front(close_, py_close),
+                         new_front(buffer, py_buffer), new_front(empty, py_empty), new_front(del_, py_del));
 #undef TYPE
 #undef OBJ
 #undef OFF
 }
 
 static PyMethodDef methods[] = {
-    {"init", init, METH_O, "init(cfg) -> (launch, close, buffer, empty): see kernelbay._fronts"},
+    {"init", init, METH_O, "init(cfg) -> (launch, close, buffer, empty, __del__): see kernelbay._fronts"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -89,6 +89,7 @@ def _build() -> None:
                 "close": Buffer.close,
                 "buffer": _offered["buffer"],
                 "empty": _offered["empty"],
+                "__del__": Buffer.__del__,
             }
             cfg = {
                 "Kernel": Kernel,
@@ -105,7 +106,7 @@ def _build() -> None:
                 "dtypes": _offered["dtypes"],
                 "max_nbytes": _offered["max_nbytes"],
             }
-            fronts = dict(zip(("launch", "close", "buffer", "empty"), mod.init(cfg)))
+            fronts = dict(zip(("launch", "close", "buffer", "empty", "__del__"), mod.init(cfg)))
             for name, front in fronts.items():  # what help(), inspect.signature and tracebacks read
                 twin = twins[name]
                 front.__doc__, front.__name__, front.__qualname__ = twin.__doc__, twin.__name__, twin.__qualname__
@@ -134,6 +135,7 @@ def use(on: bool) -> None:
         return
     Kernel.launch = Kernel.__call__ = fns["launch"]  # type: ignore[method-assign]
     Buffer.close = fns["close"]  # type: ignore[method-assign]
+    Buffer.__del__ = fns["__del__"]  # type: ignore[method-assign]
     for ns in _homes:
         _put(ns, fns)
     _state["on"] = on
