@@ -228,7 +228,7 @@ def fronts(quick: bool) -> list[dict]:
         runtime.add_backend(_noop_backend(), "noopbench", "kernelbay-noopbench")
     dev = kb.device("noopbench")
     if not _fronts.active():
-        return [skipped(FRONTS + c, "front", f"the fronts are not in use: {_fronts.status()}") for c in FRONT_CASES]
+        return [skipped(FRONTS + c, "kernelbay", f"the fronts are not in use: {_fronts.status()}") for c in FRONT_CASES]
     k = kb.compile(kb.Source(lambda: None, lang="python", name="noop"), dev)
     n, args, cfg = 1 << 20, (1, 2.0, 3), kb.LaunchConfig((1,), (32,))
     fns = (
@@ -248,9 +248,9 @@ def fronts(quick: bool) -> list[dict]:
     )
     out = []
     for case, by in s.items():
-        out.append(record(FRONTS + case, "front", stats(by["front"])))
-        out.append(record(FRONTS + case, "python", stats(by["python"])))
-        out.append(record(FRONTS + case, "front − python (paired)", paired_diff(by["front"], by["python"])))
+        out.append(record(FRONTS + case, "kernelbay", stats(by["front"]), note="the C fronts"))
+        out.append(record(FRONTS + case, "python path", stats(by["python"]), note="the Python functions"))
+        out.append(record(FRONTS + case, "kernelbay − python path", paired_diff(by["front"], by["python"])))
     return out
 
 

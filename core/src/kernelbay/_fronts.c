@@ -1,21 +1,13 @@
-/* The core's fronts: Kernel.launch / __call__, kb.buffer, kb.empty and Buffer.close in C
- * (kernelbay._fronts builds this at first use with kernelbay.native and installs it; without a
- * compiler the Python functions stay, and say so once).
+/* The core's fronts: Kernel.launch / __call__, kb.buffer, kb.empty, Buffer.close and
+ * Buffer.__del__ in C, built at first use by kernelbay._fronts (which says why and how: the
+ * decision is docs/decisions.md, "The core's hot calls have C fronts").
  *
- * Each front takes the common case of its Python twin -- the same checks, the same attribute
+ * Each front serves the common case of its Python twin -- the same checks, the same attribute
  * writes, the same call of the binding's hook -- and hands every other call, unchanged, to the
- * Python function it replaces: a spelling it does not parse (an unknown keyword, too many
- * arguments), a value it does not handle identically (an int subclass for a size, a
- * LaunchConfig subclass, a default device), a state it does not serve (a current stream or a
- * graph recording, a closed kernel), and any binding whose hook is not the backend's direct
- * callable (an extension wraps it). So every error a user can cause is raised by the Python
- * code, with its type and message; what raises here is only the hook itself, which the Python
- * path calls the same way. Argument packing is the backends' (kernelbay.argrules): the launch
- * front passes args through as it gets them.
- *
- * Attributes are read and written at the slot offsets of the attrs classes' member
- * descriptors (init() takes the descriptors and checks them), and only for objects of exactly
- * those classes (a subclass might redefine one): the Python path serves subclasses. */
+ * twin (goto python): so every error a user can cause is the Python code's. Attributes are
+ * read and written at the slot offsets of the attrs classes' member descriptors (checked by
+ * init), for objects of exactly those classes only. Argument packing stays the backends'
+ * (kernelbay.argrules): the launch front passes args through. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -28,7 +20,7 @@ enum { F_ALLOCATE = 1, F_FREE = 2, F_LAUNCH = 4 };
 static PyTypeObject *KernelT, *BufferT, *ArrayT, *DeviceT, *BindingT, *StreamT, *ConfigT;
 static Py_ssize_t k_handle, k_binding, b_device, b_nbytes, b_handle, b_binding, a_shape, a_dtype, d_backend,
     g_allocate, g_free, g_launch, g_fronts, s_is_default, c_grid, c_block, c_shared;
-static PyObject *streams_ns, *memory_ns, *runtime, *dtypes;   /* module dicts, the runtime, _api._dtypes */
+static PyObject *streams_ns, *memory_ns, *runtime_ns, *dtypes; /* module dicts, vars(runtime), _api._dtypes */
 static long long max_nbytes;
 static PyObject *str_intercept, *str_closes, *str_bindings, *str_itemsize, *str_float32, *zero, *one, *empty_tuple;
 static PyObject *kw_launch[8], *kw_buffer[2], *kw_empty[3];
@@ -104,20 +96,15 @@ static inline int intercepting(void) {
     return PyLong_AsLongAndOverflow(v, &overflow) != 0 || overflow;
 }
 
-/* The binding runtime.bindings holds for device's backend (borrowed, kept alive by the dict
- * the runtime holds), or NULL: the twin resolves it. */
+/* The binding runtime.bindings holds for device's backend (borrowed: the dicts keep it), or
+ * NULL: the twin resolves it. */
 static PyObject *binding_of(PyObject *device) {
     PyObject *backend = SLOT(device, d_backend);
     if (backend == NULL)
         return NULL;
-    PyObject *bindings = PyObject_GetAttr(runtime, str_bindings);
-    if (bindings == NULL || !PyDict_CheckExact(bindings)) {
-        Py_XDECREF(bindings);
-        PyErr_Clear();
-        return NULL;
-    }
-    PyObject *b = PyDict_GetItemWithError(bindings, backend);
-    Py_DECREF(bindings); /* runtime keeps the dict, and the dict the binding */
+    /* runtime.bindings, read from the runtime's own __dict__ (reset() assigns a new dict there) */
+    PyObject *bindings = PyDict_GetItemWithError(runtime_ns, str_bindings);
+    PyObject *b = bindings != NULL && PyDict_CheckExact(bindings) ? PyDict_GetItemWithError(bindings, backend) : NULL;
     if (b == NULL)
         PyErr_Clear();
     return b;
@@ -407,22 +394,11 @@ static int offset(PyTypeObject *cls, const char *name, Py_ssize_t *out) {
     return 0;
 }
 
-static PyObject *type_arg(PyObject *cfg, const char *key) {
+/* cfg[key], a new reference; a class where cls is set. */
+static PyObject *arg(PyObject *cfg, const char *key, int cls) {
     PyObject *v = PyDict_GetItemString(cfg, key);
-    if (v == NULL || !PyType_Check(v)) {
-        PyErr_Format(PyExc_TypeError, "init: %s must be a class", key);
-        return NULL;
-    }
-    Py_INCREF(v);
-    return v;
-}
-
-static PyObject *obj_arg(PyObject *cfg, const char *key) {
-    PyObject *v = PyDict_GetItemString(cfg, key);
-    if (v == NULL) {
-        PyErr_Format(PyExc_KeyError, "init: %s is missing", key);
-        return NULL;
-    }
+    if (v == NULL || (cls && !PyType_Check(v)))
+        return PyErr_Format(PyExc_TypeError, "init: %s is missing or not a class", key);
     Py_INCREF(v);
     return v;
 }
@@ -434,8 +410,8 @@ static PyObject *init(PyObject *mod, PyObject *cfg) {
         return PyErr_Format(PyExc_RuntimeError, "the fronts are initialised once");
     if (!PyDict_Check(cfg))
         return PyErr_Format(PyExc_TypeError, "init takes a dict");
-#define TYPE(var, key) if ((var = (PyTypeObject *)type_arg(cfg, key)) == NULL) return NULL
-#define OBJ(var, key) if ((var = obj_arg(cfg, key)) == NULL) return NULL
+#define TYPE(var, key) if ((var = (PyTypeObject *)arg(cfg, key, 1)) == NULL) return NULL
+#define OBJ(var, key) if ((var = arg(cfg, key, 0)) == NULL) return NULL
 #define OFF(cls, name, var) if (offset(cls, name, &var) < 0) return NULL
     TYPE(KernelT, "Kernel"); TYPE(BufferT, "Buffer"); TYPE(ArrayT, "Array"); TYPE(DeviceT, "Device");
     TYPE(BindingT, "Binding"); TYPE(StreamT, "Stream"); TYPE(ConfigT, "LaunchConfig");
@@ -449,9 +425,9 @@ static PyObject *init(PyObject *mod, PyObject *cfg) {
     PyObject *py_launch, *py_buffer, *py_empty, *py_close, *py_del;
     OBJ(py_launch, "launch"); OBJ(py_buffer, "buffer"); OBJ(py_empty, "empty"); OBJ(py_close, "close");
     OBJ(py_del, "__del__");
-    OBJ(streams_ns, "streams"); OBJ(memory_ns, "memory"); OBJ(runtime, "runtime"); OBJ(dtypes, "dtypes");
-    if (!PyDict_Check(streams_ns) || !PyDict_Check(memory_ns) || !PyDict_Check(dtypes))
-        return PyErr_Format(PyExc_TypeError, "init: streams, memory and dtypes must be dicts");
+    OBJ(streams_ns, "streams"); OBJ(memory_ns, "memory"); OBJ(runtime_ns, "runtime"); OBJ(dtypes, "dtypes");
+    if (!PyDict_Check(streams_ns) || !PyDict_Check(memory_ns) || !PyDict_Check(runtime_ns) || !PyDict_Check(dtypes))
+        return PyErr_Format(PyExc_TypeError, "init: streams, memory, runtime and dtypes must be dicts");
     PyObject *mx = PyDict_GetItemString(cfg, "max_nbytes");
     if (mx == NULL || (max_nbytes = PyLong_AsLongLong(mx)) < 0 || max_nbytes > (1LL << 52))
         return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "init: max_nbytes out of range");
@@ -459,22 +435,15 @@ static PyObject *init(PyObject *mod, PyObject *cfg) {
     for (int i = 0; i < 8; i++)
         if ((kw_launch[i] = PyUnicode_InternFromString(launch_names[i])) == NULL)
             return NULL;
-    kw_buffer[0] = PyUnicode_InternFromString("nbytes");
-    kw_buffer[1] = PyUnicode_InternFromString("device");
-    kw_empty[0] = PyUnicode_InternFromString("shape");
-    kw_empty[1] = PyUnicode_InternFromString("dtype");
-    kw_empty[2] = kw_buffer[1];
-    Py_XINCREF(kw_empty[2]);
-    str_intercept = PyUnicode_InternFromString("intercept");
-    str_closes = PyUnicode_InternFromString("closes");
-    str_bindings = PyUnicode_InternFromString("bindings");
-    str_itemsize = PyUnicode_InternFromString("itemsize");
-    str_float32 = PyUnicode_InternFromString("float32");
-    zero = PyLong_FromLong(0);
-    one = PyLong_FromLong(1);
-    empty_tuple = PyTuple_New(0);
-    if (!kw_buffer[0] || !kw_buffer[1] || !kw_empty[0] || !kw_empty[1] || !str_intercept || !str_closes ||
-        !str_bindings || !str_itemsize || !str_float32 || !zero || !one || !empty_tuple)
+    PyObject **strs[] = {&kw_buffer[0], &kw_buffer[1], &kw_empty[0], &kw_empty[1], &kw_empty[2], &str_intercept,
+                         &str_closes, &str_bindings, &str_itemsize, &str_float32};
+    const char *texts[] = {"nbytes", "device", "shape", "dtype", "device", "intercept", "closes", "bindings",
+                           "itemsize", "float32"};
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+        if ((*strs[i] = PyUnicode_InternFromString(texts[i])) == NULL)
+            return NULL;
+    if ((zero = PyLong_FromLong(0)) == NULL || (one = PyLong_FromLong(1)) == NULL ||
+        (empty_tuple = PyTuple_New(0)) == NULL)
         return NULL;
     if (PyType_Ready(&FrontType) < 0)
         return NULL;

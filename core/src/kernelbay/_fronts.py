@@ -14,7 +14,7 @@ path runs and the wrapper sees every call, as before.
 
 ``KERNELBAY_FRONTS=0`` keeps the Python functions (as ``KERNELBAY_NATIVE=0`` does, with every
 other native helper); without a compiler they stay too, said once on the ``kernelbay.native``
-logger and as a warning.
+logger and as a warning. ``kernelbay info`` shows the state (``native helpers: core fronts``).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _build() -> None:
                 **twins,
                 "streams": vars(_streams),
                 "memory": vars(_memory),
-                "runtime": _offered["runtime"],
+                "runtime": vars(_offered["runtime"]),
                 "dtypes": _offered["dtypes"],
                 "max_nbytes": _offered["max_nbytes"],
             }
@@ -113,6 +113,9 @@ def _build() -> None:
                 front.__module__, front.__wrapped__ = twin.__module__, twin
         except (native.NativeUnavailable, OSError) as exc:  # load_extension said so once already
             why = str(exc).splitlines()[0]
+        except Exception as exc:  # a bug here must not take the backend's probe down with it
+            why = f"the fronts did not start ({type(exc).__name__}: {exc}); please report it"
+            log.warning("kernelbay: the core's C fronts are not used, the Python functions run: %s", why)
         else:
             _state["twins"] = twins
             _state["fronts"] = fronts
@@ -153,11 +156,14 @@ def active() -> bool:
 
 def status() -> str:
     """``"native"`` (in place), ``"native (not in use)"``, ``"python (<reason>)"``, or
-    ``"not needed yet"`` (no backend has offered direct callables in this process)."""
+    ``"not built (...)"`` (no backend has offered direct callables in this process yet)."""
     if _state.get("on"):
         return "native"
     if "fronts" in _state:
         return "native (not in use)"
     if "why" in _state:
         return f"python ({_state['why']})"
-    return "not needed yet"
+    return "not built (no backend with direct callables has been probed in this process)"
+
+
+native.register_status("core fronts", status)  # `kernelbay info` lists it beside the backends' helpers
