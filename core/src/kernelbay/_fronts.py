@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from importlib import resources
 from typing import Any
 
 from . import memory as _memory
@@ -81,6 +80,8 @@ def _build() -> None:
     if why is None and not {"buffer", "empty", "runtime", "dtypes", "max_nbytes", "binding_class"} <= set(_offered):
         why = "the API layer did not offer its functions"
     if why is None:
+        from importlib import resources  # here, not at import: it costs kernelbay's import 10+ ms
+
         try:
             src = resources.files("kernelbay").joinpath("_fronts.c").read_text(encoding="utf-8")
             mod = native.load_extension("_kb_fronts", src)
