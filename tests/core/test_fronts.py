@@ -417,7 +417,11 @@ def test_the_fronts_carry_the_twins_docs_and_signatures():
 
 @pytest.mark.parametrize(
     "env,expected",
-    [({}, "native"), ({"KERNELBAY_FRONTS": "0"}, "python (turned off by KERNELBAY_FRONTS='0')")],
+    [
+        ({}, "native"),
+        ({"KERNELBAY_FRONTS": "0"}, "python (turned off by KERNELBAY_FRONTS='0')"),
+        ({"KERNELBAY_NATIVE": "0"}, "python (turned off by KERNELBAY_NATIVE='0')"),
+    ],
 )
 def test_kernelbay_fronts_0_keeps_the_python_functions(env, expected):
     code = (
@@ -430,3 +434,25 @@ def test_kernelbay_fronts_0_keeps_the_python_functions(env, expected):
     status, kinds = r.stdout.splitlines()[-2:]
     assert status == expected
     assert kinds == ("Front Front" if expected == "native" else "function function")
+
+
+def test_without_a_compiler_the_python_functions_run_and_say_so_once(tmp_path):
+    code = (
+        "import kernelbay as kb, kernelbay._fronts as f\n"
+        "d = kb.device('pyref')\n"
+        "kb.buffer(8, d).close(); kb.empty(4, 'int32', d).close()\n"
+        "k = kb.compile(kb.Source(lambda t, x: None, lang='python', name='k'), d)\n"
+        "k.launch(1, 1, (kb.zeros(1, 'int32', d),))\n"
+        "print(f.status())\n"
+    )
+    envs = {
+        **os.environ,
+        "KERNELBAY_BACKENDS": "pyref",
+        "KERNELBAY_CACHE_DIR": str(tmp_path / "cache"),  # no build of an earlier run to load
+        "PATH": "/nonexistent",
+        "CC": "",
+    }
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=envs, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1].startswith("python (no C compiler found")
+    assert r.stderr.count("native helper _kb_fronts unavailable") == 1

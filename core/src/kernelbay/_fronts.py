@@ -43,7 +43,7 @@ log = logging.getLogger("kernelbay.native")
 _lock = threading.Lock()
 _offered: dict[str, Any] = {}  # what the API layer offers: its functions, the runtime, the dtype memo
 _homes: list[dict[str, Any]] = []  # module namespaces that hold kb.buffer and kb.empty
-_state: dict[str, Any] = {}  # "fronts": the four C functions; "twins": the Python ones; "why": unavailable
+_state: dict[str, Any] = {}  # "fronts": the C fronts by name; "twins": the Python functions; "why": unavailable
 
 
 def offer(namespace: dict[str, Any], **parts: Any) -> None:
