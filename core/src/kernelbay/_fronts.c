@@ -343,6 +343,11 @@ static PyObject *front_repr(PyObject *self) {
     return PyUnicode_FromFormat("<C front of %R>", ((Front *)self)->twin);
 }
 
+/* Pickled by name, as the function it stands for is: kernelbay._api.buffer, Kernel.launch. */
+static PyObject *front_reduce(PyObject *self, PyObject *unused) { return PyObject_GetAttrString(self, "__qualname__"); }
+
+static PyMethodDef front_methods[] = {{"__reduce__", front_reduce, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+
 static void front_dealloc(PyObject *self) {
     Front *f = (Front *)self;
     Py_XDECREF(f->twin);
@@ -362,6 +367,7 @@ static PyTypeObject FrontType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "A C front of a core function; its twin is the Python function it stands for.",
     .tp_descr_get = front_get,
+    .tp_methods = front_methods,
     .tp_dictoffset = offsetof(Front, dict),
 };
 

@@ -151,15 +151,18 @@ def test_a_wrapper_sees_every_call_and_the_fronts_serve_again_after(dev, k, be):
     assert be.direct == ["allocate", "free"]
 
 
-def test_the_fronts_carry_the_twins_docs_and_signatures():
+def test_the_fronts_carry_the_twins_docs_and_signatures(be):  # be: the fronts are in place
     import inspect
 
-    if not _fronts.active():
-        pytest.skip("the fronts are not in place in this process")
     assert "A new untyped buffer" in kb.buffer.__doc__ and kb.buffer.__name__ == "buffer"
     assert str(inspect.signature(kb.buffer)).startswith("(nbytes: 'int', device: 'DeviceLike' = None)")
     assert "config: 'LaunchConfig | None' = None" in str(inspect.signature(kb.Kernel.launch))
     assert kb.Kernel.launch is kb.Kernel.__call__ and kb.Buffer.close.__qualname__ == "Buffer.close"
+
+    import pickle
+
+    for fn in (kb.buffer, kb.empty, kb.Kernel.launch, kb.Buffer.close):  # by name, as the functions were
+        assert pickle.loads(pickle.dumps(fn)) is fn
 
 
 @pytest.mark.parametrize(
