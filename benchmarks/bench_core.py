@@ -246,7 +246,19 @@ def fronts(quick: bool) -> list[dict]:
         repeat=3 if quick else 60,
         warmup=1 if quick else 2,
     )
-    out = []
+    fn = k._binding.launch  # the backend's direct callable, as the front calls it
+    d = interleaved_samples(
+        {"kernelbay": lambda: k.launch(1, 32, args), "backend function": lambda: fn(k, 1, 32, args, 0, None)},
+        number=200 if quick else 2000,
+        repeat=3 if quick else 60,
+        warmup=1 if quick else 2,
+    )
+    group = FRONTS + "what the core adds to k.launch(1, 32, args)"
+    out = [
+        record(group, "kernelbay", stats(d["kernelbay"]), note="the C front"),
+        record(group, "backend function", stats(d["backend function"]), note="its direct callable, called from Python"),
+        record(group, "kernelbay − backend function", paired_diff(d["kernelbay"], d["backend function"])),
+    ]
     for case, by in s.items():
         out.append(record(FRONTS + case, "kernelbay", stats(by["front"]), note="the C fronts"))
         out.append(record(FRONTS + case, "python path", stats(by["python"]), note="the Python functions"))
@@ -275,5 +287,9 @@ def goals(records: list[dict]) -> list[dict]:
         g = goal(
             f"core adds ≤ 0.3 µs per launch over the backend's function ({r.get('backend')} backend)", r["median"], 0.3
         )
+        out.append(g | {"unit": "µs"})
+    r = find(records, FRONTS + "what the core adds to k.launch(1, 32, args)", "kernelbay − backend function")
+    if r and r.get("median") is not None:
+        g = goal("core adds ≤ 0.1 µs per launch over a backend's direct callable (the C front)", r["median"], 0.1)
         out.append(g | {"unit": "µs"})
     return out
