@@ -79,6 +79,13 @@ def _triton_add():
     return add
 
 
+def _core_fronts() -> str:
+    """Whether the core's C fronts (kernelbay._fronts) serve this run: "native", or why not."""
+    from kernelbay import _fronts
+
+    return _fronts.status()
+
+
 def _skip(group: str, name: str, why: str) -> dict:
     return {"group": group, "name": name, "unit": "us", "median": None, "skipped": why}
 
@@ -110,6 +117,11 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
     kst = dev.stream()  # the portable form: a kb.Stream holding such a handle
     s_user = d.CUstream(kst.handle.handle)
     kcfg = kb.LaunchConfig(grid=(1,), block=(32,))
+    from kernelbay import _fronts
+
+    # Kernel.launch's Python function, which the core's C front stands in for (kernelbay._fronts):
+    # the README's spelling through it is the "before" of the front's rows.
+    py_launch = _fronts.twins().get("launch", kb.Kernel.launch)
     cases = {
         # one row per call form (the tuple form is the README's, the headline)
         "kernelbay": lambda: k.launch(1, 32, args),
@@ -118,6 +130,7 @@ def _launch(quick: bool, dev, out: list[dict]) -> None:
         "kernelbay-config": lambda: k.launch(config=kcfg, args=args),
         "kernelbay-keywords": lambda: k.launch(grid=(1,), block=(32,), args=args),
         "kernelbay-call": lambda: k((1,), (32,), args),
+        "kernelbay-python-path": lambda: py_launch(k, (1,), (32,), args),
         "kernelbay-stream": lambda: k.launch((1,), (32,), args, stream=stream),
         "kernelbay-kb-stream": lambda: k.launch((1,), (32,), args, stream=kst),
         "kernelbay-foreign-stream": lambda: k.launch((1,), (32,), args, stream=foreign),
@@ -342,8 +355,13 @@ def _alloc(quick: bool, dev, out: list[dict]) -> None:
             pass
 
     nomem = _NoMemory()
+    from kernelbay import _fronts
+
+    twins = _fronts.twins()  # the Python functions the core's C fronts stand in for ("before")
+    py_buffer, py_close = twins.get("buffer", kb.buffer), twins.get("close", Buffer.close)
     cases = {
         "kernelbay": lambda: kb.buffer(size, dev).close(),
+        "kernelbay-python-path": lambda: py_close(py_buffer(size, dev)),
         "kernelbay-buffer-object-only": lambda: Buffer(dev, size, 1, nomem).close(),
         "kernelbay-allocator": lambda: al.free(al.malloc(size)),
         "driver": lambda: d.cuMemFree(d.cuMemAlloc(size)[1]),
@@ -386,11 +404,20 @@ def _alloc_streams(quick: bool, dev, out: list[dict]) -> None:
         torch = None
         out.append(_skip("empty-close-1MiB", "torch", repr(exc)))
     tdev = f"cuda:{dev.index}"
+    from kernelbay import _fronts
+
+    twins = _fronts.twins()
+    py_buffer, py_empty, py_close = twins.get("buffer", kb.buffer), twins.get("empty", kb.empty), twins.get("close")
+    if py_close is None:
+        py_close = kb.Buffer.close
 
     def cases() -> dict:
         c = {
             "kernelbay": lambda: kb.empty(size, np.uint8, dev).close(),
             "kernelbay-buffer": lambda: kb.buffer(size, dev).close(),
+            # the same through the Python functions the core's C fronts stand in for ("before")
+            "kernelbay-python-path": lambda: py_close(py_empty(size, np.uint8, dev)),
+            "kernelbay-buffer-python-path": lambda: py_close(py_buffer(size, dev)),
         }
         if cp is not None:
             pool = cp.get_default_memory_pool()
@@ -525,6 +552,7 @@ def run(quick: bool) -> list[dict]:
             "unit": "",
             "median": None,
             "properties": {k: v for k, v in dev.properties.items() if isinstance(v, (int, str))},
+            "core_fronts": _core_fronts(),
         }
     ]
     for part in (_launch, _graph, _graph_peers, _alloc, _alloc_streams, _copies, _compile):

@@ -6,6 +6,7 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import _fronts
 from . import streams as _streams
 from ._plugins import Backend, Binding, binding, runtime
 from ._select import _by_priority, device, devices, select  # noqa: F401  (device selection lives there)
@@ -428,3 +429,17 @@ def register(plugin: object, name: str | None = None) -> None:
 def unregister(plugin: object) -> None:
     """Remove an extension registered with :func:`register`."""
     runtime.unregister(plugin)
+
+
+# The C fronts of kb.buffer and kb.empty (and of Kernel.launch, Buffer.close) go in when a backend
+# offers direct callables: they need these functions as their Python twins, and this namespace
+# to put themselves in (kernelbay._fronts).
+_fronts.offer(
+    globals(),
+    buffer=buffer,
+    empty=empty,
+    runtime=runtime,
+    dtypes=_dtypes,
+    max_nbytes=MAX_NBYTES,
+    binding_class=Binding,
+)

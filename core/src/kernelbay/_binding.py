@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from . import _isolate, hookspecs
+from . import _fronts, _isolate, hookspecs
 from .device import BackendSpec, Device
 from .errors import BackendBrokenError, BackendUnavailableError, InvalidArgumentError
 from .fallbacks import fallback
@@ -64,6 +64,7 @@ class Binding:
         "wrapped",
         "retired",
         "default_streams",
+        "fronts",
     ) + tuple(_hook_attr(n) for n in ALL_HOOKS)
 
     # The hooks as bound by bind(), typed as their specs in hookspecs.py (same order; a test
@@ -116,6 +117,9 @@ class Binding:
         self.retired = False
         #: Each device's default kb.Stream, made on first use (kernelbay.streams.Stream.default).
         self.default_streams: dict[Device, Stream] = {}
+        #: Which hooks are the backend's direct callables (kernelbay._fronts bits): the core's
+        #: C fronts serve those hooks of this binding, the Python functions the others.
+        self.fronts = 0
 
     def new_graph(self, device: Device) -> Graph:
         """A :class:`kernelbay.Graph` recording ``device``'s work (``dev.graph()``)."""
@@ -221,6 +225,7 @@ def bind(pm: pluggy.PluginManager, b: Binding, others: list[object], argnames: d
             wrapped = wrapped or len(impls) > 1
         setattr(b, attr, fn)
     b.wrapped = wrapped
+    b.fronts = 0
     if b._devices is not None:
         apply_direct(b)
 
@@ -231,7 +236,9 @@ DIRECT_HOOKS = ("allocate", "free", "launch", "graph_replay")
 
 def apply_direct(b: Binding) -> None:
     """Put each hot-path hook's direct callable (``fn.kernelbay_direct()``) in its place, where
-    the backend offers one and no extension wraps the hook (a chained wrapper has no such attribute)."""
+    the backend offers one and no extension wraps the hook (a chained wrapper has no such attribute);
+    then the core's C fronts for those hooks (:mod:`kernelbay._fronts`)."""
+    bits = 0
     for attr in DIRECT_HOOKS:
         make = getattr(getattr(b, attr, None), "kernelbay_direct", None)
         if make is None:
@@ -249,6 +256,10 @@ def apply_direct(b: Binding) -> None:
             )
             continue
         setattr(b, attr, direct)
+        bits |= _fronts.BITS.get(attr, 0)
+    b.fronts = bits
+    if bits:
+        _fronts.enable()
 
 
 def _chain(b: Binding, impls: list[pluggy.HookImpl], argnames: tuple[str, ...]) -> Callable[..., Any] | None:

@@ -19,6 +19,14 @@ kernelbay_host_view = hookimpl(allocator.host_view)
 kernelbay_compile = hookimpl(launcher.compile)
 kernelbay_launch = hookimpl(launcher.launch)
 
+# Direct callables (hookspecs.py, *Direct*): what the core calls instead of a hook while no
+# extension wraps it; with them in place, kb.buffer, Buffer.close and Kernel.launch are the
+# core's C fronts, which add no Python frame of their own. A C backend returns a C function
+# here; pyref's hooks already take the spec's parameters in order, so each is its own.
+allocator.allocate.kernelbay_direct = lambda: allocator.allocate  # type: ignore[attr-defined]
+allocator.free.kernelbay_direct = lambda: allocator.free  # type: ignore[attr-defined]
+launcher.launch.kernelbay_direct = lambda: launcher.launch  # type: ignore[attr-defined]
+
 # Streams and events: left out on purpose. The core's fallback applies (every stream is the
 # device's one in-order stream, events complete when recorded), which is exactly right for a
 # backend whose every call finishes before it returns. Graphs: graphs.py.
