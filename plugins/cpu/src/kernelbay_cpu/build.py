@@ -60,6 +60,7 @@ _HEADERS = (
     # the runner object's sources (runners.py)
     "kb_cpu_launch.cpp",
     "kb_cpu_fiber.cpp",
+    "kb_cpu_fission.cpp",
 )
 # CUDA toolkit headers that device files include: fp16/bf16 types (only kernels that include them
 # pay for them) and harmless stand-ins for host headers. A Source header of the same name wins.
@@ -196,10 +197,8 @@ def build(source: Source) -> Built:
     fl = flags(source.options, tc, source.lang)
     pre = preludes()
     fname = FILES[source.lang]
-    # kb_cpu_fission.h after the prelude: the precompiled prelude must be the first include.
-    fission_h = '#include "kb_cpu_fission.h"\n' if source.lang == "cuda" else ""
     variables = module_globals(text) if source.lang == "cuda" else []
-    head = f'#include "{_PRELUDE[source.lang]}"\n{fission_h}'
+    head = f'#include "{_PRELUDE[source.lang]}"\n'
     rest = f'#include "{fname}"\n' + _launcher(source.lang, names, runners, variables)
     # Without a runner object, its sources come after the prelude, before the user's code.
     main = Main(head + rest, head + includes(_PRELUDE[source.lang]) + rest)

@@ -34,7 +34,7 @@ log = logging.getLogger("kernelbay.cpu")
 
 #: The runner sources of each prelude (the c++ prelude has no fibers).
 SOURCES = {
-    "kb_cpu_cuda.h": ("kb_cpu_launch.cpp", "kb_cpu_fiber.cpp"),
+    "kb_cpu_cuda.h": ("kb_cpu_launch.cpp", "kb_cpu_fiber.cpp", "kb_cpu_fission.cpp"),
     "kb_cpu_cxx.h": ("kb_cpu_launch.cpp",),
 }
 _GOLD = "-fuse-ld=gold"
