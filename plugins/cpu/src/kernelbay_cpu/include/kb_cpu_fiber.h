@@ -13,6 +13,8 @@
 #include <csetjmp>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
@@ -97,6 +99,91 @@ struct Sched {
 
 // The block this OS thread runs as fibers, if any.
 extern KB_CPU_TLS Sched* tls_sched;
+
+// --- the switch, and what a waiting fiber runs (kb_cpu_sync.h) ------------------------------------
+// Inline in the kernel's code, as they always were: called from the runner object instead, each
+// barrier's wait had frames of its own on the fiber's stack to bring back into the cache at the
+// switch (a shared-memory tree sum on fibers took 1.6x as long).
+
+#if defined(__x86_64__)
+// Saves the callee-saved registers on the current stack, stores the stack pointer in *save and
+// continues on `to` (kb_cpu_fiber.cpp).
+extern "C" void kb_cpu_switch(void** save, void* to);
+inline void ctx_switch(Ctx& from, Ctx& to) { kb_cpu_switch(&from.sp, to.sp); }
+#else
+inline void ctx_switch(Ctx& from, Ctx& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
+inline uint3 tid_of(const Sched& s, int i) {
+    return uint3{(unsigned)(i % s.bx), (unsigned)((i / s.bx) % s.by), (unsigned)(i / (s.bx * s.by))};
+}
+
+[[noreturn]] inline void fail_here(Sched& s) {
+    s.failed = true;
+    s.state[s.cur] = F_DONE;
+    ctx_switch(s.ctx[s.cur], s.main);
+    std::abort();  // never resumed
+}
+
+template <class... KbA>
+[[noreturn]] inline void fail(const char* fmt, KbA... a) {
+    Sched& s = *tls_sched;
+    std::snprintf(s.msg, sizeof(s.msg), fmt, a...);
+    fail_here(s);
+}
+
+[[noreturn]] void outside_block(const char* what);
+
+inline Sched& sched(const char* what) {
+    Sched* s = tls_sched;
+    if (s == nullptr) outside_block(what);
+    return *s;
+}
+
+// Brings the saved registers of fiber k into the cache ahead of the switch to it: 256 fiber stacks
+// do not fit in L1, and the switch's first pop would otherwise wait for L2 (measured: a yield
+// every 8 loop iterations cost 11 ns, 6.5 ns with this; prefetching the 6 lines a yield's frames
+// span made a barrier cost 15 ns instead of 12).
+inline void prefetch_fiber(const Sched& s, int k) {
+#if defined(__x86_64__)
+    const char* sp = static_cast<const char*>(s.ctx[k < s.n ? k : 0].sp);
+    __builtin_prefetch(sp);
+    __builtin_prefetch(sp + 56);
+#else
+    (void)s, (void)k;
+#endif
+}
+
+// __activemask (kb_cpu_sync.h): its waiting lanes are released once no lane of the warp can run.
+inline void release_active(Sched& s, int w);
+
+// The running fiber stops (waits, or has finished) and the next ready one in thread order runs,
+// by one direct switch; with none ready, the scheduler loop in run_block_fibers decides.
+inline void switch_away(Sched& s, unsigned char st) {
+    const int i = s.cur;
+    s.state[i] = st;
+    if (s.active_wait[i >> 5]) release_active(s, i >> 5);
+    int j = i + 1;
+    while (j < s.n && s.state[j] != F_READY) ++j;
+    if (j == s.n) {
+        j = 0;
+        while (j < i && s.state[j] != F_READY) ++j;
+        if (j == i) {
+            ctx_switch(s.ctx[i], s.main);
+            return;
+        }
+    }
+    s.cur = j;
+    *s.tid_slot = s.tid[j];
+    prefetch_fiber(s, j + 1);
+    ctx_switch(s.ctx[i], s.ctx[j]);
+}
+
+inline void wait_here(Sched& s, unsigned char st, int line, const char* file) {
+    s.wait_line[s.cur] = line;
+    s.wait_file[s.cur] = file;
+    switch_away(s, st);
+}
 
 // Runs one block: body(ctx) once per thread, each thread a fiber. Records an error and returns
 // on deadlock, misuse, a C++ exception or a fiber stack overflow.
