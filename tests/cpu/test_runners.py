@@ -54,7 +54,7 @@ def _saxpy(cpu, text: str, options: tuple[str, ...] = ()) -> None:
 
 # Each test's sources carry their own comment: the process keeps modules by source, across caches.
 def _wsum(cpu, tag: str) -> None:
-    k = kb.compile(kb.Source(FIBERS + f"\n// {tag}\n", lang="cuda", name="wsum"), cpu)
+    k = kb.compile(kb.Source(FIBERS + f"\n// test_runners: {tag}\n", lang="cuda", name="wsum"), cpu)
     assert k.handle.fibers
     xs = np.arange(512, dtype=np.float32)
     x, out = kb.asarray(xs, device=cpu), kb.zeros(4, "float32", device=cpu)
@@ -64,12 +64,12 @@ def _wsum(cpu, tag: str) -> None:
 
 
 def test_one_object_per_flags_reused_by_later_compiles(cpu, fresh_cache):
-    _saxpy(cpu, SAXPY + "\n// first\n")
+    _saxpy(cpu, SAXPY + "\n// test_runners: first\n")
     first = _objects(fresh_cache)
     assert len(first) == 1
     _wsum(cpu, "same flags, another kernel")
     assert _objects(fresh_cache) == first
-    _saxpy(cpu, SAXPY + "\n// first\n", options=("-DKB_TEST_FLAG=1",))  # other flags: another object
+    _saxpy(cpu, SAXPY + "\n// test_runners: first\n", options=("-DKB_TEST_FLAG=1",))  # other flags: another object
     assert len(_objects(fresh_cache)) == 2
 
 
@@ -86,19 +86,19 @@ void fill(float* y, int n) {
     y = kb.zeros(300, "float32", device=cpu)
     k.launch(3, 128, (y, 300))
     np.testing.assert_array_equal(y.numpy(), 2 * np.arange(300, dtype=np.float32))
-    _saxpy(cpu, SAXPY + "\n// beside a c++ module\n")
+    _saxpy(cpu, SAXPY + "\n// test_runners: beside a c++ module\n")
     assert len(_objects(fresh_cache)) == 2  # the c++ prelude's and the cuda prelude's
 
 
 def test_a_damaged_object_is_built_again(cpu, fresh_cache):
-    _saxpy(cpu, SAXPY + "\n// damaged: first\n")
+    _saxpy(cpu, SAXPY + "\n// test_runners: damaged: first\n")
     (name,) = _objects(fresh_cache)
     path = os.path.join(fresh_cache, "pch", name)
     with open(path, "wb") as f:
         f.write(b"not an object file at all")
     _wsum(cpu, "linked past the damaged object")
     assert not os.path.exists(path)  # dropped: the next compile builds it again
-    _saxpy(cpu, SAXPY + "\n// after the damage\n")
+    _saxpy(cpu, SAXPY + "\n// test_runners: after the damage\n")
     assert _objects(fresh_cache) == [name]
     with open(path, "rb") as f:
         assert f.read(4) == b"\x7fELF"
@@ -106,7 +106,7 @@ def test_a_damaged_object_is_built_again(cpu, fresh_cache):
 
 def test_without_an_object_the_module_compiles_the_runners_itself(cpu, fresh_cache, monkeypatch):
     monkeypatch.setattr("kernelbay_cpu.build.runner_object", lambda *a: None)
-    _saxpy(cpu, SAXPY + "\n// no object\n")
+    _saxpy(cpu, SAXPY + "\n// test_runners: no object\n")
     _wsum(cpu, "no object")
     assert _objects(fresh_cache) == []
 
@@ -119,7 +119,7 @@ def test_a_kernel_error_is_reported_once_with_its_line(cpu, fresh_cache):
 
 
 def test_the_linker_is_probed_once_and_kept(cpu, fresh_cache, monkeypatch):
-    _saxpy(cpu, SAXPY + "\n// probe\n")
+    _saxpy(cpu, SAXPY + "\n// test_runners: probe\n")
     (name,) = _objects(fresh_cache)
     with open(os.path.join(fresh_cache, "pch", name[:-2] + ".ld"), encoding="utf-8") as f:
         linker = f.read()
@@ -128,4 +128,11 @@ def test_the_linker_is_probed_once_and_kept(cpu, fresh_cache, monkeypatch):
         assert linker == "gold"
     # kept: a later compile with these flags runs no probe (nor object build) again
     monkeypatch.setattr(runners, "_build", lambda *a, **k: pytest.fail("built again"))
-    _saxpy(cpu, SAXPY + "\n// no second probe\n")
+    _saxpy(cpu, SAXPY + "\n// test_runners: no second probe\n")
+
+
+def test_a_users_own_linker_choice_is_kept(cpu, fresh_cache):
+    _saxpy(cpu, SAXPY + "\n// test_runners: bfd\n", options=("-fuse-ld=bfd",))
+    (name,) = _objects(fresh_cache)
+    with open(os.path.join(fresh_cache, "pch", name[:-2] + ".ld"), encoding="utf-8") as f:
+        assert f.read() == "default"  # no gold added next to the user's -fuse-ld=
