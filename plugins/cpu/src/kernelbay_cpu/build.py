@@ -6,8 +6,11 @@ The translation unit is ``kb_main.cpp``::
     #include "kernel.cu"         // the user's source, unchanged, so diagnostics keep its lines
     <generated launcher>         // one kb_info_<i>/kb_launch_<i> pair per entry
 
-Each launcher hands the ``void**`` argument array to ``kb_cpu::run_threads<&entry>`` (cuda) or
-``kb_cpu::run_blocks<&entry>`` (c++), which deduce the parameter types from the entry's signature.
+Each launcher hands the ``void**`` argument array to ``kb_cpu::run_threads<&entry>``,
+``kb_cpu::run_fibers<&entry>`` (cuda) or ``kb_cpu::run_blocks<&entry>`` (c++, and cuda's loop
+path), which deduce the parameter types from the entry's signature. The kernel-independent code
+they call is the runner object (runners.py), linked in; where there is none, ``kb_main.cpp``
+includes its sources after the prelude.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import attrs
 from kernelbay.cache import CacheEntry, locked, lookup, make_key, recheck, store
-from kernelbay.errors import InvalidArgumentError
+from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
 
 from . import _driver
@@ -29,6 +32,7 @@ from .cxx import run_compiler
 from .deps import deps_unchanged
 from .flags import flags
 from .pch import prelude_pch
+from .runners import discard, includes, runner_object
 
 if TYPE_CHECKING:
     from ._worker_client import RemoteModule
@@ -53,6 +57,10 @@ _HEADERS = (
     "cooperative_groups/reduce.h",
     "kb_cpu_fission.h",
     "cooperative_groups/scan.h",
+    # the runner object's sources (runners.py)
+    "kb_cpu_launch.cpp",
+    "kb_cpu_fiber.cpp",
+    "kb_cpu_fission.cpp",
 )
 # CUDA toolkit headers that device files include: fp16/bf16 types (only kernels that include them
 # pay for them) and harmless stand-ins for host headers. A Source header of the same name wins.
@@ -97,7 +105,7 @@ extern "C" __attribute__((visibility("default"))) int kb_info_{i}(long long* siz
     return kb_cpu::sig<decltype(kb_entry_{i})>::info(sizes, kinds, cap);
 }}
 extern "C" __attribute__((visibility("default"))) int kb_launch_{i}(void** a, const int* g, int shmem) {{
-    return kb_cpu::launch<&kb_cpu::{runner}<kb_entry_{i}>>({_c_string(n)}, a, g, shmem);
+    return kb_cpu::launch({_c_string(n)}, a, g, shmem, &kb_cpu::{runner}<kb_entry_{i}>);
 }}"""
         )
     return "\n".join(parts) + "\n"
@@ -132,6 +140,13 @@ _RESERVED = {
     *_HEADERS,
     *(f"{h}.gch" for h in _PRELUDE.values()),
 }
+
+
+class Main(NamedTuple):
+    """``kb_main.cpp``'s text with the runner object linked in, and without one."""
+
+    linked: str
+    whole: str
 
 
 class Built(NamedTuple):
@@ -182,12 +197,11 @@ def build(source: Source) -> Built:
     fl = flags(source.options, tc, source.lang)
     pre = preludes()
     fname = FILES[source.lang]
-    # kb_cpu_fission.h after the prelude: the precompiled prelude must be the first include.
-    fission_h = '#include "kb_cpu_fission.h"\n' if source.lang == "cuda" else ""
     variables = module_globals(text) if source.lang == "cuda" else []
-    main = f'#include "{_PRELUDE[source.lang]}"\n{fission_h}#include "{fname}"\n' + _launcher(
-        source.lang, names, runners, variables
-    )
+    head = f'#include "{_PRELUDE[source.lang]}"\n'
+    rest = f'#include "{fname}"\n' + _launcher(source.lang, names, runners, variables)
+    # Without a runner object, its sources come after the prelude, before the user's code.
+    main = Main(head + rest, head + includes(_PRELUDE[source.lang]) + rest)
     # In-process images never carry a sanitizer (CXX='g++ -fsanitize=address' would end the
     # interpreter when loaded); checked mode builds a second, sanitized image for the worker.
     plain = _driver.plain_argv(tc)
@@ -212,7 +226,7 @@ def _image(
     text: str,
     names: list[str],
     fname: str,
-    main: str,
+    main: Main,
     pre: dict[str, str],
 ) -> tuple[bytes, dict[str, str]]:
     key = make_key(
@@ -225,7 +239,7 @@ def _image(
         entries=names,
         extra={
             "lang": source.lang,
-            "main": main,
+            "main": main.linked,
             "text": text,
             **{f"prelude:{k}": v for k, v in pre.items()},
             **{f"header:{k}": v for k, v in source.headers.items()},
@@ -242,7 +256,20 @@ def _image(
         prelude = _PRELUDE[source.lang]
         gch = prelude_pch(tc, argv, fl, prelude, pre)
         links = {prelude + ".gch": gch} if gch is not None else None
-        image, deps = run_compiler(tuple(argv), fl, source, text, fname, main, pre, links)
+        ro = runner_object(tc, argv, fl, prelude, pre, gch)
+        if ro is None:
+            image, deps = run_compiler(tuple(argv), fl, source, text, fname, main.whole, pre, links)
+        else:
+            try:
+                image, deps = run_compiler(
+                    tuple(argv), fl, source, text, fname, main.linked, pre, links, (ro.path,), ro.link_flags
+                )
+            except CompileError as exc:
+                if exc.lines:  # the kernel's own error
+                    raise
+                # A link error: the object's or the linker's fault when a build without them works.
+                image, deps = run_compiler(tuple(argv), fl, source, text, fname, main.whole, pre, links)
+                discard(ro)
         store(cache, key, image, {"backend": "cpu", "entries": names, "compiler": tc.version, "deps": deps})
     return image, deps
 

@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Sequence
 
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
@@ -28,10 +29,14 @@ def run_compiler(
     main: str,
     pre: dict[str, str],
     links: dict[str, str] | None = None,
+    objects: Sequence[str] = (),
+    link_flags: Sequence[str] = (),
 ) -> tuple[bytes, dict[str, str]]:
     """The shared object's bytes, and ``{path: sha256}`` of the files it was built from outside
     the build directory (from the compiler's ``-MMD`` dependency output). ``links``: names in
-    the build directory linked to files elsewhere (the precompiled prelude, pch.py)."""
+    the build directory linked to files elsewhere (the precompiled prelude, pch.py);
+    ``objects``: objects linked in after the kernel (the runner object, runners.py), and
+    ``link_flags`` the options their link takes."""
     import subprocess  # only where a compiler runs: importing the plugin stays light
     import tempfile
 
@@ -49,7 +54,8 @@ def run_compiler(
             os.symlink(target, os.path.join(d, n))
         out = os.path.join(d, "kernel.so")
         depfile = os.path.join(d, "kernel.d")
-        cmd = [*argv, *fl, "-I", d, "-MMD", "-MF", depfile, "kb_main.cpp", *libraries(fl), "-o", out]
+        cmd = [*argv, *fl, *link_flags, "-I", d, "-MMD", "-MF", depfile, "kb_main.cpp", *objects, *libraries(fl)]
+        cmd += ["-o", out]
         t0 = time.perf_counter()
         try:
             r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=600)

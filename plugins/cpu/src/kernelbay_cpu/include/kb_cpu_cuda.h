@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
 
 // __device__ is `inline`, so the unused device functions of a header cost no code generation;
@@ -83,23 +84,25 @@ using kb_cpu::uint3;
 #define KB_X_FAST                                                                               \
     KB_SIMD for (int kb_g = kb_base; kb_g < kb_base + (int)kb_blockDim.x; ++kb_g)              \
         kb_thread(::kb_cpu::uint3{(unsigned)(kb_g - kb_base), kb_y, kb_z});
-#define KB_X_PLAIN \
-    KB_SIMD for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) kb_thread(::kb_cpu::uint3{kb_x, kb_y, kb_z});
-#define KB_THREADS_END                                                                      \
-    };                                                                                      \
-    if (__builtin_expect(::kb_diag, 0)) { /* a faulting block again, to name its thread */   \
-        for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                               \
-            for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y)                           \
-                for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) {                     \
-                    ::kb_cpu::diag_thread(kb_x, kb_y, kb_z);                                \
-                    kb_thread(::kb_cpu::uint3{kb_x, kb_y, kb_z});                           \
-                }                                                                           \
-    } else if (kb_blockIdx.x < 2097151u && kb_blockIdx.y < 2097152u && kb_blockIdx.z < 2097152u && \
-        kb_blockDim.x <= 1024u && kb_blockDim.y <= 1024u && kb_blockDim.z <= 64u) {         \
-        const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);                           \
-        KB_THREAD_LOOP(KB_X_FAST)                                                           \
-    } else {                                                                                \
-        KB_THREAD_LOOP(KB_X_PLAIN)                                                          \
+// The second also runs a faulting block again (::kb_diag), its threads one at a time, each
+// named in ::kb_threadIdx before its code runs (kb_cpu_launch.cpp): the same loop with a step of
+// one thread, not a third copy of the kernel's body to compile.
+#define KB_X_PLAIN                                                                                \
+    for (unsigned kb_x0 = 0; kb_x0 < kb_blockDim.x; kb_x0 += kb_step) {                           \
+        if (kb_one) ::kb_cpu::diag_thread(kb_x0, kb_y, kb_z);                                    \
+        KB_SIMD for (unsigned kb_x = kb_x0; kb_x < kb_x0 + kb_step; ++kb_x)                       \
+            kb_thread(::kb_cpu::uint3{kb_x, kb_y, kb_z});                                         \
+    }
+#define KB_THREADS_END                                                                             \
+    };                                                                                             \
+    const bool kb_one = __builtin_expect(::kb_diag, 0); /* a faulting block again, to name its thread */ \
+    if (!kb_one && kb_blockIdx.x < 2097151u && kb_blockIdx.y < 2097152u && kb_blockIdx.z < 2097152u && \
+        kb_blockDim.x <= 1024u && kb_blockDim.y <= 1024u && kb_blockDim.z <= 64u) {                \
+        const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);                                  \
+        KB_THREAD_LOOP(KB_X_FAST)                                                                  \
+    } else {                                                                                       \
+        const unsigned kb_step = kb_one ? 1u : kb_blockDim.x;                                      \
+        KB_THREAD_LOOP(KB_X_PLAIN)                                                                 \
     }
 
 // --- vector types -------------------------------------------------------------------------
@@ -630,3 +633,6 @@ inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ?
 inline const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaError"; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
+
+// Barrier loop fission's loops and lane arrays: in the precompiled prelude, not parsed per kernel.
+#include "kb_cpu_fission.h"

@@ -3,8 +3,12 @@
 // a rendezvous of the lanes its mask names, completed by the last of them to arrive, which
 // computes every participant's result. Misuse ends the block with a message naming the line.
 #pragma once
-#include "kb_cpu_fiber.h"
+#include <cstring>
 #include <strings.h>
+
+#include "kb_cpu_fiber.h"
+
+#pragma GCC visibility push(hidden)
 
 namespace kb_cpu {
 
@@ -250,3 +254,5 @@ inline std::uint64_t warp_op(int op, unsigned mask, std::uint64_t val, int arg, 
 }
 
 }  // namespace kb_cpu
+
+#pragma GCC visibility pop
