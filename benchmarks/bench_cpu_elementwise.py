@@ -12,6 +12,13 @@ interleaved with kernelbay):
 
 Each kernel is launched with 256 threads per block and synchronized; numpy computes into
 preallocated outputs where it can (``out=``), as a numpy user who cares about speed writes it.
+
+Each timed call comes right after an untimed call of the same case, so that both sides meet the
+caches in the same state. Timed in turn (kernelbay, numpy, kernelbay, ...) without it, numpy's
+residual add read and wrote arrays its gelu had just touched (``xs``, ``o``), while kernelbay's
+found its arrays evicted, and paid the write-backs of numpy's gelu: on the 2-core box at 2^20, 1
+thread, the same residual kernel measured 1310 us after numpy's gelu and 635 us after
+kernelbay's, numpy's add 754-792 us either way (docs/performance-cpu-speed.md).
 """
 
 from __future__ import annotations
@@ -110,6 +117,7 @@ for f in cases.values():
     f()
 for _ in range(reps):
     for name, f in cases.items():
+        f()  # untimed: each case is timed right after itself, never after the other side's work
         t0 = time.perf_counter(); f(); samples[name].append((time.perf_counter() - t0) * 1e6)
 print(json.dumps({"threads": dev.properties["threads"], "samples": samples}))
 """
