@@ -344,10 +344,25 @@ inline int for_each_block(long gx, long gy, long gz, Body body) {
         // machine, another process) does not hold the whole grid back as a static split would.
         const long chunk = nblocks / ((long)nt * 8) > 1 ? nblocks / ((long)nt * 8) : 1;
         const long nchunks = (nblocks + chunk - 1) / chunk;
+        struct Job {
+            Body* body;
+            long chunk, nblocks, gx, gy;
+            const long* irq;
+            long irq0;
+            const int* cancel;
+            static void run(void* j, long c) {
+                const Job& o = *static_cast<const Job*>(j);
+                const long b = c * o.chunk;
+                run_range(*o.body, b, b + o.chunk < o.nblocks ? b + o.chunk : o.nblocks, o.gx, o.gy, o.irq, o.irq0,
+                          o.cancel);
+            }
+        } job{&body, chunk, nblocks, gx, gy, irq, irq0, cancel};
+        // The runtime's pool (kb_cpu_rt.cpp) waits only for the chunks its threads took; OpenMP
+        // where there is none, or while another launch uses it.
+        const bool pooled = rt != nullptr && rt->parallel != nullptr && rt->parallel(nt, nchunks, &Job::run, &job) == 0;
+        if (!pooled) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-        for (long c = 0; c < nchunks; ++c) {
-            const long b = c * chunk;
-            run_range(body, b, b + chunk < nblocks ? b + chunk : nblocks, gx, gy, irq, irq0, cancel);
+            for (long c = 0; c < nchunks; ++c) Job::run(&job, c);
         }
         if (error_flag) return error_flag;
         if (const int c = __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) return c;
