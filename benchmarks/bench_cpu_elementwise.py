@@ -134,11 +134,13 @@ def _child(n: int, reps: int, threads: str) -> dict:
 
 
 def run(quick: bool) -> list[dict]:
-    sizes, reps = ((16, 18), 3) if quick else ((20, 24), 9)
+    # Medians of 25 at 2^20 (a few ms a case: 9 left them at the mercy of one busy moment on a
+    # shared machine, 0.3x-7x between runs), of 5 at 2^24 (0.1-0.3 s a case).
+    sizes, reps = ((16, 18), 3) if quick else ((20, 24), 25)
     recs: list[dict] = []
     for log2 in sizes:
         for threads in ("1", "0"):
-            got = _child(1 << log2, reps if log2 < 24 else max(3, reps // 2), threads)
+            got = _child(1 << log2, reps if log2 < 24 else 5, threads)
             label = "1 thread" if threads == "1" else f"all threads ({got['threads']})"
             s = got["samples"]
             for k in KERNELS:
