@@ -12,6 +12,13 @@ interleaved with kernelbay):
 
 Each kernel is launched with 256 threads per block and synchronized; numpy computes into
 preallocated outputs where it can (``out=``), as a numpy user who cares about speed writes it.
+
+Each timed call comes right after an untimed call of the same case, so that both sides meet the
+caches in the same state. Timed in turn (kernelbay, numpy, kernelbay, ...) without it, numpy's
+residual add read and wrote arrays its gelu had just touched (``xs``, ``o``), while kernelbay's
+found its arrays evicted, and paid the write-backs of numpy's gelu: on the 2-core box at 2^20, 1
+thread, the same residual kernel measured 1310 us after numpy's gelu and 635 us after
+kernelbay's, numpy's add 754-792 us either way (docs/performance-cpu-speed.md).
 """
 
 from __future__ import annotations
@@ -110,6 +117,7 @@ for f in cases.values():
     f()
 for _ in range(reps):
     for name, f in cases.items():
+        f()  # untimed: each case is timed right after itself, never after the other side's work
         t0 = time.perf_counter(); f(); samples[name].append((time.perf_counter() - t0) * 1e6)
 print(json.dumps({"threads": dev.properties["threads"], "samples": samples}))
 """
@@ -126,11 +134,13 @@ def _child(n: int, reps: int, threads: str) -> dict:
 
 
 def run(quick: bool) -> list[dict]:
-    sizes, reps = ((16, 18), 3) if quick else ((20, 24), 9)
+    # Medians of 25 at 2^20 (a few ms a case: 9 left them at the mercy of one busy moment on a
+    # shared machine, 0.3x-7x between runs), of 5 at 2^24 (0.1-0.3 s a case).
+    sizes, reps = ((16, 18), 3) if quick else ((20, 24), 25)
     recs: list[dict] = []
     for log2 in sizes:
         for threads in ("1", "0"):
-            got = _child(1 << log2, reps if log2 < 24 else max(3, reps // 2), threads)
+            got = _child(1 << log2, reps if log2 < 24 else 5, threads)
             label = "1 thread" if threads == "1" else f"all threads ({got['threads']})"
             s = got["samples"]
             for k in KERNELS:

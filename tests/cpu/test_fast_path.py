@@ -103,3 +103,33 @@ def test_launch_bounds_kernel_found_without_a_name_and_wrapped(cpu):
     y = kb.asarray(np.zeros(300, np.float32), device=cpu)
     k.launch(2, 256, (x, y, 300))
     np.testing.assert_array_equal(y.numpy(), 2 * np.arange(300, dtype=np.float32))
+
+
+SQRT = r"""
+__global__ void k(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = sqrtf(x[i]) + sqrt(x[i]);  // sqrtf, and the float overload of sqrt
+}
+"""
+
+
+def test_sqrt_without_errno_is_still_correctly_rounded(cpu):
+    # CUDA sources build with -fno-math-errno (sqrtf's loop vectorises): the values are IEEE's,
+    # special cases included, exactly as numpy's correctly rounded float32 sqrt gives them.
+    from kernelbay_cpu import _driver, flags
+
+    tc = _driver.toolchain()
+    assert "-fno-math-errno" in flags.flags([], tc, "cuda")
+    assert "-fno-math-errno" not in flags.flags([], tc, "c++")
+    assert "-fno-math-errno" not in flags.flags(["-fmath-errno"], tc, "cuda")
+    rng = np.random.default_rng(1)
+    special = [0.0, -0.0, -1.0, np.inf, -np.inf, np.nan, 1e-45, 1e-40, 3.4e38, 2.0]
+    x = np.concatenate([np.array(special, np.float32), rng.random(4000, np.float32) * 1e6]).astype(np.float32)
+    n = x.size
+    y = kb.zeros(n, "float32", device=cpu)
+    kb.compile(kb.Source(SQRT, lang="cuda", name="k"), cpu).launch(
+        (n + 255) // 256, 256, (y, kb.asarray(x, device=cpu), n)
+    )
+    with np.errstate(invalid="ignore"):
+        want = np.sqrt(x) + np.sqrt(x)
+    np.testing.assert_array_equal(y.numpy(), want)

@@ -1,5 +1,6 @@
 """The process-wide native runtime (``include/kb_cpu_rt.cpp``): Ctrl-C cancellation, fatal-signal
-reports naming the kernel, and launches in a ``fork()``ed child.
+reports naming the kernel, launches in a ``fork()``ed child, and the pool of threads that runs a
+launch's blocks (Linux; OpenMP elsewhere).
 
 It is a small shared object built once with the kernels' compiler (kept in the disk cache like
 a kernel) and loaded before the first kernel module; each module then gets its interface through
@@ -15,7 +16,7 @@ import threading
 
 from kernelbay.cache import lookup, make_key, store
 
-from . import _driver
+from . import _driver, _threads
 
 log = logging.getLogger("kernelbay.cpu")
 
@@ -25,6 +26,9 @@ SOURCE = "kb_cpu_rt.cpp"
 HEADER = "kb_cpu_rt.h"
 _FLAGS = ["-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-pthread"]
 _LIBS = ["-ldl"]  # dlsym/dladdr (in libc itself from glibc 2.34)
+#: KERNELBAY_CPU_WAIT=spin: how many times a pool worker polls for the next launch before it
+#: sleeps (a pause instruction each: some milliseconds, about what OpenMP's threads spin).
+SPIN_POLLS = 100_000
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
@@ -94,6 +98,7 @@ def api() -> int | None:
                 lib.kb_rt_api.restype = ctypes.c_void_p
                 lib.kb_rt_install_fatal()
                 lib.kb_rt_install_fork()
+                lib.kb_rt_set_spin(ctypes.c_long(SPIN_POLLS if _threads.wait_policy() == "spin" else 0))
                 _lib, _api = lib, lib.kb_rt_api()
             except Exception as exc:  # the backend works without it: say why, once
                 _failed = True

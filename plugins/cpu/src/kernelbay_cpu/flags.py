@@ -39,7 +39,8 @@ def flags(options: Sequence[str], tc: _driver.Toolchain, lang: str = "c++") -> l
 
     ``-O*`` replaces ``-O3``; ``-march=``/``-mcpu=``/``-mtune=native`` families replace
     ``-march=native`` (``-mno-native`` drops it); ``-std=`` replaces ``-std=c++17``;
-    ``-fno-openmp`` drops ``-fopenmp``. Other options are appended.
+    ``-fno-openmp`` drops ``-fopenmp``; ``-ftrapping-math`` drops ``-fno-trapping-math`` and, for
+    CUDA sources, ``-fmath-errno`` drops ``-fno-math-errno``. Other options are appended.
     """
     opt, std, arch = DEFAULT_OPT, DEFAULT_STD, DEFAULT_ARCH
     openmp = tc.openmp
@@ -68,6 +69,12 @@ def flags(options: Sequence[str], tc: _driver.Toolchain, lang: str = "c++") -> l
     # `if (i < n) y[i] = a * x[i]` for every lane and mask the store, i.e. vectorise it.
     if "-ftrapping-math" not in extra:
         out.append("-fno-trapping-math")
+    # CUDA's math functions set no errno: without -fno-math-errno, sqrtf may write errno (for a
+    # negative argument), which stops the loop over a block's threads from being vectorised
+    # (AdamW's update: 2.4x faster with it at 2^20 floats). Values are unchanged: sqrt is one
+    # correctly rounded instruction either way. C++ sources keep C++'s errno.
+    if lang == "cuda" and "-fmath-errno" not in extra:
+        out.append("-fno-math-errno")
     if lang == "cuda" and openmp and libmvec(tc):
         out.append("-DKB_CPU_LIBMVEC=1")
     return [*out, "-shared", "-fPIC", "-fvisibility=hidden", *extra]

@@ -294,10 +294,24 @@ int run_grid(int how, void (*body)(void*), void* ctx, long gx, long gy, long gz,
         // machine, another process) does not hold the whole grid back as a static split would.
         const long chunk = nblocks / ((long)nt * 8) > 1 ? nblocks / ((long)nt * 8) : 1;
         const long nchunks = (nblocks + chunk - 1) / chunk;
+        struct Job {
+            const Grid* g;
+            long chunk, nblocks;
+            const long* irq;
+            long irq0;
+            const int* cancel;
+            static void run(void* j, long c) {
+                const Job& o = *static_cast<const Job*>(j);
+                const long b = c * o.chunk;
+                run_range(*o.g, b, b + o.chunk < o.nblocks ? b + o.chunk : o.nblocks, o.irq, o.irq0, o.cancel);
+            }
+        } job{&g, chunk, nblocks, irq, irq0, cancel};
+        // The runtime's pool (kb_cpu_rt.cpp) waits only for the chunks its threads took; OpenMP
+        // where there is none, or while another launch uses it.
+        const bool pooled = rt != nullptr && rt->parallel != nullptr && rt->parallel(nt, nchunks, &Job::run, &job) == 0;
+        if (!pooled) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-        for (long c = 0; c < nchunks; ++c) {
-            const long b = c * chunk;
-            run_range(g, b, b + chunk < nblocks ? b + chunk : nblocks, irq, irq0, cancel);
+            for (long c = 0; c < nchunks; ++c) Job::run(&job, c);
         }
         if (error_flag) return error_flag;
         if (const int c = __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) return c;

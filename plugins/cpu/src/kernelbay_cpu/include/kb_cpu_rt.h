@@ -6,7 +6,7 @@
 #include <csetjmp>
 #include <cstddef>
 
-#define KB_CPU_RT_VERSION 3
+#define KB_CPU_RT_VERSION 4
 
 namespace kb_cpu {
 
@@ -59,6 +59,10 @@ struct Runtime {
     // sets its cancel word to TIMEOUT and stops its running blocks).
     void (*set_deadline)(int slot, long ms);
     int stop_signal;  // the real-time signal that stops a running block
+    // Run fn(ctx, c) for c in [0, n) on up to `threads` threads, the caller's included, and
+    // return 0 once all ran; -1 when nothing ran (the pool is busy with another launch): the
+    // caller then uses OpenMP. Null where the runtime has no pool (not Linux).
+    int (*parallel)(int threads, long n, void (*fn)(void* ctx, long c), void* ctx);
 };
 
 //: the status of a launch whose blocks were cancelled by Ctrl-C (kernelbay_cpu._driver.CANCELLED)
