@@ -323,3 +323,52 @@ def test_openmp_stays_loaded_after_the_last_kernel_is_closed(tmp_path):
         assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert "mapped after close: False" not in r.stdout, r.stdout
     assert "alive" in r.stdout
+
+
+FIBER_MAPS = textwrap.dedent(
+    r'''
+    import numpy as np, kernelbay as kb
+    from kernelbay_cpu import _runtime
+    # A kernel kept on fibers (a goto across a barrier: fission leaves it to them), in 8 modules.
+    SRC = """
+    __global__ void k(float* x) {
+        __shared__ float s[1024];
+        s[threadIdx.x] = x[threadIdx.x];
+        if (x[0] > 1e30f) goto out;
+        __syncthreads();
+    out:
+        x[threadIdx.x] = s[1023 - threadIdx.x] + %d;
+    }
+    """
+    def maps():
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+    x = kb.zeros(1024, "float32", device="cpu")
+    grew = []
+    for i in range(8):
+        k = kb.compile(kb.Source(SRC % i, "cuda", name="k"), "cpu")
+        assert k.handle.fibers
+        before = maps()
+        k.launch(4, 1024, (x,))
+        kb.device("cpu").synchronize()
+        grew.append(maps() - before)
+        assert float(x.numpy()[0]) >= i
+    print("runtime", _runtime.api() is not None, "grew", grew)
+    '''
+)
+
+
+def test_fiber_stacks_are_one_set_per_thread_not_per_module(env) -> None:
+    """1024 fiber stacks, each above its guard page, are 2048 memory mappings; a process may have
+    about 65,000. Each module once mapped its own set on every thread that ran its blocks, so a
+    process that ran a dozen fiber kernels of 1024 threads ran out of mappings (threads could no
+    longer start). The runtime now keeps one set per thread for every module."""
+    e = dict(env, KERNELBAY_CPU_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", FIBER_MAPS], env=e, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = r.stdout.strip().splitlines()[-1]
+    assert line.startswith("runtime True"), line
+    grew = [int(v) for v in line.split("grew ", 1)[1].strip("[]").split(",")]
+    # Each thread that runs a block maps its set once (2048 mappings); at most the two launch
+    # threads and one more (a fallback) do. One set per module and thread was >= 8 x 2048.
+    assert sum(grew) <= 3 * 2048 + 500, grew

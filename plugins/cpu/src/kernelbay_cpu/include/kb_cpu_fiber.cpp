@@ -171,6 +171,17 @@ static void install_guard_handler() {
 static bool ensure_stacks(Sched& s, int n) {
     const std::size_t page = (std::size_t)sysconf(_SC_PAGESIZE);
     const std::size_t usable = (fiber_stack + page - 1) / page * page;
+    if (rt != nullptr) {  // the thread's stacks, shared with every other module (Runtime::fiber_stacks)
+        std::size_t bytes = 0;
+        char* m = rt->fiber_stacks(usable + page, page, n, &bytes);
+        if (m == nullptr) return false;
+        s.stacks = m;
+        s.page = page;
+        s.stride = usable + page;
+        s.map_bytes = bytes;
+        s.nstacks = (int)(bytes / s.stride);
+        return true;
+    }
     if (s.stacks != nullptr && s.nstacks >= n && s.stride == usable + page) return true;
     if (s.stacks != nullptr) munmap(s.stacks, s.map_bytes);
     s.stacks = nullptr;

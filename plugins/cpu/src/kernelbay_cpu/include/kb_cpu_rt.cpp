@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 #if defined(__linux__)
+#include <sys/mman.h>
 #include <sys/auxv.h>  // getauxval(AT_MINSIGSTKSZ)
 #endif
 #include <sys/syscall.h>
@@ -672,9 +673,35 @@ void thread_setup() {
 constexpr int (*parallel)(int, long, void (*)(void*, long), void*) = nullptr;
 #endif
 
+// Runtime::fiber_stacks: this thread's stacks, for every module (kb_cpu_fiber.cpp's
+// ensure_stacks asks for them before each block it runs on fibers).
+thread_local char* t_stacks = nullptr;
+thread_local size_t t_stacks_bytes = 0, t_stacks_stride = 0;
+thread_local int t_stacks_n = 0;
+
+char* fiber_stacks(size_t stride, size_t page, int n, size_t* map_bytes) {
+    if (t_stacks != nullptr && t_stacks_n >= n && t_stacks_stride == stride) {
+        *map_bytes = t_stacks_bytes;
+        return t_stacks;
+    }
+    if (t_stacks != nullptr) munmap(t_stacks, t_stacks_bytes);
+    t_stacks = nullptr;
+    t_stacks_n = 0;
+    const size_t bytes = stride * (size_t)n;
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    t_stacks = static_cast<char*>(m);
+    t_stacks_bytes = bytes;
+    t_stacks_stride = stride;
+    t_stacks_n = n;
+    for (int i = 0; i < n; ++i) mprotect(t_stacks + (size_t)i * stride, page, PROT_NONE);
+    *map_bytes = bytes;
+    return t_stacks;
+}
+
 kb_cpu::Runtime api = {KB_CPU_RT_VERSION, &interrupts, &forked,   enter,       leave,        must_move,
                        run_elsewhere,     thread_setup, set_guard, protect,     cancel_word, set_deadline,
-                       0,                 parallel};
+                       0,                 parallel,     fiber_stacks};
 
 }  // namespace
 

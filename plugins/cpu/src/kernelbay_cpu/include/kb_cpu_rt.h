@@ -6,7 +6,7 @@
 #include <csetjmp>
 #include <cstddef>
 
-#define KB_CPU_RT_VERSION 4
+#define KB_CPU_RT_VERSION 5
 
 namespace kb_cpu {
 
@@ -63,6 +63,13 @@ struct Runtime {
     // return 0 once all ran; -1 when nothing ran (the pool is busy with another launch): the
     // caller then uses OpenMP. Null where the runtime has no pool (not Linux).
     int (*parallel)(int threads, long n, void (*fn)(void* ctx, long c), void* ctx);
+    // The calling thread's fiber stacks, shared by every kernel module of the process: at least
+    // `n` stacks of `stride` bytes, each above a PROT_NONE guard page of `page` bytes, in one
+    // mapping of *map_bytes bytes (remapped when too small or of another stride; nullptr when it
+    // cannot be mapped). Every guard page is a mapping of its own, so a set of 1024 stacks is
+    // 2048 of the process's mappings (Linux allows about 65,000): one set per thread, not one per
+    // thread and module.
+    char* (*fiber_stacks)(std::size_t stride, std::size_t page, int n, std::size_t* map_bytes);
 };
 
 //: the status of a launch whose blocks were cancelled by Ctrl-C (kernelbay_cpu._driver.CANCELLED)
