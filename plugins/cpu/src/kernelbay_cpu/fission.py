@@ -252,12 +252,17 @@ def _uniform_for(rw: Rewrite, s: int, e: int) -> None:
         raise Giveup(f"a for loop around a barrier or warp operation whose trip count may differ ({where})")
     rw.scalars.add(var)
     j = skip_ws(code, close + 1, e)
+    outer = rw.loop_start < 0
+    if outer:
+        rw.loop_start = j
     if code[j] == "{":
         _level(rw, j + 1, closing(code, j), True)
     else:  # one statement: braced, as it becomes several loops
         rw.edits.append((j, j, "{"))
         _level(rw, j, e, True)
         rw.edits.append((e, e, "}"))
+    if outer:
+        rw.loop_start = -1
 
 
 def _check_groups(rw: Rewrite) -> None:

@@ -9,6 +9,7 @@ import re
 
 from kernelbay.csource import Function
 
+from .fission_ranges import region_range
 from .fission_scan import line_of, pad, skip_ws, split_top
 
 TYPE = (
@@ -104,6 +105,13 @@ class Rewrite:
             )
         }
         self.region: list[tuple[int, int]] = []  # the statements of the region not yet closed
+        #: statements (by start) the loop path turned into nothing a thread runs (a local made
+        #: again in each region or once for the block), and those that only read into locals
+        #: (start -> the names they assign): what a region of only some threads may skip
+        self.inert: set[int] = set()
+        self.pure: dict[int, list[str]] = {}
+        self.body_end = b
+        self.loop_start = -1  # where the outermost uniform loop's body begins, inside one
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
@@ -133,7 +141,9 @@ class Rewrite:
         it (where no region is open, one of ``tail`` alone at ``at``)."""
         region = self.region
         if region:
-            self.edits.append((region[0][0], region[0][0], f" KB_REGION_BEGIN {self._again()} "))
+            got = None if tail else region_range(self, region)
+            begin = "KB_REGION_BEGIN" if got is None else "KB_REGION_RANGE_BEGIN({}, {}, {})".format(*got)
+            self.edits.append((region[0][0], region[0][0], f" {begin} {self._again()} "))
             self.edits.append((region[-1][1], region[-1][1], f" {tail} KB_REGION_END {after} "))
             region.clear()
         elif tail or after:
@@ -188,4 +198,6 @@ class Rewrite:
                     out.append(f"{name} ={piece(init, end)}")
             pos += len(part) + 1
         stmt = ("(void)0" if not out else ", ".join(out)) + ";"
+        if not out and not subs:
+            self.inert.add(s)
         self.edits.append((s, e, pad(stmt, text[s:e])))

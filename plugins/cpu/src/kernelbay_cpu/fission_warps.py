@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from .fission_ranges import pure_read
 from .fission_scan import arguments, closing, line_of, pad, skip_ws
 from .fission_state import DECL, KEYWORD_START, LOOKS_DECL, Giveup, Rewrite
 
@@ -163,6 +164,9 @@ def warp_statement(rw: Rewrite, s: int, e: int, calls: list[re.Match[str]]) -> N
             rep = f"::kb_cpu::fis::result<{t}>({lane}, kb_t)"
         subs.append((c.start(), close + 1, pad(rep, text[c.start() : close + 1])))
     rw.flush(" ".join(tail), " ".join(after), s)
+    names = pure_read(rw, s, e, [(c.start(), close + 1) for c, _, close in spans])
+    if names:
+        rw.pure[s] = names
     d = DECL.match(code, skip_ws(code, s, e), e)
     if d:
         rw.declare(s, e, d, subs, True)
@@ -199,5 +203,6 @@ def reduction_loop(rw: Rewrite, s: int, e: int) -> bool:
     )
     rw.flush(f"::kb_cpu::fis::put({lane}, kb_t, ({v}));", after, s)
     rw.edits.append((s, e, pad(f"{v} = ::kb_cpu::fis::result<{t}>({lane}, kb_t);", rw.text[s:e])))
+    rw.pure[s] = [v]
     rw.region.append((s, e))
     return True

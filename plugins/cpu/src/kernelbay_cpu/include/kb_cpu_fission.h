@@ -63,9 +63,31 @@
                         kb_f(::kb_cpu::uint3{(unsigned)kb_x, kb_y, kb_z}, kb_row + kb_x);  \
                 }                                                                          \
             }                                                                              \
+    };                                                                                     \
+    auto kb_region_range = [&](long long kb_lo, long long kb_hi, long long kb_step,        \
+                               auto&& kb_f) __attribute__((always_inline)) {               \
+        if (__builtin_expect(::kb_diag, 0) || kb_blockDim.y != 1 || kb_blockDim.z != 1) {  \
+            kb_region(kb_f);                                                               \
+            return;                                                                        \
+        }                                                                                  \
+        const KbT kb_a = (KbT)(kb_lo < 0 ? 0 : kb_lo);                                     \
+        const KbT kb_b = (KbT)(kb_hi < (long long)kb_blockDim.x ? (kb_hi < 0 ? 0 : kb_hi)  \
+                                                                : (long long)kb_blockDim.x); \
+        if (kb_step == 1) {                                                                \
+            KB_SIMD for (KbT kb_x = kb_a; kb_x < kb_b; ++kb_x)                              \
+                kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, kb_x);                       \
+        } else {                                                                           \
+            for (KbT kb_x = kb_a; kb_x < kb_b; kb_x += (KbT)kb_step)                        \
+                kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, kb_x);                       \
+        }                                                                                  \
     };
 #define KB_REGION_BEGIN \
     kb_region([&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
+// A region only the threads in [lo, hi) (every step-th) act in (fission_ranges.py): the others'
+// test fails. Blocks of more than one dimension run it for all threads.
+#define KB_REGION_RANGE_BEGIN(lo, hi, step)                  \
+    kb_region_range((long long)(lo), (long long)(hi), (long long)(step), \
+                    [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
 #define KB_REGION_END \
     });
 
