@@ -56,6 +56,32 @@ __global__ void k(const float* x, float* y, int n) {
 }
 """
 
+# A block's sum whose second warp reduction only thread 0 reads: the warps' sums are loaded and
+# reduced for warp 0 only. `u` is read by every thread after its reduction: all warps reduce it.
+DEMAND = r"""
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+__global__ void k(const float* x, float* y, int n) {
+    __shared__ float sums[32];
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int t = (blockIdx.x * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+    float v = t < n ? x[t] : 0.0f;
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (warp.thread_rank() == 0) sums[warp.meta_group_rank()] = v;
+    __syncthreads();
+    float w = warp.thread_rank() < warp.meta_group_size() ? sums[warp.thread_rank()] : 0.0f;
+    w = cg::reduce(warp, w, cg::plus<float>());
+    if (block.thread_rank() == 0) y[3 * n + blockIdx.x] = w;
+    __syncthreads();
+    float u = fmaxf(v, 0.5f);
+    u = cg::reduce(warp, u, cg::greater<float>());
+    if (threadIdx.x == 1) y[3 * n + gridDim.x + blockIdx.x] = u;
+    if (t < n) { y[3 * t] = u; y[3 * t + 1] = v; y[3 * t + 2] = 0.0f; }
+}
+"""
+
 KEEP_FIBERS = "volatile int keep_fibers = 0; (void)keep_fibers;"
 
 
@@ -66,7 +92,7 @@ def _plan(text: str) -> analysis.Plan:
 def _launch(cpu, text: str, n: int, block):
     per = int(np.prod(block))
     x = np.random.default_rng(5).standard_normal(n).astype(np.float32)
-    y = kb.asarray(np.full(3 * n, -1, np.float32), device=cpu)
+    y = kb.asarray(np.full(3 * n + 2 * ((n + per - 1) // per), -1, np.float32), device=cpu)
     k = kb.compile(kb.Source(text, lang="cuda", name="k"), cpu)
     k.launch((n + per - 1) // per, block, (kb.asarray(x, device=cpu), y, n))
     return k, y.numpy()
@@ -84,13 +110,25 @@ def test_only_regions_whose_skipped_threads_do_nothing_loop_over_ranges():
     assert not re.search(r"KB_REGION_RANGE_BEGIN\([^)]*\)[^;]*;[^;]*fis::result[^;]*;\s*if \(\(unsigned\)", plan.text)
 
 
+def test_a_warp_operation_only_a_range_reads_runs_on_the_range_s_warps():
+    plan = _plan(DEMAND)
+    assert plan.runners == {"k": "run_blocks"}, plan.why
+    # the warps' sums: loaded and reduced for warp 0 only; u: reduced by every warp
+    assert plan.text.count("kb_fb.only(") == 1
+    assert re.search(
+        r"KB_REGION_RANGE_BEGIN\([^;]*~31LL, 1\)[^;]*;[^;]*;[^;]*; w\[kb_t\] = warp\.thread_rank", plan.text
+    )
+    assert re.search(r"reduce<32, kb_T\d>\(kb_fb, kb_l0, cg::greater", plan.text)
+
+
+@pytest.mark.parametrize("text", [RANGES, DEMAND], ids=["ranges", "demand"])
 @pytest.mark.parametrize("block", [256, 96, 48, (16, 6)], ids=str)
-def test_ranges_give_the_fiber_runners_bits(cpu, block):
-    at = RANGES.index("{", RANGES.index("__global__")) + 1
-    fibers_text = RANGES[:at] + KEEP_FIBERS + RANGES[at:]
+def test_ranges_give_the_fiber_runners_bits(cpu, text, block):
+    at = text.index("{", text.index("__global__")) + 1
+    fibers_text = text[:at] + KEEP_FIBERS + text[at:]
     n = 1500
-    loops, y = _launch(cpu, RANGES, n, block)
+    loops, y = _launch(cpu, text, n, block)
     fibers, y2 = _launch(cpu, fibers_text, n, block)
     assert not loops.handle.fibers and fibers.handle.fibers
     np.testing.assert_array_equal(y, y2)
-    assert (y != -1).all()
+    assert (y[: 3 * n] != -1).all() and (text is RANGES or (y != -1).all())

@@ -38,6 +38,7 @@ import re
 
 from kernelbay.csource import Function, strip_comments_and_strings
 
+from .fission_ranges import pure_read
 from .fission_scan import closing, line_of, skip_ws, statements
 from .fission_state import CG_METHODS, DECL, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
 from .fission_warps import reduction_loop, warp_calls, warp_statement
@@ -125,6 +126,7 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
     if not rw.arrays and not rw.remat and not rw.edits:
         raise Giveup("nothing to split")
     _check_groups(rw)
+    rw.finish()
     # Every other declaration of a per-thread name (a shadowing one) would be renamed too.
     for name in [*rw.arrays, *rw.remat]:
         if len(re.findall(rf"(?:{TYPE}|[>\w])\s+\**{name}\s*[=;,\[)]", body_code)) > 1:
@@ -208,6 +210,9 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             rw.declare(s, e, d, [], inside_loop)
         elif LOOKS_DECL.match(st) and not KEYWORD_START.match(st):
             raise Giveup(f"a local of a type the loop path does not store per thread ({where})")
+        names = [] if s in rw.inert else pure_read(rw, s, e, [])
+        if names:
+            rw.pure[s] = names
         rw.region.append((s, e))
     rw.flush()
 

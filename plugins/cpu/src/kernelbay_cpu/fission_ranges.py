@@ -12,15 +12,22 @@ into a local no later statement reads (``v = result`` before ``if (lane == 0) su
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .fission_scan import closing
+from .fission_scan import CG_METHODS, closing
 
 if TYPE_CHECKING:  # fission_state calls this module: the import runs one way
     from .fission_state import Rewrite
 
 _IDX = re.compile(r"threadIdx\s*\.\s*x")
 _RANK = re.compile(r"([A-Za-z_]\w*)\s*\.\s*thread_rank\s*\(\s*\)")
+#: Functions a read may call: CUDA's math, which only computes.
+_PURE_MATH = {
+    "fmaxf", "fminf", "fmax", "fmin", "max", "min", "fabsf", "fabs", "abs", "sqrtf", "sqrt", "rsqrtf", "expf", "exp",
+    "exp2f", "logf", "log", "log2f", "tanhf", "tanh", "sinf", "cosf", "erff", "powf", "floorf", "ceilf", "roundf",
+    "truncf", "__expf", "__logf", "__fdividef",
+}  # fmt: skip
 _CAST = re.compile(r"^\(\s*(?:int|unsigned|unsigned\s+int|long|long\s+long|size_t)\s*\)\s*")
 
 
@@ -140,36 +147,73 @@ def _conjuncts(c: str) -> list[str]:
     return out
 
 
-def region_range(rw: Rewrite, region: list[tuple[int, int]]) -> tuple[str, str, str] | None:
-    """The (lo, hi, step) the region ``region`` (its statements' spans) may loop over, or None
-    where every thread must run it."""
+@dataclass
+class Region:
+    """A region of the rewrite: its statements' spans, the lane stores at its end (a warp
+    operation follows), where its beginning is in the edits, the locals it makes again, the
+    uniform loop it is in (where that loop's body begins, else -1) and where it begins and ends."""
+
+    stmts: list[tuple[int, int]]
+    tail: str
+    begin: int
+    again: str
+    loop_start: int
+    start: int
+    end: int
+
+
+def _dead(rw: Rewrite, r: Region, names: list[str], after: int) -> bool:
+    """Whether no statement after ``after`` (nor, in a loop, one of the loop before ``r``) reads ``names``."""
     code = rw.code
-    guards = [(s, e) for s, e in region if s not in rw.inert and s not in rw.pure]
+    later = code[after : rw.body_end] + (code[r.loop_start : r.start] if r.loop_start >= 0 else "")
+    return not any(re.search(rf"(?<![\w.])(?<!->)(?<!::){n}\b", later) for n in names)
+
+
+def _guarded(rw: Rewrite, r: Region) -> tuple[str, str, str] | None:
+    guards = [(s, e) for s, e in r.stmts if s not in rw.inert and s not in rw.pure]
     if len(guards) != 1:
         return None
     got = _guard(rw, *guards[0])
-    if got is None:
+    if got is None or not _dead(rw, r, [n for s, _ in r.stmts for n in rw.pure.get(s, ())], r.end):
         return None
-    first, last = region[0][0], region[-1][1]
-    # What the region stores for every thread must be read by no later statement (nor, in a
-    # loop, by an earlier one of the loop).
-    later = code[last : rw.body_end] + (code[rw.loop_start : first] if rw.loop_start >= 0 else "")
-    for s, _ in region:
-        for name in rw.pure.get(s, ()):
-            if re.search(rf"(?<![\w.])(?<!->)(?<!::){name}\b", later):
-                return None
     return got
 
 
+def ranges(rw: Rewrite) -> list[tuple[str, str, str] | None]:
+    """The (lo, hi, step) of threads each region of ``rw`` may loop over, or None for all.
+
+    A region whose one effect is a test of the thread's index loops over the threads that may
+    pass it. A region that stores lane operands for a warp operation whose results only a
+    region of a range reads (and otherwise only reads into locals no later statement reads)
+    loops over the warps of that range, and the warp operation runs on those warps only."""
+    regs = rw.regions
+    out: list[tuple[str, str, str] | None] = [None] * len(regs)
+    for i in reversed(range(len(regs))):
+        r = regs[i]
+        if not r.tail:
+            out[i] = _guarded(rw, r) if r.stmts else None
+            continue
+        nxt = out[i + 1] if i + 1 < len(regs) else None
+        if nxt is None or nxt[2] != "1" or any(s not in rw.inert and s not in rw.pure for s, _ in r.stmts):
+            continue
+        if _dead(rw, r, [n for s, _ in r.stmts for n in rw.pure.get(s, ())], regs[i + 1].end):
+            out[i] = (f"({nxt[0]}) & ~31LL", f"(({nxt[1]}) + 31) & ~31LL", "1")
+    return out
+
+
 def pure_read(rw: Rewrite, s: int, e: int, spans: list[tuple[int, int]]) -> list[str]:
-    """The name ``code[s:e]`` assigns where it is ``[T] a = ...;`` whose right side does nothing
-    but read (the warp operations ``spans`` in it are reads of their lane arrays by then), else []."""
+    """The name ``code[s:e]`` assigns where it is ``[T] a = ...;`` of a per-thread local whose
+    right side does nothing but read (the warp operations ``spans`` in it are reads of their lane
+    arrays by then), else []."""
     code = rw.code
     st = "".join(" " if any(a <= k < b for a, b in spans) else code[k] for k in range(s, e)).strip()
     m = re.match(r"(?:(?:const\s+)?[A-Za-z_][\w:<>]*\s+)?([A-Za-z_]\w*)\s*=(?!=)", st)
-    if not m or not st.endswith(";"):
+    if not m or not st.endswith(";") or m.group(1) not in rw.arrays:
         return []
     rhs = st[m.end() : -1]
-    if re.search(r"\b[A-Za-z_]\w*\s*\(|\+\+|--|(?<![=!<>])=(?!=)|[;,]", rhs):
+    for c in re.finditer(r"(?:(?<![\w.])([A-Za-z_]\w*)\s*\.\s*)?\b([A-Za-z_]\w*)\s*\(", rhs):
+        if not (c.group(1) in rw.cg and c.group(2) in CG_METHODS) and (c.group(1) or c.group(2) not in _PURE_MATH):
+            return []
+    if re.search(r"\+\+|--|(?<![=!<>])=(?!=)|[;,]", rhs):
         return []
     return [m.group(1)]

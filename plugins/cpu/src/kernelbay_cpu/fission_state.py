@@ -9,8 +9,8 @@ import re
 
 from kernelbay.csource import Function
 
-from .fission_ranges import region_range
-from .fission_scan import line_of, pad, skip_ws, split_top
+from .fission_ranges import Region, ranges
+from .fission_scan import CG_METHODS, line_of, pad, skip_ws, split_top
 
 TYPE = (
     r"(?:(?:const|unsigned|signed|long|short|volatile)\s+)*"
@@ -22,18 +22,6 @@ DECL = re.compile(rf"(?P<type>{TYPE})\s+(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
 #: What reads as a declaration of some other type.
 LOOKS_DECL = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:[=;,\[({]|$)")
 KEYWORD_START = re.compile(r"^(?:if|for|while|do|switch|else|case|default|return|__shared__|static|typedef)\b")
-#: The methods of a cooperative_groups group the loop path's objects have.
-CG_METHODS = {
-    "thread_rank",
-    "size",
-    "num_threads",
-    "meta_group_rank",
-    "meta_group_size",
-    "group_dim",
-    "dim_threads",
-    "group_index",
-    "thread_index",
-}
 UNIFORM_WORDS = {
     "blockDim", "gridDim", "blockIdx", "x", "y", "z", "int", "unsigned", "long", "size_t", "const", "warpSize",
 }  # fmt: skip
@@ -112,6 +100,7 @@ class Rewrite:
         self.pure: dict[int, list[str]] = {}
         self.body_end = b
         self.loop_start = -1  # where the outermost uniform loop's body begins, inside one
+        self.regions: list[Region] = []  # the regions closed so far, in order
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
@@ -138,17 +127,30 @@ class Rewrite:
 
     def flush(self, tail: str = "", after: str = "", at: int = -1) -> None:
         """Close the open region: a loop over the threads, ``tail`` at its end, ``after`` after
-        it (where no region is open, one of ``tail`` alone at ``at``)."""
+        it (where no region is open, one of ``tail`` alone at ``at``). Which threads it loops
+        over is decided at the end (:meth:`finish`)."""
         region = self.region
-        if region:
-            got = None if tail else region_range(self, region)
-            begin = "KB_REGION_BEGIN" if got is None else "KB_REGION_RANGE_BEGIN({}, {}, {})".format(*got)
-            self.edits.append((region[0][0], region[0][0], f" {begin} {self._again()} "))
-            self.edits.append((region[-1][1], region[-1][1], f" {tail} KB_REGION_END {after} "))
+        if region or tail:
+            at = region[0][0] if region else at
+            end = region[-1][1] if region else at
+            self.regions.append(Region(list(region), tail, len(self.edits), self._again(), self.loop_start, at, end))
+            self.edits.append((at, at, ""))  # its beginning, filled in by finish()
+            self.edits.append((end, end, f" {tail} KB_REGION_END {after} "))
             region.clear()
-        elif tail or after:
-            head = f" KB_REGION_BEGIN {self._again()} {tail} KB_REGION_END " if tail else ""
-            self.edits.append((at, at, f"{head} {after} "))
+        elif after:
+            self.edits.append((at, at, f" {after} "))
+
+    def finish(self) -> None:
+        """Each region's beginning: over the threads of its range (fission_ranges.py) or all."""
+        for r, got in zip(self.regions, ranges(self), strict=True):
+            begin = "KB_REGION_BEGIN" if got is None else "KB_REGION_RANGE_BEGIN({}, {}, {})".format(*got)
+            at, _, _ = self.edits[r.begin]
+            self.edits[r.begin] = (at, at, f" {begin} {r.again} ")
+            if got is not None and r.tail and got[2] == "1":
+                # the warp operation after it: only the warps of the range
+                k = r.begin + 1
+                at, end, rep = self.edits[k]
+                self.edits[k] = (at, end, rep.replace("(kb_fb, kb_l", f"(kb_fb.only({got[0]}, {got[1]}), kb_l"))
 
     def blank(self, s: int, e: int, rep: str = "") -> None:
         self.edits.append((s, e, pad(rep, self.text[s:e])))

@@ -164,9 +164,6 @@ def warp_statement(rw: Rewrite, s: int, e: int, calls: list[re.Match[str]]) -> N
             rep = f"::kb_cpu::fis::result<{t}>({lane}, kb_t)"
         subs.append((c.start(), close + 1, pad(rep, text[c.start() : close + 1])))
     rw.flush(" ".join(tail), " ".join(after), s)
-    names = pure_read(rw, s, e, [(c.start(), close + 1) for c, _, close in spans])
-    if names:
-        rw.pure[s] = names
     d = DECL.match(code, skip_ws(code, s, e), e)
     if d:
         rw.declare(s, e, d, subs, True)
@@ -174,6 +171,9 @@ def warp_statement(rw: Rewrite, s: int, e: int, calls: list[re.Match[str]]) -> N
         if LOOKS_DECL.match(code[s:e].strip()) and not KEYWORD_START.match(code[s:e].strip()):
             raise Giveup(f"a local of a type the loop path does not store per thread ({where})")
         rw.edits.extend(subs)
+    names = pure_read(rw, s, e, [(c.start(), close + 1) for c, _, close in spans])
+    if names:
+        rw.pure[s] = names
     rw.region.append((s, e))
 
 

@@ -100,13 +100,26 @@ struct Block {
     dim3 dim;
     unsigned n;
     bool full;  // every warp has 32 lanes
-    Block(uint3 i, dim3 d) : idx(i), dim(d), n(d.x * d.y * d.z), full(d.x * d.y * d.z % 32 == 0) {}
+    // the threads whose lanes a warp operation computes: whole warps (only())
+    int first = 0, last;
+    Block(uint3 i, dim3 d) : idx(i), dim(d), n(d.x * d.y * d.z), full(d.x * d.y * d.z % 32 == 0), last((int)n) {}
     uint3 tid(unsigned t) const { return uint3{t % dim.x, (t / dim.x) % dim.y, t / (dim.x * dim.y)}; }
     unsigned lanes(unsigned t) const {  // how many lanes the warp of thread t has
         const unsigned base = t & ~31u;
         return n - base < 32 ? n - base : 32;
     }
     unsigned exist(unsigned t) const { return lanes(t) == 32 ? ~0u : (1u << lanes(t)) - 1; }
+    // The block for a warp operation whose results the threads [lo, hi) only read (a region of
+    // a range, fission_ranges.py): their warps (in a block of one dimension; else all).
+    Block only(long long lo, long long hi) const {
+        Block b = *this;
+        if (dim.y == 1 && dim.z == 1) {
+            b.first = (int)(lo < 0 ? 0 : lo > (long long)n ? (long long)n : lo) & ~31;
+            b.last = hi < (long long)b.first ? b.first : hi > (long long)n ? (int)n : (int)((hi + 31) & ~31LL);
+            if (b.last > (int)n) b.last = (int)n;
+        }
+        return b;
+    }
 };
 
 // The ends a misuse meets: the launch fails with the fiber runner's message (run_block records it).
@@ -207,34 +220,34 @@ inline void shuffle(const Block& b, Lanes& l, int op, unsigned mask, unsigned ti
                     int line, const char* file = __builtin_FILE()) {
     const KbT* v = at<KbT>(l);
     KbT* o = out<KbT>(l);
-    const int n = (int)b.n;
+    const int n = b.last;
     if (args == nullptr && b.full && (tile || mask == ~0u) && arg >= 0 && arg < w && w <= 32 && !(w & (w - 1))) {
         const int m = ~(w - 1);
         if (op == W_DOWN) {
-            KB_SIMD for (int t = 0; t < n; ++t) {
+            KB_SIMD for (int t = b.first; t < n; ++t) {
                 const int lane = t & 31;
                 const KbT hi = v[t + arg], me = v[t];
                 o[t] = (lane - (lane & m)) + arg < w ? hi : me;
             }
         } else if (op == W_UP) {
-            KB_SIMD for (int t = 0; t < n; ++t) {
+            KB_SIMD for (int t = b.first; t < n; ++t) {
                 const int lane = t & 31;
                 const KbT lo = v[t - arg], me = v[t];
                 o[t] = (lane - (lane & m)) >= arg ? lo : me;
             }
         } else if (op == W_XOR && !(arg & (arg - 1))) {  // a power of two: the partner is lane +- arg
-            KB_SIMD for (int t = 0; t < n; ++t) {
+            KB_SIMD for (int t = b.first; t < n; ++t) {
                 const KbT hi = v[t + arg], lo = v[t - arg];
                 o[t] = (t & arg) ? lo : hi;
             }
         } else if (op == W_XOR) {
-            for (int t = 0; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) ^ arg)];
+            for (int t = b.first; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) ^ arg)];
         } else {
-            for (int t = 0; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) & m) + (arg & (w - 1))];
+            for (int t = b.first; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) & m) + (arg & (w - 1))];
         }
         return;
     }
-    for (int t = 0; t < n; ++t) {
+    for (int t = b.first; t < n; ++t) {
         const int a = args != nullptr ? args[t] : arg, lane = t & 31, seg = lane & ~(w - 1);
         int src = lane;
         switch (op) {
@@ -254,7 +267,7 @@ enum : int { V_BALLOT, V_ANY, V_ALL, V_TILE_BALLOT, V_TILE_ANY, V_TILE_ALL };
 template <unsigned KbN>
 inline void vote(const Block& b, Lanes& l, unsigned mask, int kind) {
     int* v = at<int>(l);
-    for (unsigned base = 0; base < b.n; base += 32) {
+    for (unsigned base = (unsigned)b.first; base < (unsigned)b.last; base += 32) {
         const unsigned nl = b.lanes(base);
         unsigned bits = 0;
         for (unsigned k = 0; k < nl; ++k) bits |= (unsigned)(v[base + k] != 0) << k;
@@ -281,21 +294,21 @@ inline void vote(const Block& b, Lanes& l, unsigned mask, int kind) {
 template <unsigned KbN, int KbK, class KbT, class KbOp>
 inline void pass(const Block& b, const KbT* v, KbT* o, int off, KbOp& op, int line, const char* file) {
     static_assert(KbK == W_XOR || KbK == W_DOWN, "a butterfly or a tree");
-    const int n = (int)b.n;
+    const int n = b.last;
     if (b.full) {
         if constexpr (KbK == W_XOR) {
-            KB_SIMD for (int t = 0; t < n; ++t) {
+            KB_SIMD for (int t = b.first; t < n; ++t) {
                 const KbT hi = v[t + off], lo = v[t - off];
                 o[t] = op(v[t], (t & off) ? lo : hi);
             }
         } else {
-            KB_SIMD for (int t = 0; t < n; ++t) {
+            KB_SIMD for (int t = b.first; t < n; ++t) {
                 const KbT hi = v[t + off], me = v[t];
                 o[t] = op(me, (t & 31) + off < 32 ? hi : me);
             }
         }
     } else {
-        for (int t = 0; t < n; ++t) {
+        for (int t = b.first; t < n; ++t) {
             const int lane = t & 31, src = KbK == W_XOR ? lane ^ off : lane + off < 32 ? lane + off : lane;
             o[t] = op(v[t], read_slow<KbT>(b, v, (unsigned)t, tile_mask<KbN>(b, (unsigned)t), src, KbK, line, file));
         }
@@ -311,8 +324,8 @@ inline void steps(const Block& b, Lanes& l, int first, KbOp op, int line, const 
     const int count = first > 0 ? __builtin_ctz((unsigned)first) + 1 : 0;
     int off = first;
     if (count % 2 == 0) {  // an even number of steps would end in `v`: the first reads and writes `o`
-        const int n = (int)b.n;
-        KB_SIMD for (int t = 0; t < n; ++t) o[t] = v[t];
+        const int n = b.last;
+        KB_SIMD for (int t = b.first; t < n; ++t) o[t] = v[t];
         if (count == 0) return;
         pass<KbN, KbK>(b, o, v, off, op, line, file);
         off /= 2;
