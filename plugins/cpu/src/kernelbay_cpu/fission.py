@@ -41,6 +41,7 @@ from kernelbay.csource import Function, strip_comments_and_strings
 from .fission_ranges import pure_read
 from .fission_scan import closing, line_of, skip_ws, statements
 from .fission_state import CG_METHODS, DECL, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
+from .fission_strided import strided
 from .fission_warps import reduction_loop, warp_calls, warp_statement
 
 _BARRIER_STMT = re.compile(r"__syncthreads\s*\(\s*\)\s*;")
@@ -205,11 +206,14 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             continue
         if _SPLIT_RE.search(st):
             raise Giveup(f"a barrier or warp operation inside if, switch or a block ({where})")
+        if strided(rw, s, e):
+            continue
         d = DECL.match(code, skip_ws(code, s, e), e)
         if d:
             rw.declare(s, e, d, [], inside_loop)
         elif LOOKS_DECL.match(st) and not KEYWORD_START.match(st):
             raise Giveup(f"a local of a type the loop path does not store per thread ({where})")
+        rw.uniform_write(s, e)
         names = [] if s in rw.inert else pure_read(rw, s, e, [])
         if names:
             rw.pure[s] = names
@@ -312,6 +316,7 @@ def _assemble(rw: Rewrite, a: int, b: int) -> str:
         pos = k
     pieces.append(seg[pos:])
     decls = " ".join(f"{t} {n}[KB_FISSION_MAX_THREADS];" for n, t in rw.arrays.items())
+    decls += " " + " ".join(f"{t} {n}{{}};" for n, t in rw.block_vars.items())
     decls += (
         " " + " ".join(f"::kb_cpu::fis::Lanes {n};" for n in sorted(rw.lanes)) + " " + " ".join(rw.hoisted.values())
     )

@@ -43,15 +43,16 @@ def _strip(e: str) -> str:
             return e
 
 
-def _thread(rw: Rewrite, e: str, seen: int = 0) -> bool:
-    """Whether ``e`` is the thread's x index (in a block of one dimension)."""
+def thread_index(rw: Rewrite, e: str, seen: int = 0, ranks: bool = True) -> bool:
+    """Whether ``e`` is the thread's x index (``ranks``: or, in a block of one dimension, a
+    cooperative_groups block's ``thread_rank()``)."""
     e = _strip(e)
     if _IDX.fullmatch(e):
         return True
     m = _RANK.fullmatch(e)
     if m:
-        return m.group(1) in rw.cg and m.group(1) not in rw.tiles
-    return e in rw.remat and seen < 8 and _thread(rw, rw.remat[e][1], seen + 1)
+        return ranks and m.group(1) in rw.cg and m.group(1) not in rw.tiles
+    return e in rw.remat and seen < 8 and thread_index(rw, rw.remat[e][1], seen + 1, ranks)
 
 
 def _lane(rw: Rewrite, e: str, seen: int = 0) -> int:
@@ -65,7 +66,7 @@ def _lane(rw: Rewrite, e: str, seen: int = 0) -> int:
     m = re.fullmatch(r"(.+?)\s*%\s*(\d+|warpSize)", e) or re.fullmatch(
         r"(.+?)\s*&\s*\(?\s*(\d+|warpSize\s*-\s*1)\s*\)?", e
     )
-    if not m or not _thread(rw, m.group(1)):
+    if not m or not thread_index(rw, m.group(1)):
         return 0
     k = m.group(2).replace(" ", "")
     n = 32 if k.startswith("warpSize") else int(k) + (1 if "&" in m.group(0) else 0)
@@ -101,12 +102,12 @@ def _test(rw: Rewrite, c: str) -> tuple[str, str, str] | None:
         return None
     k, op = cmp[0]
     a, b = c[:k].strip(), c[k + len(op) :].strip()
-    if _thread(rw, b) or _lane(rw, b):
+    if thread_index(rw, b) or _lane(rw, b):
         a, b = b, a
         op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
     if not rw.uniform(b) or not b:
         return None
-    if _thread(rw, a):
+    if thread_index(rw, a):
         return {
             "==": (f"(long long)({b})", f"(long long)({b}) + 1", "1"),
             "<": ("0", f"(long long)({b})", "1"),

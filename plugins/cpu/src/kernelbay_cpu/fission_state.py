@@ -101,6 +101,11 @@ class Rewrite:
         self.body_end = b
         self.loop_start = -1  # where the outermost uniform loop's body begins, inside one
         self.regions: list[Region] = []  # the regions closed so far, in order
+        #: per-thread locals every write of which so far is a statement at a top level with a
+        #: value every thread computes alike (name -> those statements' starts): the block's
+        #: (block_vars) where no other write is found (finish)
+        self.uniform_writes: dict[str, list[int]] = {}
+        self.block_vars: dict[str, str] = {}
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
@@ -121,7 +126,9 @@ class Rewrite:
         words = set(re.findall(r"\b[A-Za-z_]\w*\b", expr))
         return words <= UNIFORM_WORDS | self.fixed | self.scalars | set(self.hoisted)
 
-    def _again(self) -> str:
+    def again(self) -> str:
+        """What a region makes again at its top: the cooperative_groups objects and the locals
+        computed from the thread's indices."""
         objs = " ".join(f"{t} {n}{{kb_threadIdx, kb_blockDim, kb_blockIdx}};" for n, t in self.cg.items())
         return objs + " " + " ".join(f"{t} const {n} ={init};" for n, (t, init) in self.remat.items())
 
@@ -133,15 +140,51 @@ class Rewrite:
         if region or tail:
             at = region[0][0] if region else at
             end = region[-1][1] if region else at
-            self.regions.append(Region(list(region), tail, len(self.edits), self._again(), self.loop_start, at, end))
+            self.regions.append(Region(list(region), tail, len(self.edits), self.again(), self.loop_start, at, end))
             self.edits.append((at, at, ""))  # its beginning, filled in by finish()
             self.edits.append((end, end, f" {tail} KB_REGION_END {after} "))
             region.clear()
         elif after:
             self.edits.append((at, at, f" {after} "))
 
+    def uniform_write(self, s: int, e: int) -> bool:
+        """Note ``code[s:e]``, a statement at a top level, if it is ``a = <what every thread
+        computes alike>;`` of a local that may be the block's."""
+        m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*);\s*", self.code[s:e], re.S)
+        if not m or m.group(1) not in self.uniform_writes or not self.uniform(m.group(2)):
+            return False
+        self.uniform_writes[m.group(1)].append(s)
+        return True
+
+    def _block_vars(self) -> None:
+        """The per-thread locals that every thread holds alike at every point: written only by
+        statements at a top level with values every thread computes alike, never read before
+        such a write in its region (another thread may have written it there). One variable for
+        the block, whose loads are then contiguous (``x[i]``, not each thread's own pointer)."""
+        body = self.body_code
+        for name, writes in self.uniform_writes.items():
+            if name not in self.arrays:
+                continue
+            if len(re.findall(rf"(?<![\w.])(?<!->){name}\s*=(?!=)", body)) != len(writes) or re.search(
+                rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)=|(?:\+\+|--|(?<!&)&)\s*{name}\b|\b{name}\s*(?:\+\+|--)",
+                body,
+            ):
+                continue
+            mention = re.compile(rf"(?<![\w.])(?<!->)(?<!::){name}\b")
+            if any(
+                mention.search(self.code, a, b)
+                for r in self.regions
+                for k, (w, _) in enumerate(r.stmts)
+                if w in writes
+                for a, b in r.stmts[:k]
+            ):
+                continue
+            self.block_vars[name] = self.arrays.pop(name)
+
     def finish(self) -> None:
-        """Each region's beginning: over the threads of its range (fission_ranges.py) or all."""
+        """Each region's beginning: over the threads of its range (fission_ranges.py) or all;
+        the per-thread locals that are the block's."""
+        self._block_vars()
         for r, got in zip(self.regions, ranges(self), strict=True):
             begin = "KB_REGION_BEGIN" if got is None else "KB_REGION_RANGE_BEGIN({}, {}, {})".format(*got)
             at, _, _ = self.edits[r.begin]
@@ -198,6 +241,10 @@ class Rewrite:
                     self.remat[name] = (t, text[init:end])
                 else:
                     out.append(f"{name} ={piece(init, end)}")
+                    if not subs and not inside_loop and self.uniform(code[init:end]):
+                        self.uniform_writes[name] = [s]
+            elif not inside_loop:
+                self.uniform_writes[name] = []
             pos += len(part) + 1
         stmt = ("(void)0" if not out else ", ".join(out)) + ";"
         if not out and not subs:

@@ -80,7 +80,29 @@
             for (KbT kb_x = kb_a; kb_x < kb_b; kb_x += (KbT)kb_step)                        \
                 kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, kb_x);                       \
         }                                                                                  \
+    };                                                                                     \
+    auto kb_strided = [&](auto kb_zero, long long kb_e, long long kb_s, auto&& kb_f) __attribute__((always_inline)) { \
+        using KbI = decltype(kb_zero);                                                     \
+        if (!__builtin_expect(::kb_diag, 0) && kb_blockDim.y == 1 && kb_blockDim.z == 1 && \
+            kb_s == (long long)kb_blockDim.x) {                                            \
+            const KbI kb_end = (KbI)kb_e, kb_step = (KbI)kb_s;                             \
+            for (KbI kb_c = 0; kb_c < kb_end; kb_c += kb_step) {                           \
+                const KbI kb_n = kb_end - kb_c < kb_step ? kb_end - kb_c : kb_step;        \
+                KB_SIMD for (KbI kb_x = 0; kb_x < kb_n; ++kb_x)                            \
+                    kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, (KbT)kb_x, (KbI)(kb_c + kb_x)); \
+            }                                                                              \
+            return;                                                                        \
+        }                                                                                  \
+        kb_region([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
+            for (KbI kb_i = (KbI)kb_ti.x; kb_i < (KbI)kb_e; kb_i += (KbI)kb_s) kb_f(kb_ti, kb_tt, kb_i); \
+        });                                                                                \
     };
+// A block-strided loop (fission_strided.py): `for (I i = threadIdx.x; i < e; i += s)` in each
+// thread, as one vector loop over i, chunk by chunk, where the block has one dimension and s is
+// blockDim.x (thread t at i = chunk + t); else as written.
+#define KB_STRIDED_BEGIN(KbI, i, e, s)                                                             \
+    kb_strided((KbI)0, (long long)(e), (long long)(s),                                             \
+               [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i) __attribute__((always_inline)) {
 #define KB_REGION_BEGIN \
     kb_region([&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
 // A region only the threads in [lo, hi) (every step-th) act in (fission_ranges.py): the others'
