@@ -68,6 +68,14 @@ def _helper(text: str, code: str, fn: Function) -> _Helper | None:
     body = code[a:b]
     if not _WARP.search(body) or re.search(r"\b(?:__shared__|static|auto|goto|asm|volatile)\b|::|<[^<=]", body):
         return None
+    head = re.sub(
+        r"\b(?:__device__|__host__|__forceinline__|__noinline__|inline|static|extern)\b",
+        " ",
+        code[fn.start : fn.parens[0]],
+    )
+    rtype = re.fullmatch(rf"\s*({TYPE})\s+{re.escape(fn.name)}\s*", head)
+    if not rtype:
+        return None
     params, types = [], []
     for p in fn.params:
         m = _PARAM.fullmatch(p.text)
@@ -87,7 +95,8 @@ def _helper(text: str, code: str, fn: Function) -> _Helper | None:
         return None
     s0, s1 = stmts[-1]
     r0 = s0 + len("return")
-    return _Helper(types, params, names, _flat(text, code, a, s0), _flat(text, code, r0, s1 - 1).strip())
+    ret_text = f"({' '.join(rtype.group(1).split())})({_flat(text, code, r0, s1 - 1).strip()})"
+    return _Helper(types, params, names, _flat(text, code, a, s0), ret_text)
 
 
 def _captured(h: _Helper, code: str, kernel: Function) -> bool:
