@@ -52,6 +52,11 @@ __global__ void k(const float* x, float* y, int n) {
     __syncthreads();
     if (lane < 2 || tid == 9) sums[29] = 4.0f;
     __syncthreads();
+    int neg = n - 100000;
+    if (threadIdx.x < neg) sums[28] += 5.0f;
+    __syncthreads();
+    if (tid < 2.5f) s[at] += 0.5f;
+    __syncthreads();
     if (t < n) { y[3 * t] = s[at]; y[3 * t + 1] = sums[lane]; y[3 * t + 2] = q; }
 }
 """
@@ -101,10 +106,24 @@ def _launch(cpu, text: str, n: int, block):
 def test_only_regions_whose_skipped_threads_do_nothing_loop_over_ranges():
     plan = _plan(RANGES)
     assert plan.runners == {"k": "run_blocks"}, plan.why
-    steps = re.findall(r"KB_REGION_RANGE_BEGIN\(.*?, (\d+)\) ", plan.text)
-    # tid < w, lane == 3, eighth's rank 2, block rank blockDim.x - 1, the two that name no thread, !tid
-    # (not `lane < 2 || tid == 9`)
-    assert sorted(steps) == ["1", "1", "1", "1", "32", "32", "8"], steps
+    steps = []
+    for m in re.finditer(r"KB_REGION_RANGE_BEGIN\(", plan.text):
+        args = plan.text[m.end() : m.end() + 400]
+        depth, cut = 0, []
+        for k, ch in enumerate(args):
+            depth += ch == "("
+            if ch == ")":
+                if depth == 0:
+                    cut.append(k)
+                    break
+                depth -= 1
+            if ch == "," and depth == 0:
+                cut.append(k)
+        step = args[cut[1] + 1 : cut[2]].strip()
+        steps.append(step if step == "1" else re.search(r", (\d+)\)$", step).group(1))
+    # tid < w, lane == 3, eighth's rank 2, block rank blockDim.x - 1, the two that name no thread,
+    # !tid, a negative int bound, a float bound (not `lane < 2 || tid == 9`)
+    assert sorted(steps) == ["1", "1", "1", "1", "1", "1", "32", "32", "8"], steps
     # q is read after its region: every thread reads its result there.
     assert "<= 7u) s[tid] -= q" in plan.text
     assert not re.search(r"KB_REGION_RANGE_BEGIN\([^)]*\)[^;]*;[^;]*fis::result[^;]*;\s*if \(\(unsigned\)", plan.text)

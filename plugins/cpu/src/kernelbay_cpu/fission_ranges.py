@@ -107,15 +107,18 @@ def _test(rw: Rewrite, c: str) -> tuple[str, str, str] | None:
         op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
     if not rw.uniform(b) or not b:
         return None
+    # the bounds by b's own type (kb_cpu::fis::below ...): a negative b against an unsigned index,
+    # a float b, ... give every thread
+    f = "::kb_cpu::fis::"
     if thread_index(rw, a):
         return {
-            "==": (f"(long long)({b})", f"(long long)({b}) + 1", "1"),
-            "<": ("0", f"(long long)({b})", "1"),
-            "<=": ("0", f"(long long)({b}) + 1", "1"),
+            "==": (f"{f}eq_lo({b})", f"{f}eq_hi({b})", "1"),
+            "<": ("0", f"{f}below({b})", "1"),
+            "<=": ("0", f"{f}upto({b})", "1"),
         }.get(op)
     n = _lane(rw, a)
-    if n and op == "==":  # one lane of each tile, where the value names a lane at all
-        return f"(long long)({b})", f"(0 <= (long long)({b}) && (long long)({b}) < {n} ? 1LL << 40 : 0)", str(n)
+    if n and op == "==":  # one lane of each tile, where the value names one
+        return f"{f}eq_lo({b}, {n})", f"{f}ALL", f"{f}lane_step({b}, {n})"
     return None
 
 

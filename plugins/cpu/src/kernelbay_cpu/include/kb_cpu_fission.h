@@ -182,6 +182,38 @@ inline KbT result(Lanes& l, int t) {
     return out<KbT>(l)[t];
 }
 
+// The threads a test of the thread's index may let through (fission_ranges.py), by the type of
+// what it is compared with: a superset (the test still runs), every thread where the bound is a
+// float or out of range (`threadIdx.x < n` with a negative int n compares as unsigned: true).
+constexpr long long ALL = 1LL << 40;
+template <class KbB>
+inline bool names_index(KbB b, long long n) {  // an integer in [0, n)
+    if constexpr (std::is_integral_v<KbB>)
+        return !(b < (KbB)0) && (unsigned long long)b < (unsigned long long)n;
+    else
+        return false;
+}
+template <class KbB>
+inline long long below(KbB b) {  // x < b
+    return names_index(b, ALL) ? (long long)b : ALL;
+}
+template <class KbB>
+inline long long upto(KbB b) {  // x <= b
+    return names_index(b, ALL) ? (long long)b + 1 : ALL;
+}
+template <class KbB>
+inline long long eq_lo(KbB b, long long n = ALL) {  // x == b (x % n == b): the first
+    return names_index(b, n) ? (long long)b : 0;
+}
+template <class KbB>
+inline long long eq_hi(KbB b) {
+    return names_index(b, ALL) ? (long long)b + 1 : ALL;
+}
+template <class KbB>
+inline long long lane_step(KbB b, long long n) {
+    return names_index(b, n) ? n : 1;
+}
+
 // The lanes of thread t's tile of N threads, clipped to the lanes that exist (cooperative_groups.h).
 template <unsigned KbN>
 inline unsigned tile_mask(const Block& b, unsigned t) {
