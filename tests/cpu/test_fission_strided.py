@@ -1,8 +1,8 @@
 """Block-strided loops as regions of their own (kernelbay_cpu/fission_strided.py) and locals every
 thread holds alike as the block's (fission_state.py: block_vars): the bits are the fiber runner's
 for 1-D blocks (one vector loop over i), blocks whose size does not divide the row, 2-D blocks
-and a step other than blockDim.x (each thread's loop, as written); llm.c's softmax kernel2 gives
-numpy's answer."""
+a step other than blockDim.x (each thread's loop, as written), a float end (i < c + 0.5f reaches
+c); llm.c's softmax kernel2 gives numpy's answer."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ __global__ void k(const float* x, float* y, int n, int c) {
     }
     __syncthreads();
     for (int i = tid; i < c; i += 2 * blockDim.x) y[blockIdx.x * c + i] += 1.0f;
+    for (int i = tid; i < c + 0.5f; i += blockDim.x) acc += 0.25f;
     const float* early = x;
     float first = early[at];
     early = x + 1;
@@ -51,7 +52,7 @@ def _plan(text: str, name: str = "k", headers: dict[str, str] | None = None) -> 
 def test_strided_loops_are_regions_and_uniform_locals_the_blocks():
     plan = _plan(STRIDED)
     assert plan.runners == {"k": "run_blocks"}, plan.why
-    assert plan.text.count("KB_STRIDED_BEGIN(") == 3
+    assert plan.text.count("KB_STRIDED_BEGIN(") == 4
     assert "KB_STRIDED_BEGIN(unsigned, i," in plan.text
     # row is written only as the block's, where no thread of the region read it before
     assert "const float* row{};" in plan.text and "row[KB_FISSION_MAX_THREADS]" not in plan.text

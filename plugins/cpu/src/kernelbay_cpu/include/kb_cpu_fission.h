@@ -81,11 +81,11 @@
                 kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, kb_x);                       \
         }                                                                                  \
     };                                                                                     \
-    auto kb_strided = [&](auto kb_zero, long long kb_e, long long kb_s, auto&& kb_f) __attribute__((always_inline)) { \
+    auto kb_strided = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
         using KbI = decltype(kb_zero);                                                     \
         if (!__builtin_expect(::kb_diag, 0) && kb_blockDim.y == 1 && kb_blockDim.z == 1 && \
-            kb_s == (long long)kb_blockDim.x) {                                            \
-            const KbI kb_end = (KbI)kb_e, kb_step = (KbI)kb_s;                             \
+            ::kb_cpu::fis::strided_fits<KbI>(kb_e, kb_s, kb_blockDim.x)) {                 \
+            const KbI kb_end = ::kb_cpu::fis::strided_end<KbI>(kb_e), kb_step = (KbI)kb_s; \
             for (KbI kb_c = 0; kb_c < kb_end; kb_c += kb_step) {                           \
                 const KbI kb_n = kb_end - kb_c < kb_step ? kb_end - kb_c : kb_step;        \
                 KB_SIMD for (KbI kb_x = 0; kb_x < kb_n; ++kb_x)                            \
@@ -94,14 +94,14 @@
             return;                                                                        \
         }                                                                                  \
         kb_region([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
-            for (KbI kb_i = (KbI)kb_ti.x; kb_i < (KbI)kb_e; kb_i += (KbI)kb_s) kb_f(kb_ti, kb_tt, kb_i); \
+            for (KbI kb_i = (KbI)kb_ti.x; kb_i < kb_e; kb_i += kb_s) kb_f(kb_ti, kb_tt, kb_i); \
         });                                                                                \
     };
 // A block-strided loop (fission_strided.py): `for (I i = threadIdx.x; i < e; i += s)` in each
 // thread, as one vector loop over i, chunk by chunk, where the block has one dimension and s is
 // blockDim.x (thread t at i = chunk + t); else as written.
 #define KB_STRIDED_BEGIN(KbI, i, e, s)                                                             \
-    kb_strided((KbI)0, (long long)(e), (long long)(s),                                             \
+    kb_strided((KbI)0, (e), (s),                                                                   \
                [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i) __attribute__((always_inline)) {
 #define KB_REGION_BEGIN \
     kb_region([&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
@@ -212,6 +212,32 @@ inline long long eq_hi(KbB b) {
 template <class KbB>
 inline long long lane_step(KbB b, long long n) {
     return names_index(b, n) ? n : 1;
+}
+
+// A block-strided loop `for (I i = threadIdx.x; i < e; i += s)` runs as chunks of blockDim.x
+// (KB_STRIDED_BEGIN) where s is blockDim.x and e compares with an I as its value does: an integer
+// that I holds, or a float (i < 10.5 is i < 11); else each thread's loop as written.
+template <class KbI, class KbE, class KbS>
+inline bool strided_fits(KbE e, KbS s, unsigned nx) {
+    if constexpr (!std::is_integral_v<KbS>) {
+        return false;
+    } else {
+        if (s != (KbS)nx || s <= (KbS)0) return false;
+        if constexpr (std::is_floating_point_v<KbE>)
+            return e == e && e < (KbE)1e9 && (std::is_signed_v<KbI> || e >= (KbE)0);
+        else if constexpr (std::is_integral_v<KbE>)
+            return (e < (KbE)0 ? std::is_signed_v<KbI> && std::is_signed_v<KbE> && (long long)e >= -(1LL << 31)
+                               : (unsigned long long)e <= (unsigned long long)std::numeric_limits<KbI>::max() / 2);
+        else
+            return false;
+    }
+}
+template <class KbI, class KbE>
+inline KbI strided_end(KbE e) {
+    if constexpr (std::is_floating_point_v<KbE>)
+        return (KbI)std::ceil(e);
+    else
+        return (KbI)e;
 }
 
 // The lanes of thread t's tile of N threads, clipped to the lanes that exist (cooperative_groups.h).
