@@ -56,6 +56,11 @@ __device__ float scaled(float v) {
     for (int o = 16; o > 0; o /= 2) w += __shfl_xor_sync(0xffffffffu, w, o);
     return w;
 }
+__device__ float pair(float v) {
+    float a = v, b = 1.0f;
+    for (int o = 16; o > 0; o /= 2) a += __shfl_xor_sync(0xffffffffu, a, o);
+    return a + b;
+}
 __device__ float twice(float v) {
     if (v > 0.0f) return __shfl_xor_sync(0xffffffffu, v, 1);
     return v;
@@ -69,6 +74,7 @@ __global__ void k(const float* x, float* y, int n) {
     float b = scaled(v);
     b += scale;
     float c = twice(v);
+    c = pair(c);
     float d = sum32(v) * 2.0f;
     y[threadIdx.x] = v + a + b + c + d;
 }
@@ -82,6 +88,7 @@ def test_only_whole_statement_calls_of_single_return_helpers_reading_nothing_the
     assert body.count("sum32(") == 1  # `sum32(v) * 2.0f` is not a whole right side
     assert "scaled(v)" in body  # it reads the global `scale`, which the kernel declares too
     assert "twice(v)" in body  # two returns
+    assert "pair(c)" in body  # two locals in one declaration
     assert (
         "float a =" in body
         and "float kb_h" in body

@@ -91,8 +91,11 @@ def _helper(text: str, code: str, fn: Function) -> _Helper | None:
     if not ret or re.search(r"\breturn\b", code[a : stmts[-1][0]]):
         return None
     names = params + _LOCAL.findall(body)
-    if len(set(names)) != len(names):
-        return None
+    if len(set(names)) != len(names) or any(
+        "," in re.sub(r"\([^()]*\)|\[[^\[\]]*\]", "", body[m.end() : body.find(";", m.end())])
+        for m in _LOCAL.finditer(body)
+    ):
+        return None  # two locals in one declaration: only the first would be renamed
     s0, s1 = stmts[-1]
     r0 = s0 + len("return")
     ret_text = f"({' '.join(rtype.group(1).split())})({_flat(text, code, r0, s1 - 1).strip()})"

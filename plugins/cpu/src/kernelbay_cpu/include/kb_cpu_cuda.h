@@ -191,9 +191,9 @@ using ::kb_cuda_expf;
 using ::kb_cuda_fmaxf;
 using ::kb_cuda_fminf;
 }  // namespace std
-#define fmaxf(x, y) kb_cuda_fmaxf(x, y)
-#define fminf(x, y) kb_cuda_fminf(x, y)
-#define expf(x) kb_cuda_expf(x)
+#define fmaxf(...) kb_cuda_fmaxf(__VA_ARGS__)
+#define fminf(...) kb_cuda_fminf(__VA_ARGS__)
+#define expf(...) kb_cuda_expf(__VA_ARGS__)
 // <cmath> brings sqrtf, expf, fabsf, fminf, fmaxf, ... into the global namespace; CUDA also
 // declares the classification functions there (an unqualified isfinite(x) in a kernel).
 using std::isfinite;
