@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import attrs
 from kernelbay.csource import default_kernel, find_kernels, strip_comments_and_strings
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
@@ -13,6 +14,7 @@ from kernelbay.types import Source
 from . import _loops
 from .fission import fission
 from .fission import split as split_at_barriers
+from .fission_inline import inline_helpers
 from .reach import Program
 
 FILES = {"cuda": "kernel.cu", "c++": "kernel.cpp"}
@@ -226,6 +228,9 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
     r"""Pick each entry's runner from what its kernel reaches (reach.py), and rewrite the text:
     fiber kernels' loops tick (\_loops.py), loop-path kernels' bodies are wrapped in
     KB_THREADS_BEGIN/END. A kernel whose definition cannot be found is judged by the whole text."""
+    inlined = inline_helpers(source.text, list(source.headers.values()))
+    if inlined != source.text:
+        source = attrs.evolve(source, code=inlined)
     prog = Program(_texts(source))
     whole = needs_fibers(source)
     kernels = find_kernels(source.text)

@@ -38,8 +38,10 @@ import re
 
 from kernelbay.csource import Function, strip_comments_and_strings
 
+from .fission_ranges import pure_read
 from .fission_scan import closing, line_of, skip_ws, statements
 from .fission_state import CG_METHODS, DECL, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
+from .fission_strided import strided
 from .fission_warps import reduction_loop, warp_calls, warp_statement
 
 _BARRIER_STMT = re.compile(r"__syncthreads\s*\(\s*\)\s*;")
@@ -125,6 +127,7 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
     if not rw.arrays and not rw.remat and not rw.edits:
         raise Giveup("nothing to split")
     _check_groups(rw)
+    rw.finish()
     # Every other declaration of a per-thread name (a shadowing one) would be renamed too.
     for name in [*rw.arrays, *rw.remat]:
         if len(re.findall(rf"(?:{TYPE}|[>\w])\s+\**{name}\s*[=;,\[)]", body_code)) > 1:
@@ -203,11 +206,17 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             continue
         if _SPLIT_RE.search(st):
             raise Giveup(f"a barrier or warp operation inside if, switch or a block ({where})")
+        if strided(rw, s, e):
+            continue
         d = DECL.match(code, skip_ws(code, s, e), e)
         if d:
             rw.declare(s, e, d, [], inside_loop)
         elif LOOKS_DECL.match(st) and not KEYWORD_START.match(st):
             raise Giveup(f"a local of a type the loop path does not store per thread ({where})")
+        rw.uniform_write(s, e)
+        names = [] if s in rw.inert else pure_read(rw, s, e, [])
+        if names:
+            rw.pure[s] = names
         rw.region.append((s, e))
     rw.flush()
 
@@ -252,12 +261,17 @@ def _uniform_for(rw: Rewrite, s: int, e: int) -> None:
         raise Giveup(f"a for loop around a barrier or warp operation whose trip count may differ ({where})")
     rw.scalars.add(var)
     j = skip_ws(code, close + 1, e)
+    outer = rw.loop_start < 0
+    if outer:
+        rw.loop_start = j
     if code[j] == "{":
         _level(rw, j + 1, closing(code, j), True)
     else:  # one statement: braced, as it becomes several loops
         rw.edits.append((j, j, "{"))
         _level(rw, j, e, True)
         rw.edits.append((e, e, "}"))
+    if outer:
+        rw.loop_start = -1
 
 
 def _check_groups(rw: Rewrite) -> None:
@@ -302,6 +316,7 @@ def _assemble(rw: Rewrite, a: int, b: int) -> str:
         pos = k
     pieces.append(seg[pos:])
     decls = " ".join(f"{t} {n}[KB_FISSION_MAX_THREADS];" for n, t in rw.arrays.items())
+    decls += " " + " ".join(f"{t} {n}{{}};" for n, t in rw.block_vars.items())
     decls += (
         " " + " ".join(f"::kb_cpu::fis::Lanes {n};" for n in sorted(rw.lanes)) + " " + " ".join(rw.hoisted.values())
     )

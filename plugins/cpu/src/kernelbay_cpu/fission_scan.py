@@ -7,6 +7,18 @@ from __future__ import annotations
 import re
 
 _OPEN, _CLOSE = "([{", ")]}"
+#: The methods of a cooperative_groups group the loop path's objects have.
+CG_METHODS = {
+    "thread_rank",
+    "size",
+    "num_threads",
+    "meta_group_rank",
+    "meta_group_size",
+    "group_dim",
+    "dim_threads",
+    "group_index",
+    "thread_index",
+}
 
 
 def closing(code: str, i: int) -> int:

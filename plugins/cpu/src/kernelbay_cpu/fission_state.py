@@ -9,7 +9,8 @@ import re
 
 from kernelbay.csource import Function
 
-from .fission_scan import line_of, pad, skip_ws, split_top
+from .fission_ranges import Region, ranges
+from .fission_scan import CG_METHODS, line_of, pad, skip_ws, split_top
 
 TYPE = (
     r"(?:(?:const|unsigned|signed|long|short|volatile)\s+)*"
@@ -21,18 +22,6 @@ DECL = re.compile(rf"(?P<type>{TYPE})\s+(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
 #: What reads as a declaration of some other type.
 LOOKS_DECL = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:[=;,\[({]|$)")
 KEYWORD_START = re.compile(r"^(?:if|for|while|do|switch|else|case|default|return|__shared__|static|typedef)\b")
-#: The methods of a cooperative_groups group the loop path's objects have.
-CG_METHODS = {
-    "thread_rank",
-    "size",
-    "num_threads",
-    "meta_group_rank",
-    "meta_group_size",
-    "group_dim",
-    "dim_threads",
-    "group_index",
-    "thread_index",
-}
 UNIFORM_WORDS = {
     "blockDim", "gridDim", "blockIdx", "x", "y", "z", "int", "unsigned", "long", "size_t", "const", "warpSize",
 }  # fmt: skip
@@ -104,6 +93,19 @@ class Rewrite:
             )
         }
         self.region: list[tuple[int, int]] = []  # the statements of the region not yet closed
+        #: statements (by start) the loop path turned into nothing a thread runs (a local made
+        #: again in each region or once for the block), and those that only read into locals
+        #: (start -> the names they assign): what a region of only some threads may skip
+        self.inert: set[int] = set()
+        self.pure: dict[int, list[str]] = {}
+        self.body_end = b
+        self.loop_start = -1  # where the outermost uniform loop's body begins, inside one
+        self.regions: list[Region] = []  # the regions closed so far, in order
+        #: per-thread locals every write of which so far is a statement at a top level with a
+        #: value every thread computes alike (name -> those statements' starts): the block's
+        #: (block_vars) where no other write is found (finish)
+        self.uniform_writes: dict[str, list[int]] = {}
+        self.block_vars: dict[str, str] = {}
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
@@ -124,21 +126,74 @@ class Rewrite:
         words = set(re.findall(r"\b[A-Za-z_]\w*\b", expr))
         return words <= UNIFORM_WORDS | self.fixed | self.scalars | set(self.hoisted)
 
-    def _again(self) -> str:
+    def again(self) -> str:
+        """What a region makes again at its top: the cooperative_groups objects and the locals
+        computed from the thread's indices."""
         objs = " ".join(f"{t} {n}{{kb_threadIdx, kb_blockDim, kb_blockIdx}};" for n, t in self.cg.items())
         return objs + " " + " ".join(f"{t} const {n} ={init};" for n, (t, init) in self.remat.items())
 
     def flush(self, tail: str = "", after: str = "", at: int = -1) -> None:
         """Close the open region: a loop over the threads, ``tail`` at its end, ``after`` after
-        it (where no region is open, one of ``tail`` alone at ``at``)."""
+        it (where no region is open, one of ``tail`` alone at ``at``). Which threads it loops
+        over is decided at the end (:meth:`finish`)."""
         region = self.region
-        if region:
-            self.edits.append((region[0][0], region[0][0], f" KB_REGION_BEGIN {self._again()} "))
-            self.edits.append((region[-1][1], region[-1][1], f" {tail} KB_REGION_END {after} "))
+        if region or tail:
+            at = region[0][0] if region else at
+            end = region[-1][1] if region else at
+            self.regions.append(Region(list(region), tail, len(self.edits), self.again(), self.loop_start, at, end))
+            self.edits.append((at, at, ""))  # its beginning, filled in by finish()
+            self.edits.append((end, end, f" {tail} KB_REGION_END {after} "))
             region.clear()
-        elif tail or after:
-            head = f" KB_REGION_BEGIN {self._again()} {tail} KB_REGION_END " if tail else ""
-            self.edits.append((at, at, f"{head} {after} "))
+        elif after:
+            self.edits.append((at, at, f" {after} "))
+
+    def uniform_write(self, s: int, e: int) -> bool:
+        """Note ``code[s:e]``, a statement at a top level, if it is ``a = <what every thread
+        computes alike>;`` of a local that may be the block's."""
+        m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*);\s*", self.code[s:e], re.S)
+        if not m or m.group(1) not in self.uniform_writes or not self.uniform(m.group(2)):
+            return False
+        self.uniform_writes[m.group(1)].append(s)
+        return True
+
+    def _block_vars(self) -> None:
+        """The per-thread locals that every thread holds alike at every point: written only by
+        statements at a top level with values every thread computes alike, never read before
+        such a write in its region (another thread may have written it there). One variable for
+        the block, whose loads are then contiguous (``x[i]``, not each thread's own pointer)."""
+        body = self.body_code
+        for name, writes in self.uniform_writes.items():
+            if name not in self.arrays:
+                continue
+            if len(re.findall(rf"(?<![\w.])(?<!->){name}\s*=(?!=)", body)) != len(writes) or re.search(
+                rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)=|(?:\+\+|--|(?<!&)&)\s*{name}\b|\b{name}\s*(?:\+\+|--)",
+                body,
+            ):
+                continue
+            mention = re.compile(rf"(?<![\w.])(?<!->)(?<!::){name}\b")
+            if any(
+                mention.search(self.code, a, b)
+                for r in self.regions
+                for k, (w, _) in enumerate(r.stmts)
+                if w in writes
+                for a, b in r.stmts[:k]
+            ):
+                continue
+            self.block_vars[name] = self.arrays.pop(name)
+
+    def finish(self) -> None:
+        """Each region's beginning: over the threads of its range (fission_ranges.py) or all;
+        the per-thread locals that are the block's."""
+        self._block_vars()
+        for r, got in zip(self.regions, ranges(self), strict=True):
+            begin = "KB_REGION_BEGIN" if got is None else "KB_REGION_RANGE_BEGIN({}, {}, {})".format(*got)
+            at, _, _ = self.edits[r.begin]
+            self.edits[r.begin] = (at, at, f" {begin} {r.again} ")
+            if got is not None and r.tail and got[2] == "1":
+                # the warp operation after it: only the warps of the range
+                k = r.begin + 1
+                at, end, rep = self.edits[k]
+                self.edits[k] = (at, end, rep.replace("(kb_fb, kb_l", f"(kb_fb.only({got[0]}, {got[1]}), kb_l"))
 
     def blank(self, s: int, e: int, rep: str = "") -> None:
         self.edits.append((s, e, pad(rep, self.text[s:e])))
@@ -186,6 +241,12 @@ class Rewrite:
                     self.remat[name] = (t, text[init:end])
                 else:
                     out.append(f"{name} ={piece(init, end)}")
+                    if not subs and not inside_loop and self.uniform(code[init:end]):
+                        self.uniform_writes[name] = [s]
+            elif not inside_loop:
+                self.uniform_writes[name] = []
             pos += len(part) + 1
         stmt = ("(void)0" if not out else ", ".join(out)) + ";"
+        if not out and not subs:
+            self.inert.add(s)
         self.edits.append((s, e, pad(stmt, text[s:e])))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from .fission_ranges import pure_read
 from .fission_scan import arguments, closing, line_of, pad, skip_ws
 from .fission_state import DECL, KEYWORD_START, LOOKS_DECL, Giveup, Rewrite
 
@@ -170,6 +171,9 @@ def warp_statement(rw: Rewrite, s: int, e: int, calls: list[re.Match[str]]) -> N
         if LOOKS_DECL.match(code[s:e].strip()) and not KEYWORD_START.match(code[s:e].strip()):
             raise Giveup(f"a local of a type the loop path does not store per thread ({where})")
         rw.edits.extend(subs)
+    names = pure_read(rw, s, e, [(c.start(), close + 1) for c, _, close in spans])
+    if names:
+        rw.pure[s] = names
     rw.region.append((s, e))
 
 
@@ -199,5 +203,6 @@ def reduction_loop(rw: Rewrite, s: int, e: int) -> bool:
     )
     rw.flush(f"::kb_cpu::fis::put({lane}, kb_t, ({v}));", after, s)
     rw.edits.append((s, e, pad(f"{v} = ::kb_cpu::fis::result<{t}>({lane}, kb_t);", rw.text[s:e])))
+    rw.pure[s] = [v]
     rw.region.append((s, e))
     return True

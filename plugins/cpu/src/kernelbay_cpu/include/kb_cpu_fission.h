@@ -77,9 +77,53 @@
                         kb_f(::kb_cpu::uint3{(unsigned)kb_x, kb_y, kb_z}, kb_row + kb_x);      \
                 }                                                                              \
             }                                                                                  \
+    };                                                                                     \
+    auto kb_region_range = [&](long long kb_lo, long long kb_hi, long long kb_step,        \
+                               auto&& kb_f) __attribute__((always_inline)) {               \
+        if (__builtin_expect(::kb_diag, 0) || kb_blockDim.y != 1 || kb_blockDim.z != 1) {  \
+            kb_region(kb_f);                                                               \
+            return;                                                                        \
+        }                                                                                  \
+        const KbT kb_a = (KbT)(kb_lo < 0 ? 0 : kb_lo);                                     \
+        const KbT kb_b = (KbT)(kb_hi < (long long)kb_blockDim.x ? (kb_hi < 0 ? 0 : kb_hi)  \
+                                                                : (long long)kb_blockDim.x); \
+        if (kb_step == 1) {                                                                \
+            KB_SIMD for (KbT kb_x = kb_a; kb_x < kb_b; ++kb_x)                              \
+                kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, kb_x);                       \
+        } else {                                                                           \
+            for (KbT kb_x = kb_a; kb_x < kb_b; kb_x += (KbT)kb_step)                        \
+                kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, kb_x);                       \
+        }                                                                                  \
+    };                                                                                     \
+    auto kb_strided = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
+        using KbI = decltype(kb_zero);                                                     \
+        if (!__builtin_expect(::kb_diag, 0) && kb_blockDim.y == 1 && kb_blockDim.z == 1 && \
+            ::kb_cpu::fis::strided_fits<KbI>(kb_e, kb_s, kb_blockDim.x)) {                 \
+            const KbI kb_end = ::kb_cpu::fis::strided_end<KbI>(kb_e), kb_step = (KbI)kb_s; \
+            for (KbI kb_c = 0; kb_c < kb_end; kb_c += kb_step) {                           \
+                const KbI kb_n = kb_end - kb_c < kb_step ? kb_end - kb_c : kb_step;        \
+                KB_SIMD for (KbI kb_x = 0; kb_x < kb_n; ++kb_x)                            \
+                    kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, (KbT)kb_x, (KbI)(kb_c + kb_x)); \
+            }                                                                              \
+            return;                                                                        \
+        }                                                                                  \
+        kb_region([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
+            for (KbI kb_i = (KbI)kb_ti.x; kb_i < kb_e; kb_i += kb_s) kb_f(kb_ti, kb_tt, kb_i); \
+        });                                                                                \
     };
+// A block-strided loop (fission_strided.py): `for (I i = threadIdx.x; i < e; i += s)` in each
+// thread, as one vector loop over i, chunk by chunk, where the block has one dimension and s is
+// blockDim.x (thread t at i = chunk + t); else as written.
+#define KB_STRIDED_BEGIN(KbI, i, e, s)                                                             \
+    kb_strided((KbI)0, (e), (s),                                                                   \
+               [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i) __attribute__((always_inline)) {
 #define KB_REGION_BEGIN \
     kb_region([&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
+// A region only the threads in [lo, hi) (every step-th) act in (fission_ranges.py): the others'
+// test fails. Blocks of more than one dimension run it for all threads.
+#define KB_REGION_RANGE_BEGIN(lo, hi, step)                  \
+    kb_region_range((long long)(lo), (long long)(hi), (long long)(step), \
+                    [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
 #define KB_REGION_END \
     });
 
@@ -94,13 +138,26 @@ struct Block {
     dim3 dim;
     unsigned n;
     bool full;  // every warp has 32 lanes
-    Block(uint3 i, dim3 d) : idx(i), dim(d), n(d.x * d.y * d.z), full(d.x * d.y * d.z % 32 == 0) {}
+    // the threads whose lanes a warp operation computes: whole warps (only())
+    int first = 0, last;
+    Block(uint3 i, dim3 d) : idx(i), dim(d), n(d.x * d.y * d.z), full(d.x * d.y * d.z % 32 == 0), last((int)n) {}
     uint3 tid(unsigned t) const { return uint3{t % dim.x, (t / dim.x) % dim.y, t / (dim.x * dim.y)}; }
     unsigned lanes(unsigned t) const {  // how many lanes the warp of thread t has
         const unsigned base = t & ~31u;
         return n - base < 32 ? n - base : 32;
     }
     unsigned exist(unsigned t) const { return lanes(t) == 32 ? ~0u : (1u << lanes(t)) - 1; }
+    // The block for a warp operation whose results the threads [lo, hi) only read (a region of
+    // a range, fission_ranges.py): their warps (in a block of one dimension; else all).
+    Block only(long long lo, long long hi) const {
+        Block b = *this;
+        if (dim.y == 1 && dim.z == 1) {
+            b.first = (int)(lo < 0 ? 0 : lo > (long long)n ? (long long)n : lo) & ~31;
+            b.last = hi < (long long)b.first ? b.first : hi > (long long)n ? (int)n : (int)((hi + 31) & ~31LL);
+            if (b.last > (int)n) b.last = (int)n;
+        }
+        return b;
+    }
 };
 
 // The ends a misuse meets: the launch fails with the fiber runner's message (run_block records it).
@@ -139,6 +196,64 @@ inline KbT get(Lanes& l, int t) {
 template <class KbT>
 inline KbT result(Lanes& l, int t) {
     return out<KbT>(l)[t];
+}
+
+// The threads a test of the thread's index may let through (fission_ranges.py), by the type of
+// what it is compared with: a superset (the test still runs), every thread where the bound is a
+// float or out of range (`threadIdx.x < n` with a negative int n compares as unsigned: true).
+constexpr long long ALL = 1LL << 40;
+template <class KbB>
+inline bool names_index(KbB b, long long n) {  // an integer in [0, n)
+    if constexpr (std::is_integral_v<KbB>)
+        return !(b < (KbB)0) && (unsigned long long)b < (unsigned long long)n;
+    else
+        return false;
+}
+template <class KbB>
+inline long long below(KbB b) {  // x < b
+    return names_index(b, ALL) ? (long long)b : ALL;
+}
+template <class KbB>
+inline long long upto(KbB b) {  // x <= b
+    return names_index(b, ALL) ? (long long)b + 1 : ALL;
+}
+template <class KbB>
+inline long long eq_lo(KbB b, long long n = ALL) {  // x == b (x % n == b): the first
+    return names_index(b, n) ? (long long)b : 0;
+}
+template <class KbB>
+inline long long eq_hi(KbB b) {
+    return names_index(b, ALL) ? (long long)b + 1 : ALL;
+}
+template <class KbB>
+inline long long lane_step(KbB b, long long n) {
+    return names_index(b, n) ? n : 1;
+}
+
+// A block-strided loop `for (I i = threadIdx.x; i < e; i += s)` runs as chunks of blockDim.x
+// (KB_STRIDED_BEGIN) where s is blockDim.x and e compares with an I as its value does: an integer
+// that I holds, or a float (i < 10.5 is i < 11); else each thread's loop as written.
+template <class KbI, class KbE, class KbS>
+inline bool strided_fits(KbE e, KbS s, unsigned nx) {
+    if constexpr (!std::is_integral_v<KbS>) {
+        return false;
+    } else {
+        if (s != (KbS)nx || s <= (KbS)0) return false;
+        if constexpr (std::is_floating_point_v<KbE>)
+            return e == e && e < (KbE)1e9 && (std::is_signed_v<KbI> || e >= (KbE)0);
+        else if constexpr (std::is_integral_v<KbE>)
+            return (e < (KbE)0 ? std::is_signed_v<KbI> && std::is_signed_v<KbE> && (long long)e >= -(1LL << 31)
+                               : (unsigned long long)e <= (unsigned long long)std::numeric_limits<KbI>::max() / 2);
+        else
+            return false;
+    }
+}
+template <class KbI, class KbE>
+inline KbI strided_end(KbE e) {
+    if constexpr (std::is_floating_point_v<KbE>)
+        return (KbI)std::ceil(e);
+    else
+        return (KbI)e;
 }
 
 // The lanes of thread t's tile of N threads, clipped to the lanes that exist (cooperative_groups.h).
@@ -185,34 +300,34 @@ inline void shuffle(const Block& b, Lanes& l, int op, unsigned mask, unsigned ti
                     int line, const char* file = __builtin_FILE()) {
     const KbT* v = at<KbT>(l);
     KbT* o = out<KbT>(l);
-    const int n = (int)b.n;
+    const int n = b.last;
     if (args == nullptr && b.full && (tile || mask == ~0u) && arg >= 0 && arg < w && w <= 32 && !(w & (w - 1))) {
         const int m = ~(w - 1);
         if (op == W_DOWN) {
-            KB_SIMD for (int t = 0; t < n; ++t) {
+            KB_SIMD for (int t = b.first; t < n; ++t) {
                 const int lane = t & 31;
                 const KbT hi = v[t + arg], me = v[t];
                 o[t] = (lane - (lane & m)) + arg < w ? hi : me;
             }
         } else if (op == W_UP) {
-            KB_SIMD for (int t = 0; t < n; ++t) {
+            KB_SIMD for (int t = b.first; t < n; ++t) {
                 const int lane = t & 31;
                 const KbT lo = v[t - arg], me = v[t];
                 o[t] = (lane - (lane & m)) >= arg ? lo : me;
             }
         } else if (op == W_XOR && !(arg & (arg - 1))) {  // a power of two: the partner is lane +- arg
-            KB_SIMD for (int t = 0; t < n; ++t) {
+            KB_SIMD for (int t = b.first; t < n; ++t) {
                 const KbT hi = v[t + arg], lo = v[t - arg];
                 o[t] = (t & arg) ? lo : hi;
             }
         } else if (op == W_XOR) {
-            for (int t = 0; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) ^ arg)];
+            for (int t = b.first; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) ^ arg)];
         } else {
-            for (int t = 0; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) & m) + (arg & (w - 1))];
+            for (int t = b.first; t < n; ++t) o[t] = v[(t & ~31) + ((t & 31) & m) + (arg & (w - 1))];
         }
         return;
     }
-    for (int t = 0; t < n; ++t) {
+    for (int t = b.first; t < n; ++t) {
         const int a = args != nullptr ? args[t] : arg, lane = t & 31, seg = lane & ~(w - 1);
         int src = lane;
         switch (op) {
@@ -232,7 +347,7 @@ enum : int { V_BALLOT, V_ANY, V_ALL, V_TILE_BALLOT, V_TILE_ANY, V_TILE_ALL };
 template <unsigned KbN>
 inline void vote(const Block& b, Lanes& l, unsigned mask, int kind) {
     int* v = at<int>(l);
-    for (unsigned base = 0; base < b.n; base += 32) {
+    for (unsigned base = (unsigned)b.first; base < (unsigned)b.last; base += 32) {
         const unsigned nl = b.lanes(base);
         unsigned bits = 0;
         for (unsigned k = 0; k < nl; ++k) bits |= (unsigned)(v[base + k] != 0) << k;
@@ -259,21 +374,21 @@ inline void vote(const Block& b, Lanes& l, unsigned mask, int kind) {
 template <unsigned KbN, int KbK, class KbT, class KbOp>
 inline void pass(const Block& b, const KbT* v, KbT* o, int off, KbOp& op, int line, const char* file) {
     static_assert(KbK == W_XOR || KbK == W_DOWN, "a butterfly or a tree");
-    const int n = (int)b.n;
+    const int n = b.last;
     if (b.full) {
         if constexpr (KbK == W_XOR) {
-            KB_SIMD for (int t = 0; t < n; ++t) {
+            KB_SIMD for (int t = b.first; t < n; ++t) {
                 const KbT hi = v[t + off], lo = v[t - off];
                 o[t] = op(v[t], (t & off) ? lo : hi);
             }
         } else {
-            KB_SIMD for (int t = 0; t < n; ++t) {
+            KB_SIMD for (int t = b.first; t < n; ++t) {
                 const KbT hi = v[t + off], me = v[t];
                 o[t] = op(me, (t & 31) + off < 32 ? hi : me);
             }
         }
     } else {
-        for (int t = 0; t < n; ++t) {
+        for (int t = b.first; t < n; ++t) {
             const int lane = t & 31, src = KbK == W_XOR ? lane ^ off : lane + off < 32 ? lane + off : lane;
             o[t] = op(v[t], read_slow<KbT>(b, v, (unsigned)t, tile_mask<KbN>(b, (unsigned)t), src, KbK, line, file));
         }
@@ -295,8 +410,8 @@ inline void steps(const Block& b, Lanes& l, int first, KbOp op, int line, const 
     KbT* from = v;
     KbT* to = o;
     if (count % 2 == 0) {
-        const int n = (int)b.n;
-        KB_SIMD for (int t = 0; t < n; ++t) o[t] = v[t];
+        const int n = b.last;
+        KB_SIMD for (int t = b.first; t < n; ++t) o[t] = v[t];
         if (count == 0) return;
         from = o;
         to = v;
