@@ -22,14 +22,18 @@ Rules every backend follows:
     order of the spec's parameters (allocate, free, copy, memset, launch). Implement every
     parameter of a hot-path spec, in order, or the core falls back to the slower keyword call
     through pluggy. Every other hook is bound the same way but is not timed.
-  - **Direct** (optional, for ``allocate``, ``free``, ``launch`` and ``graph_replay``): the implementing function
-    may carry an attribute ``kernelbay_direct``, a function of no arguments that returns a
+  - **Direct** (optional, for ``allocate``, ``free``, ``launch`` and ``graph_replay``): the
+    implementing function may carry an attribute ``kernelbay_direct``, a function of no arguments that returns a
     callable with the same positional parameters and the same behaviour (typically written in
     C, so that no Python frame runs), or ``None`` to keep the hook itself. The core asks for it
     once the backend's device probe has succeeded (so it may load compiled helpers) and calls
     the result instead of the hook while no extension wraps that hook. An exception from it is
     logged on ``kernelbay.plugins`` and the hook is kept. The conformance suite runs with
-    whatever the backend returns.
+    whatever the backend returns. Where ``allocate``, ``free`` or ``launch`` is direct, the
+    core's own frames around it (``kb.buffer``, ``kb.empty``, ``Buffer.close``,
+    ``Kernel.launch``) run as C too (:mod:`kernelbay._fronts`); the direct callable gets the
+    same arguments as the hook would, and calls the core's C fronts cannot serve reach it
+    through the Python functions as before.
 * Expected failures raise :mod:`kernelbay.errors` types. Anything else is reported as a bug in
   the backend.
 * Heavy imports (drivers, jax) happen inside the hooks, not at module import: ``kernelbay_backend``
