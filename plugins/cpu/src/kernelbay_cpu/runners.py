@@ -171,10 +171,10 @@ def _build(
             if not any(f.startswith("-fuse-ld=") for f in fl):
                 probe = [*argv, *fl, _GOLD, out, *libraries(fl), "-o", os.path.join(d, "probe.so")]
                 try:
-                    p = subprocess.run(probe, cwd=d, capture_output=True, text=True, timeout=120)
-                    linker = "gold" if p.returncode == 0 else "default"
+                    probed = subprocess.run(probe, cwd=d, capture_output=True, text=True, timeout=120)
+                    linker = "gold" if probed.returncode == 0 else "default"
                 except (OSError, subprocess.SubprocessError):
                     pass
             log.info("cpu modules link with the %s linker", linker)
-        with open(out, "rb") as f:
-            return f.read(), linker
+        with open(out, "rb") as fo:
+            return fo.read(), linker
