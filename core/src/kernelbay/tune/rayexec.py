@@ -37,7 +37,7 @@ from typing import Any
 
 import attrs
 
-from .. import _api, cache
+from .. import _api, _workers, cache
 from ..errors import InvalidArgumentError, KernelbayError, TuneError
 from ..source import Source
 from .runner import WorkerHandle, sweep_device
@@ -107,8 +107,6 @@ def _compile_variant(
     The compile runs in a worker process of its own with ``timeout`` (the sweep's
     ``compile_timeout``): one that runs longer is stopped, its compiler too, and reported; the
     Ray worker lives on."""
-    from .. import _workers
-
     node, host = _here()
     memo = (src.digest(), device)
     status, got = _workers.run(_compile_keys, [(src, device)], 1, timeout)[0]
