@@ -69,40 +69,56 @@ def prelude_pch(
                 image = _build(argv, header_flags, prelude, pre)
                 if image is None:
                     return None
-                tmp = f"{path}.{os.getpid()}.tmp"
-                with open(tmp, "wb") as f:
-                    f.write(image)
-                os.replace(tmp, path)  # whole or absent: a reader never sees half a file
+                write_whole(path, image)
         return path
     except (CacheError, OSError) as exc:
         log.warning("the precompiled prelude cannot be kept (%s): compiles parse the prelude instead", exc)
         return None
 
 
-def _build(argv: Sequence[str], fl: list[str], prelude: str, pre: dict[str, str]) -> bytes | None:
+def write_whole(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the whole file or none of it."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def write_tree(d: str, files: dict[str, str]) -> None:
+    """The prelude's files (name -> text) under the build directory ``d``."""
+    for n, body in files.items():
+        p = os.path.join(d, n)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w", encoding="utf-8") as f:
+            f.write(body)
+
+
+def run_build(cmd: list[str], d: str, out: str, what: str, instead: str) -> bool:
+    """Run a one-time build (``what``: the precompiled prelude, the runner object) in ``d``;
+    whether ``out`` was made. A failure is logged with what happens ``instead``."""
     import subprocess  # only where a compiler runs: importing the plugin stays light
+
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("%s could not be built (%s): %s", what, exc, instead)
+        return False
+    if r.returncode != 0 or not os.path.exists(out):
+        log.warning("%s could not be built: %s (%s)", what, instead, (r.stdout + r.stderr).strip()[-400:])
+        return False
+    log.info("built %s in %.0f ms: %s", what, (time.perf_counter() - t0) * 1e3, cmd)
+    return True
+
+
+def _build(argv: Sequence[str], fl: list[str], prelude: str, pre: dict[str, str]) -> bytes | None:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-pch-") as d:
-        for n, body in pre.items():
-            p = os.path.join(d, n)
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            with open(p, "w", encoding="utf-8") as f:
-                f.write(body)
+        write_tree(d, pre)
         out = os.path.join(d, prelude + ".gch")
         cmd = [*argv, *fl, "-I", d, "-x", "c++-header", prelude, "-o", out]
-        t0 = time.perf_counter()
-        try:
-            r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.SubprocessError) as exc:
-            log.warning("the precompiled prelude could not be built (%s): compiles parse the prelude instead", exc)
+        if not run_build(cmd, d, out, f"the precompiled prelude {prelude}", "compiles parse the prelude instead"):
             return None
-        if r.returncode != 0 or not os.path.exists(out):
-            log.warning(
-                "the precompiled prelude could not be built: compiles parse the prelude instead (%s)",
-                (r.stdout + r.stderr).strip()[-400:],
-            )
-            return None
-        log.info("built the precompiled prelude %s in %.0f ms: %s", prelude, (time.perf_counter() - t0) * 1e3, cmd)
         with open(out, "rb") as f:
             return f.read()

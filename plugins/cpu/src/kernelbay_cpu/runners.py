@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -31,6 +30,7 @@ from kernelbay.errors import CacheError
 
 from . import _driver
 from .flags import libraries
+from .pch import run_build, write_tree, write_whole
 
 log = logging.getLogger("kernelbay.cpu")
 
@@ -95,8 +95,8 @@ def runner_object(
                         return None
                     image, linker = built
                     if linker is not None:
-                        _write(probe, linker.encode())
-                    _write(path, image)
+                        write_whole(probe, linker.encode())
+                    write_whole(path, image)
         with open(probe, encoding="utf-8") as f:
             linker = f.read().strip()
         return Runners(path, [_GOLD] if linker == "gold" else [], probe)
@@ -114,16 +114,9 @@ def discard(r: Runners) -> None:
             if body is None:
                 os.remove(p)
             else:
-                _write(p, body)
+                write_whole(p, body)
         except OSError:
             pass
-
-
-def _write(path: str, data: bytes) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)  # whole or absent: a reader never sees half a file
 
 
 def _build(
@@ -140,30 +133,15 @@ def _build(
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="kernelbay-cpu-runners-") as d:
-        for n, body in pre.items():
-            p = os.path.join(d, n)
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            with open(p, "w", encoding="utf-8") as f:
-                f.write(body)
+        write_tree(d, pre)
         if gch is not None:
             os.symlink(gch, os.path.join(d, prelude + ".gch"))
         with open(os.path.join(d, "kb_runners.cpp"), "w", encoding="utf-8") as f:
             f.write(source(prelude))
         out = os.path.join(d, "kb_runners.o")
         cmd = [*argv, *obj_flags, "-I", d, "-c", "kb_runners.cpp", "-o", out]
-        t0 = time.perf_counter()
-        try:
-            r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.SubprocessError) as exc:
-            log.warning("the runner object could not be built (%s): each compile builds the runners itself", exc)
+        if not run_build(cmd, d, out, "the runner object", "each compile builds the runners itself"):
             return None
-        if r.returncode != 0 or not os.path.exists(out):
-            log.warning(
-                "the runner object could not be built: each compile builds the runners itself (%s)",
-                (r.stdout + r.stderr).strip()[-400:],
-            )
-            return None
-        log.info("built the runner object in %.0f ms: %s", (time.perf_counter() - t0) * 1e3, cmd)
         linker = None
         if probe_needed:
             linker = "default"
