@@ -16,6 +16,7 @@ import json
 import os
 import stat
 import sys
+from typing import Any
 
 # Before Ray is imported: every address of this cluster is the loopback one (Ray's switch for a
 # machine that must not serve its network; by default Ray binds the machine's network address).
@@ -85,49 +86,33 @@ def main(out: str, what: str = "") -> None:
     try:
         b = cluster.add_node(**node, env_vars=env("b"))
         ray.init(address=cluster.address)
+        # the default config's output is the reference (check=None): every node runs it
+        common: dict[str, Any] = dict(
+            args=kernels.host_args(), check=None, rtol=1e-4, atol=1e-3, devices="cpu", executor="ray"
+        )
         if what == "hang":
             fifo = os.path.join(base, "never-written")
             os.mkfifo(fifo)
             kernels.HANG_PATH = fifo
-            hung = kb.tune(
+            space = {"BLOCK": [64], "HANG": [0, 1]}
+            result = kb.tune(
                 kernels.hang_source,
-                {"BLOCK": [64], "HANG": [0, 1]},
+                space,
                 kernels.launch,
-                args=kernels.host_args(),
-                check=None,
-                rtol=1e-4,
-                atol=1e-3,
+                **common,
                 repeats=2,
-                devices="cpu",
-                executor="ray",
                 compile_timeout=HANG_TIMEOUT,
                 progress=False,
             )
-            report = {
-                "nodes": {cluster.head_node.node_id: "a", b.node_id: "b"},
-                "winner": hung.config,
-                "records": [[c, r] for c, r in hung.records],
-                "reader_left": _someone_reads(fifo),
-            }
-            return
-        result = kb.tune(
-            kernels.source(),
-            SPACE,
-            kernels.launch,
-            args=kernels.host_args(),
-            check=None,  # the default config's output is the reference: every node runs it
-            rtol=1e-4,
-            atol=1e-3,
-            repeats=3,
-            devices="cpu",
-            executor="ray",
-            progress=False,
-        )
+            extra = {"reader_left": _someone_reads(fifo)}
+        else:
+            result = kb.tune(kernels.source(), SPACE, kernels.launch, **common, repeats=3, progress=False)
+            extra = {"addresses": sorted({n["NodeManagerAddress"] for n in ray.nodes()})}
         report = {
             "nodes": {cluster.head_node.node_id: "a", b.node_id: "b"},
-            "addresses": sorted({n["NodeManagerAddress"] for n in ray.nodes()}),
             "winner": result.config,
             "records": [[c, r] for c, r in result.records],
+            **extra,
         }
     finally:
         ray.shutdown()
