@@ -347,6 +347,8 @@ def copy(dst: Any, src: Any, stream: Any = None) -> Any:
         if g is not None:
             _record_copy(g, dst, src, dn, stream, dbuf, sbuf)
             return dst
+    elif stream is not None and stream.__class__ is _streams.Stream and stream.handle is None:
+        stream = None  # a stream the backend does not see: its hooks take None
     if dbuf and sbuf:
         if dst._binding is src._binding:
             dst._binding.copy(dst, src, dn, stream)

@@ -19,7 +19,7 @@ enum { F_ALLOCATE = 1, F_FREE = 2, F_LAUNCH = 4 };
 
 static PyTypeObject *KernelT, *BufferT, *ArrayT, *DeviceT, *BindingT, *StreamT, *ConfigT;
 static Py_ssize_t k_handle, k_binding, b_device, b_nbytes, b_handle, b_binding, a_shape, a_dtype, d_backend,
-    g_allocate, g_free, g_launch, g_fronts, s_is_default, c_grid, c_block, c_shared;
+    g_allocate, g_free, g_launch, g_fronts, s_is_default, s_handle, c_grid, c_block, c_shared;
 static PyObject *streams_ns, *memory_ns, *runtime_ns, *dtypes; /* module dicts, vars(runtime), _api._dtypes */
 static long long max_nbytes;
 static PyObject *str_intercept, *str_closes, *str_bindings, *str_itemsize, *str_float32, *zero, *one, *empty_tuple;
@@ -148,11 +148,11 @@ static PyObject *launch(PyObject *front, PyObject *const *args, size_t nargsf, P
     if (handle == NULL || handle == Py_None || argv == Py_None || intercepting())
         goto python;
     if (stream != Py_None && Py_TYPE(stream) == StreamT) {
-        PyObject *d = SLOT(stream, s_is_default);
-        if (d == Py_True)
-            stream = Py_None; /* no current stream here: the default is what None means */
-        else if (d != Py_False)
+        PyObject *d = SLOT(stream, s_is_default), *sh = SLOT(stream, s_handle);
+        if (d == NULL || sh == NULL || (d != Py_True && d != Py_False))
             goto python;
+        if (d == Py_True || sh == Py_None)
+            stream = Py_None; /* no current stream here: the default (or a stream the backend does not see) is None */
     }
     PyObject *b = SLOT(self, k_binding);
     if (!fronted(b, F_LAUNCH))
@@ -425,7 +425,7 @@ static PyObject *init(PyObject *mod, PyObject *cfg) {
     OFF(BufferT, "device", b_device); OFF(BufferT, "nbytes", b_nbytes); OFF(BufferT, "handle", b_handle);
     OFF(BufferT, "_binding", b_binding); OFF(ArrayT, "shape", a_shape); OFF(ArrayT, "dtype", a_dtype);
     OFF(DeviceT, "backend", d_backend); OFF(BindingT, "allocate", g_allocate); OFF(BindingT, "free", g_free);
-    OFF(BindingT, "launch", g_launch); OFF(BindingT, "fronts", g_fronts); OFF(StreamT, "is_default", s_is_default);
+    OFF(BindingT, "launch", g_launch); OFF(BindingT, "fronts", g_fronts); OFF(StreamT, "is_default", s_is_default); OFF(StreamT, "handle", s_handle);
     /* LaunchConfig is frozen: its slots are read only, through the offsets of its own descriptors */
     OFF(ConfigT, "grid", c_grid); OFF(ConfigT, "block", c_block); OFF(ConfigT, "shared_mem", c_shared);
     PyObject *py_launch, *py_buffer, *py_empty, *py_close, *py_del;

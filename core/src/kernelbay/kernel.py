@@ -162,8 +162,8 @@ class Kernel:
             )
         if _streams.intercept:  # some thread has a current stream or records a graph: streams.route
             return _streams.launch(self, grid, block, args, shared_mem, stream, reads, writes)
-        if stream is not None and stream.__class__ is _streams.Stream and stream.is_default:
-            stream = None  # no current stream here: the device's default is what None means
+        if stream is not None and stream.__class__ is _streams.Stream and (stream.is_default or stream.handle is None):
+            stream = None  # no current stream here: the default (or a stream the backend does not see) is None
         return self._binding.launch(self, grid, block, args, shared_mem, stream)
 
     __call__ = launch

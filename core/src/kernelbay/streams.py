@@ -16,8 +16,10 @@ Host reads (``Array.numpy()``, ``kb.copy`` into a numpy array with ``stream=None
 ``dev.synchronize()``) see every write queued before them on every stream of the device.
 
 The launch hot path pays for none of this unless some thread has a current stream or records a
-graph (or a stream its backend does not see exists): :data:`intercept` counts those, and
-``Kernel.launch`` looks further only when it is non-zero. This module sits below the values
+graph: :data:`intercept` counts those, and ``Kernel.launch`` looks further only when it is
+non-zero. A stream its backend does not see (handle ``None``: a backend without stream hooks)
+costs nothing anywhere: every direct path maps it to ``None`` on the way to the hook
+(:func:`to_hook`, or its inlined check). This module sits below the values
 (:mod:`kernelbay.types`): it reaches a device's backend through ``device.binding``.
 """
 
@@ -37,9 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Event", "Stream", "current_stream", "route"]
 
-#: Threads with a current stream plus active graph captures plus live streams the backend does
-#: not see (handle ``None``), all threads together. The hot path reads it without a lock: a
-#: thread always sees its own changes.
+#: Threads with a current stream plus active graph captures, all threads together. The hot path
+#: reads it without a lock: a thread always sees its own changes.
 intercept = 0
 _count_lock = threading.Lock()
 _local = threading.local()
@@ -175,26 +176,6 @@ class Stream:
     priority: int = 0
     is_default: bool = False
     closed: bool = attrs.field(default=False, init=False)
-    _counted: bool = attrs.field(default=False, init=False, repr=False)
-
-    def __attrs_post_init__(self) -> None:
-        # A stream the backend does not see (handle None) must reach its hooks as None: count
-        # it, so Kernel.launch takes the path that says so while one exists. Streams with a
-        # handle cost the launch hot path nothing.
-        if self.handle is None:
-            self._counted = True
-            _bump(1)
-
-    def _uncount(self) -> None:
-        if self._counted:
-            self._counted = False
-            _bump(-1)
-
-    def __del__(self) -> None:
-        try:
-            self._uncount()
-        except Exception:  # interpreter shutdown
-            pass
 
     @classmethod
     def create(cls, device: Device, priority: int = 0) -> Stream:
@@ -266,7 +247,6 @@ class Stream:
         if self.closed or self.is_default:
             return
         self.closed = True
-        self._uncount()
         h = self.handle
         if h is not None:
             self._binding.stream_destroy(self.device, h)

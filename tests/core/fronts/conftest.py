@@ -16,10 +16,10 @@ from .support import Counted, store
 
 @pytest.fixture
 def be(add_backend) -> Iterator[Counted]:
-    # streams.intercept counts the live streams of backends without stream hooks (and graphs
-    # being captured): while it is not 0, the fronts hand every call to the Python functions.
-    # What earlier tests in this process left alive (after a collection) belongs to them, not
-    # to this test: it is set aside for the test and what changed meanwhile is added back.
+    # streams.intercept counts current streams and graphs being captured: while it is not 0,
+    # the fronts hand every call to the Python functions. What earlier tests in this process
+    # left (a thread still inside `with stream:`) belongs to them, not to this test: it is set
+    # aside for the test and what changed meanwhile is added back.
     gc.collect()
     left = _streams.intercept
     _streams.intercept = 0

@@ -32,6 +32,7 @@ class Counted:
 
     def __init__(self) -> None:
         self.direct: list[str] = []
+        self.launch_streams: list[Any] = []  # the stream argument of each direct launch
         cls = type(self)
         for hook, fn in (("allocate", allocator.allocate), ("free", allocator.free), ("launch", launcher.launch)):
             getattr(cls, f"kernelbay_{hook}").kernelbay_direct = self._counting(hook, fn)
@@ -40,6 +41,8 @@ class Counted:
         def make() -> Callable[..., Any]:
             def direct(*args: Any) -> Any:
                 self.direct.append(hook)
+                if hook == "launch":
+                    self.launch_streams.append(args[5])
                 return fn(*args)
 
             return direct
@@ -82,8 +85,7 @@ class Counted:
     def kernelbay_synchronize(self, device, stream):
         return None
 
-    # Streams the backend sees (pyref has none: each of its streams would make the core take its
-    # stream-routing path for every launch while it lives, fronts or not).
+    # Streams the backend sees (pyref has none; its streams reach its hooks as None).
     @kb.hookimpl
     def kernelbay_default_stream(self, device):
         return "default"

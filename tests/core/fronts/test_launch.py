@@ -111,6 +111,30 @@ def test_launch_in_a_stream_context_or_graph_goes_the_python_way_and_still_runs(
     assert a.numpy()[0] == 12.75
 
 
+def test_a_stream_the_backend_does_not_see_stays_on_the_front_and_reaches_the_hook_as_none(dev, k, be):
+    """A stream with handle None (what a backend without stream hooks gives, pyref's and tpu's)
+    is the device's one stream: the front passes None, and such streams alive anywhere in the
+    process cost no launch of any backend its front."""
+    from kernelbay import streams as _streams
+
+    a = kb.zeros(8, "float32", dev)
+    hidden = _streams.Stream(dev, None, binding=dev.binding)
+    other = kb.device("pyref") if "pyref" in {d.backend for d in kb.devices()} else None
+    alive = [other.stream(), other.default_stream] if other is not None else []
+    assert _streams.intercept == 0, alive
+    be.direct.clear()
+    be.launch_streams.clear()
+    assert python_frames(lambda: k.launch(1, 8, (a, *SCALARS), stream=hidden)) == []
+    assert python_frames(lambda: k(1, 8, (a, *SCALARS))) == []
+    assert be.direct == ["launch", "launch"] and be.launch_streams == [None, None]
+    _fronts.use(False)
+    try:
+        k.launch(1, 8, (a, *SCALARS), stream=hidden)  # the Python function maps it the same way
+    finally:
+        _fronts.use(True)
+    assert be.launch_streams[-1] is None
+
+
 class Watcher:
     """An extension wrapping the hot hooks through pluggy."""
 
