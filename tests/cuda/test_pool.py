@@ -465,13 +465,74 @@ def test_the_direct_allocate_takes_the_current_stream_as_home(streams, monkeypat
     state = core_streams._ThreadState()
     monkeypatch.setattr(core_streams._local, "s", state, raising=False)
     monkeypatch.setattr(core_streams, "intercept", 1)
+    # `with stream:` bumps streams.epoch, which the C side's cached lookup depends on: so does this test
+    monkeypatch.setattr(core_streams, "epoch", core_streams.epoch + 1)
     a = al.malloc_on(MiB, S1)
     al.free(a)  # cached for S1
     assert alloc(dev, MiB) != a  # no current stream in this thread: a block of the default stream
     state.current[dev] = [FakeStream()]
+    core_streams.epoch += 1
     assert alloc(dev, MiB) == a and mem.allocs == 2  # S1 is current: its own cached block, in C
     al.free(a)
     assert A.allocate(dev, MiB) == a  # the Python hook makes the same choice
     al.free(a)
     state.current[dev] = [object()]  # not a stream kernelbay knows: the hook decides, the same way
+    core_streams.epoch += 1
     assert alloc(dev, MiB) != a and mem.allocs == 3  # S1's cached block stays S1's
+
+
+def test_the_direct_allocate_keeps_each_threads_current_stream_apart(streams, monkeypatch) -> None:
+    # The C side keeps its last current-stream lookup while streams.epoch, the thread and the
+    # device stay the same: two threads inside different `with stream:` blocks, allocating in
+    # turn with no epoch change between, each get a block of their own stream.
+    import threading
+
+    from kernelbay import streams as core_streams
+
+    al, _mem, _ev, (S1, S2, _NB) = streams
+    monkeypatch.setattr(A, "_allocators", {0: al})
+    monkeypatch.setattr(A, "_pools", {0: al.pool})
+    alloc, free = A.allocate.kernelbay_direct(), A.free.kernelbay_direct()
+    if alloc is None:
+        pytest.skip(f"the native helpers are unavailable here: {native.status()}")
+
+    class Dev:
+        index = 0
+
+    class Handle:
+        def __init__(self, h: int) -> None:
+            self.handle = h
+
+    class FakeStream:
+        def __init__(self, h: int) -> None:
+            self.handle = Handle(h)
+
+    dev = Dev()
+    mine = {}
+    for s in (S1, S2):
+        mine[s] = al.malloc_on(MiB, s)
+        al.free(mine[s])  # one cached block per stream
+    monkeypatch.setattr(core_streams, "intercept", 1)
+    monkeypatch.setattr(core_streams, "epoch", core_streams.epoch + 1)
+    turns = [threading.Semaphore(0), threading.Semaphore(0)]
+    got: dict[int, list[int]] = {S1: [], S2: []}
+
+    def run(me: int, s: int) -> None:
+        state = core_streams._ThreadState()
+        state.current[dev] = [FakeStream(s)]
+        core_streams._local.s = state
+        for _ in range(4):
+            turns[me].acquire()
+            p = alloc(dev, MiB)
+            got[s].append(p)
+            free(dev, p)
+            turns[1 - me].release()
+
+    threads = [threading.Thread(target=run, args=(0, S1)), threading.Thread(target=run, args=(1, S2))]
+    for t in threads:
+        t.start()
+    turns[0].release()
+    for t in threads:
+        t.join(10)
+    assert got == {S1: [mine[S1]] * 4, S2: [mine[S2]] * 4}
+    assert alloc(dev, MiB) not in (mine[S1], mine[S2])  # this thread has no current stream

@@ -42,14 +42,19 @@ __all__ = ["Event", "Stream", "current_stream", "route"]
 #: Threads with a current stream plus active graph captures, all threads together. The hot path
 #: reads it without a lock: a thread always sees its own changes.
 intercept = 0
+#: Changes whenever :data:`intercept` does (a thread enters or leaves ``with stream:``, a capture
+#: begins or ends): C code that looks up a thread's current stream (the cuda allocator's) may
+#: keep what it found while ``epoch`` stays the same.
+epoch = 0
 _count_lock = threading.Lock()
 _local = threading.local()
 
 
 def _bump(by: int) -> None:
-    global intercept
+    global intercept, epoch
     with _count_lock:
         intercept += by
+        epoch += 1
 
 
 class _ThreadState:

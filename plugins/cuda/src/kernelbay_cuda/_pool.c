@@ -704,9 +704,14 @@ typedef struct {
     PyObject *pools;
     PyObject *fallback;
     PyObject *flags;
+    /* allocate: the last current-stream lookup (direct_home), valid while kernelbay.streams.epoch,
+     * the thread and the device object are the same: the stream (or Py_None: no current stream) */
+    PyObject *c_device, *c_stream;
+    unsigned long c_tid;
+    long long c_epoch;
 } Direct;
 
-static PyObject *d_intercept, *d_index, *d_handle, *d_entry, *d_local, *d_s, *d_current;
+static PyObject *d_intercept, *d_index, *d_handle, *d_entry, *d_local, *d_s, *d_current, *d_epoch;
 
 static const Py_ssize_t direct_nargs[4] = {2, 2, 6, 3};
 
@@ -735,7 +740,8 @@ static int Direct_init(Direct *self, PyObject *args, PyObject *kw) {
         d_local = PyUnicode_InternFromString("_local");
         d_s = PyUnicode_InternFromString("s");
         d_current = PyUnicode_InternFromString("current");
-        if (!d_intercept || !d_index || !d_handle || !d_entry || !d_local || !d_s || !d_current) return -1;
+        d_epoch = PyUnicode_InternFromString("epoch");
+        if (!d_intercept || !d_index || !d_handle || !d_entry || !d_local || !d_s || !d_current || !d_epoch) return -1;
     }
     self->kind = kind;
     Py_INCREF(pools);
@@ -744,6 +750,9 @@ static int Direct_init(Direct *self, PyObject *args, PyObject *kw) {
     Py_XSETREF(self->fallback, fallback);
     Py_INCREF(flags);
     Py_XSETREF(self->flags, flags);
+    Py_CLEAR(self->c_device);
+    Py_CLEAR(self->c_stream);
+    self->c_epoch = -1;
     return 0;
 }
 
@@ -751,6 +760,8 @@ static void Direct_dealloc(Direct *self) {
     Py_XDECREF(self->pools);
     Py_XDECREF(self->fallback);
     Py_XDECREF(self->flags);
+    Py_XDECREF(self->c_device);
+    Py_XDECREF(self->c_stream);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -767,40 +778,87 @@ static int direct_intercept(Direct *self) {
     return t != 0;
 }
 
-/* The allocate hook's home for `device` in this thread: the CUstream (a new reference to a
- * non-zero int) of the stream made current by `with stream:` (kernelbay.streams: _local.s.current
- * [device][-1].handle.handle), Py_None where there is none, or NULL (no exception) where anything
- * is not as expected: the caller then runs the Python hook. */
-static PyObject *direct_home(Direct *self, PyObject *device) {
+/* kernelbay.streams.epoch as a C integer, or -1 (no cache) where it is not a small exact int. */
+static long long direct_epoch(Direct *self) {
+    PyObject *v = PyDict_GetItemWithError(self->flags, d_epoch); /* borrowed */
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        PyErr_Clear();
+        return -1;
+    }
+    int overflow;
+    long long e = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || e < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return e;
+}
+
+/* The stream made current for `device` in this thread by `with stream:` (kernelbay.streams:
+ * _local.s.current[device][-1]; a new reference), Py_None where there is none, or NULL (no
+ * exception) where anything is not as expected. The answer is kept while streams.epoch (bumped
+ * by every `with stream:` entry and exit and every capture, in any thread), the thread and the
+ * device object stay the same: a lookup hashes the device (Python code), the cache compares. */
+static PyObject *direct_current(Direct *self, PyObject *device) {
+    long long ep = direct_epoch(self);
+    unsigned long tid = PyThread_get_thread_ident();
+    if (ep >= 0 && ep == self->c_epoch && tid == self->c_tid && device == self->c_device && self->c_stream) {
+        Py_INCREF(self->c_stream);
+        return self->c_stream;
+    }
     PyObject *local = PyDict_GetItemWithError(self->flags, d_local); /* borrowed */
     if (local == NULL) {
         PyErr_Clear();
         return NULL;
     }
+    PyObject *stream;
     PyObject *st = PyObject_GetAttr(local, d_s);
     if (st == NULL) { /* this thread never entered a stream */
         PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    PyObject *cur = PyObject_GetAttr(st, d_current);
-    Py_DECREF(st);
-    if (cur == NULL || !PyDict_Check(cur)) {
-        Py_XDECREF(cur);
-        PyErr_Clear();
-        return NULL;
-    }
-    PyObject *stack = PyDict_GetItemWithError(cur, device); /* borrowed from cur */
-    if (stack == NULL || !PyList_Check(stack) || PyList_GET_SIZE(stack) == 0) {
-        Py_DECREF(cur);
-        if (PyErr_Occurred()) {
+        stream = Py_None;
+        Py_INCREF(stream);
+    } else {
+        PyObject *cur = PyObject_GetAttr(st, d_current);
+        Py_DECREF(st);
+        if (cur == NULL || !PyDict_Check(cur)) {
+            Py_XDECREF(cur);
             PyErr_Clear();
             return NULL;
         }
-        Py_RETURN_NONE;
+        PyObject *stack = PyDict_GetItemWithError(cur, device); /* borrowed from cur */
+        if (stack == NULL || !PyList_Check(stack) || PyList_GET_SIZE(stack) == 0) {
+            Py_DECREF(cur);
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                return NULL;
+            }
+            stream = Py_None;
+            Py_INCREF(stream);
+        } else {
+            stream = PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1);
+            Py_INCREF(stream);
+            Py_DECREF(cur);
+        }
     }
-    PyObject *stream = PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1);
-    Py_INCREF(stream);
-    Py_DECREF(cur);
+    /* the epoch read before the lookup: a change meanwhile (another thread) only costs a miss */
+    if (ep >= 0) {
+        Py_INCREF(device);
+        Py_XSETREF(self->c_device, device);
+        Py_INCREF(stream);
+        Py_XSETREF(self->c_stream, stream);
+        self->c_tid = tid;
+        self->c_epoch = ep;
+    }
+    return stream;
+}
+
+/* The allocate hook's home for `device` in this thread: the CUstream (a new reference to a
+ * non-zero int) of the stream made current by `with stream:` (its .handle.handle, read at each
+ * call: a closed stream's is 0), Py_None where there is none, or NULL (no exception) where
+ * anything is not as expected: the caller then runs the Python hook. */
+static PyObject *direct_home(Direct *self, PyObject *device) {
+    PyObject *stream = direct_current(self, device);
+    if (stream == NULL || stream == Py_None) return stream;
     PyObject *h = PyObject_GetAttr(stream, d_handle);
     Py_DECREF(stream);
     if (h == NULL) {
