@@ -108,8 +108,10 @@ class Graph:
         self._extra: set[tuple[int, int]] = set()  # (before, after) from add_dependency and events
         self._waits: dict[int, list[tuple[Any, int]]] = {}  # id(stream) -> [(event stream, marker)]
         self._buffers: tuple[tuple[Buffer | Kernel, Step], ...] = ()
-        self._checked: tuple[int, int] | None = None  # (memory.closes, kernel.closes) at the last check
-        self._fast: tuple[int, int] | None = None  # _checked after a native replay: the next may skip the checks
+        # memory.closes + kernel.closes at the last check (both only grow: an equal sum means
+        # nothing was closed since), and _checked after a native replay: the next may skip the checks
+        self._checked: int | None = None
+        self._fast: int | None = None
         self.closed = False
 
     # --- recording ----------------------------------------------------------------------
@@ -300,7 +302,7 @@ class Graph:
             )
         if not self._built:
             raise InvalidArgumentError("replay of an empty kb.Graph: record with `with dev.graph() as g:` first")
-        epoch = (_memory.closes, _kernel.closes)
+        epoch = _memory.closes + _kernel.closes
         if epoch == self._checked:  # nothing was closed since the last check
             return
         for x, s in self._buffers:
@@ -323,7 +325,7 @@ class Graph:
         """
         # The hot path: a native graph checked at an earlier replay, nothing closed since, on the
         # default stream with no current stream or recording anywhere: the backend's replay alone.
-        if stream is None and self._fast == (_memory.closes, _kernel.closes) and not _streams.intercept:
+        if stream is None and self._fast == _memory.closes + _kernel.closes and not _streams.intercept:
             self._binding.graph_replay(self.device, self._handle, None)
             return
         self._check_usable()
