@@ -243,3 +243,29 @@ def test_a_wide_graph_is_built_as_a_few_chains(dev, kernels) -> None:
     count = ctypes.c_size_t(0)
     rc = kc._driver.libcuda().cuGraphGetRootNodes(g._handle.graph, None, ctypes.byref(count))
     assert rc == 0 and count.value == kc.graphs.MAX_WIDTH
+
+
+def test_a_serial_graph_is_built_as_one_chain(dev, kernels) -> None:
+    # dev.graph(serial=True): one root, every launch after the one before it, as a stream capture
+    # (the cheapest replay for the host), and every launch still runs.
+    import ctypes
+
+    _, add = kernels
+    n = 256
+    xs = [kb.asarray(np.full(n, i, np.float32), device=dev) for i in range(16)]
+    ys = [kb.zeros(n, device=dev) for _ in range(16)]
+    with dev.graph(serial=True) as g:
+        for x, y in zip(xs, ys):
+            add.launch(1, n, (x, y, np.int32(n)))
+    g.replay()
+    g.replay()
+    for i, y in enumerate(ys):
+        np.testing.assert_array_equal(y.numpy(), np.full(n, 2 * i, np.float32))
+    lib, h = kc._driver.libcuda(), g._handle
+    count = ctypes.c_size_t(0)
+    assert lib.cuGraphGetRootNodes(h.graph, None, ctypes.byref(count)) == 0 and count.value == 1
+    for i, node in enumerate(h.nodes[1:], 1):
+        deps = (ctypes.c_void_p * 4)()
+        count = ctypes.c_size_t(4)
+        assert lib.cuGraphNodeGetDependencies(node, deps, ctypes.byref(count)) == 0
+        assert [deps[j] for j in range(count.value)] == [h.nodes[i - 1].value], f"node {i}"

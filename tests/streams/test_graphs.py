@@ -50,6 +50,17 @@ def test_dependencies_come_from_buffers(dev, k) -> None:
     assert [s.deps for s in g.steps] == [(), (), (0, 1), (0, 1, 2), (0, 2, 3)]
 
 
+def test_a_serial_graph_runs_its_steps_in_recorded_order(dev, k) -> None:
+    x, y, z = (kb.zeros(4, "float32", device=dev) for _ in range(3))
+    with dev.graph(serial=True) as g:
+        k.launch(1, args=(x, y, 1.0), reads=(x,), writes=(y,))  # 0
+        k.launch(1, args=(x, z, 1.0), reads=(x,), writes=(z,))  # 1: independent of 0 by data
+        k.launch(1, args=(y, z, 1.0), reads=(y,), writes=(z,))  # 2: after 0 and 1
+    assert g.serial and [s.deps for s in g.steps] == [(), (0,), (0, 1)]
+    with pytest.raises(kb.InvalidArgumentError, match="serial must be True or False"):
+        dev.graph(serial=1)
+
+
 def test_events_inside_a_recording_order_streams(dev, k) -> None:
     x, y = kb.zeros(4, "float32", device=dev), kb.zeros(4, "float32", device=dev)
     s1, s2 = dev.stream(), dev.stream()

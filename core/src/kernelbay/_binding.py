@@ -121,9 +121,9 @@ class Binding:
         #: C fronts serve those hooks of this binding, the Python functions the others.
         self.fronts = 0
 
-    def new_graph(self, device: Device) -> Graph:
+    def new_graph(self, device: Device, serial: bool = False) -> Graph:
         """A :class:`kernelbay.Graph` recording ``device``'s work (``dev.graph()``)."""
-        return Graph(device, self)
+        return Graph(device, self, serial)
 
     def devices(self) -> tuple[Device, ...]:
         """Probe once; the result (or the reason there are none) is kept for the process."""

@@ -17,13 +17,14 @@
 /* Binding.fronts: which hooks are the backend's direct callables (kernelbay._binding). */
 enum { F_ALLOCATE = 1, F_FREE = 2, F_LAUNCH = 4 };
 
-static PyTypeObject *KernelT, *BufferT, *ArrayT, *DeviceT, *BindingT, *StreamT, *ConfigT;
+static PyTypeObject *KernelT, *BufferT, *ArrayT, *DeviceT, *BindingT, *StreamT, *ConfigT, *GraphT;
 static Py_ssize_t k_handle, k_binding, b_device, b_nbytes, b_handle, b_binding, a_shape, a_dtype, d_backend,
-    g_allocate, g_free, g_launch, g_fronts, s_is_default, s_handle, c_grid, c_block, c_shared;
-static PyObject *streams_ns, *memory_ns, *runtime_ns, *dtypes; /* module dicts, vars(runtime), _api._dtypes */
+    g_allocate, g_free, g_launch, g_fronts, g_graph_replay, s_is_default, s_handle, c_grid, c_block, c_shared;
+static PyObject *streams_ns, *memory_ns, *kernel_ns, *runtime_ns, *dtypes; /* module dicts, vars(runtime), _api._dtypes */
 static long long max_nbytes;
 static PyObject *str_intercept, *str_closes, *str_bindings, *str_itemsize, *str_float32, *zero, *one, *empty_tuple;
-static PyObject *kw_launch[8], *kw_buffer[2], *kw_empty[3];
+static PyObject *str_fast, *str_binding_, *str_device, *str_handle_;
+static PyObject *kw_launch[8], *kw_buffer[2], *kw_empty[3], *kw_replay[1];
 
 /* ---- helpers ---- */
 
@@ -329,6 +330,80 @@ static PyObject *del_(PyObject *front, PyObject *const *args, size_t nargsf, PyO
     return TWIN(front, args, nargsf, kwnames);
 }
 
+/* ---- Graph.replay ---- */
+
+/* A module's `closes` counter as a C integer, or -1 (the twin decides). */
+static long long closes_of(PyObject *ns) {
+    PyObject *c = PyDict_GetItemWithError(ns, str_closes);
+    if (c == NULL || !PyLong_CheckExact(c)) {
+        PyErr_Clear();
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(c);
+    if (v < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return v;
+}
+
+/* The twin's hot path, in C: a graph checked at an earlier native replay (its _fast is
+ * memory.closes + kernel.closes: nothing closed since), stream None, no current stream or
+ * recording anywhere: binding.graph_replay(device, handle, None). Anything else: the twin. */
+static PyObject *replay(PyObject *front, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *stream = NULL;
+    if (nargs < 1 || Py_TYPE(args[0]) != GraphT || !parse(args + 1, nargs - 1, kwnames, kw_replay, 1, &stream))
+        goto python;
+    if ((stream != NULL && stream != Py_None) || intercepting())
+        goto python;
+    PyObject *self = args[0];
+    long long m = closes_of(memory_ns), k = closes_of(kernel_ns);
+    if (m < 0 || k < 0)
+        goto python;
+    PyObject *fast = PyObject_GetAttr(self, str_fast);
+    if (fast == NULL) {
+        PyErr_Clear();
+        goto python;
+    }
+    int same = PyLong_CheckExact(fast) && PyLong_AsLongLong(fast) == m + k;
+    Py_DECREF(fast);
+    PyErr_Clear();
+    if (!same)
+        goto python;
+    PyObject *b = PyObject_GetAttr(self, str_binding_);
+    if (b == NULL) {
+        PyErr_Clear();
+        goto python;
+    }
+    PyObject *fn = Py_TYPE(b) == BindingT ? SLOT(b, g_graph_replay) : NULL;
+    if (fn == NULL) {
+        Py_DECREF(b);
+        goto python;
+    }
+    Py_INCREF(fn);
+    Py_DECREF(b);
+    PyObject *dev = PyObject_GetAttr(self, str_device);
+    PyObject *h = dev == NULL ? NULL : PyObject_GetAttr(self, str_handle_);
+    if (h == NULL) {
+        PyErr_Clear();
+        Py_XDECREF(dev);
+        Py_DECREF(fn);
+        goto python;
+    }
+    PyObject *call[3] = {dev, h, Py_None};
+    PyObject *r = PyObject_Vectorcall(fn, call, 3, NULL);
+    Py_DECREF(fn);
+    Py_DECREF(dev);
+    Py_DECREF(h);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+python:
+    return TWIN(front, args, nargsf, kwnames);
+}
+
 /* ---- the Front type ---- */
 
 static PyObject *front_get(PyObject *self, PyObject *obj, PyObject *type) {
@@ -409,8 +484,8 @@ static PyObject *arg(PyObject *cfg, const char *key, int cls) {
     return v;
 }
 
-/* init(cfg: dict) -> (launch, close, buffer, empty, __del__): the classes, the Python twins and the
- * module namespaces in, the four fronts out (Front objects). Called once per process (kernelbay._fronts). */
+/* init(cfg: dict) -> (launch, close, buffer, empty, __del__, replay): the classes, the Python twins
+ * and the module namespaces in, the fronts out (Front objects). Called once per process (kernelbay._fronts). */
 static PyObject *init(PyObject *mod, PyObject *cfg) {
     if (KernelT != NULL)
         return PyErr_Format(PyExc_RuntimeError, "the fronts are initialised once");
@@ -420,20 +495,23 @@ static PyObject *init(PyObject *mod, PyObject *cfg) {
 #define OBJ(var, key) if ((var = arg(cfg, key, 0)) == NULL) return NULL
 #define OFF(cls, name, var) if (offset(cls, name, &var) < 0) return NULL
     TYPE(KernelT, "Kernel"); TYPE(BufferT, "Buffer"); TYPE(ArrayT, "Array"); TYPE(DeviceT, "Device");
-    TYPE(BindingT, "Binding"); TYPE(StreamT, "Stream"); TYPE(ConfigT, "LaunchConfig");
+    TYPE(BindingT, "Binding"); TYPE(StreamT, "Stream"); TYPE(ConfigT, "LaunchConfig"); TYPE(GraphT, "Graph");
     OFF(KernelT, "handle", k_handle); OFF(KernelT, "_binding", k_binding);
     OFF(BufferT, "device", b_device); OFF(BufferT, "nbytes", b_nbytes); OFF(BufferT, "handle", b_handle);
     OFF(BufferT, "_binding", b_binding); OFF(ArrayT, "shape", a_shape); OFF(ArrayT, "dtype", a_dtype);
     OFF(DeviceT, "backend", d_backend); OFF(BindingT, "allocate", g_allocate); OFF(BindingT, "free", g_free);
     OFF(BindingT, "launch", g_launch); OFF(BindingT, "fronts", g_fronts); OFF(StreamT, "is_default", s_is_default); OFF(StreamT, "handle", s_handle);
+    OFF(BindingT, "graph_replay", g_graph_replay);
     /* LaunchConfig is frozen: its slots are read only, through the offsets of its own descriptors */
     OFF(ConfigT, "grid", c_grid); OFF(ConfigT, "block", c_block); OFF(ConfigT, "shared_mem", c_shared);
-    PyObject *py_launch, *py_buffer, *py_empty, *py_close, *py_del;
+    PyObject *py_launch, *py_buffer, *py_empty, *py_close, *py_del, *py_replay;
     OBJ(py_launch, "launch"); OBJ(py_buffer, "buffer"); OBJ(py_empty, "empty"); OBJ(py_close, "close");
-    OBJ(py_del, "__del__");
-    OBJ(streams_ns, "streams"); OBJ(memory_ns, "memory"); OBJ(runtime_ns, "runtime"); OBJ(dtypes, "dtypes");
-    if (!PyDict_Check(streams_ns) || !PyDict_Check(memory_ns) || !PyDict_Check(runtime_ns) || !PyDict_Check(dtypes))
-        return PyErr_Format(PyExc_TypeError, "init: streams, memory, runtime and dtypes must be dicts");
+    OBJ(py_del, "__del__"); OBJ(py_replay, "replay");
+    OBJ(streams_ns, "streams"); OBJ(memory_ns, "memory"); OBJ(kernel_ns, "kernel"); OBJ(runtime_ns, "runtime");
+    OBJ(dtypes, "dtypes");
+    if (!PyDict_Check(streams_ns) || !PyDict_Check(memory_ns) || !PyDict_Check(kernel_ns) || !PyDict_Check(runtime_ns) ||
+        !PyDict_Check(dtypes))
+        return PyErr_Format(PyExc_TypeError, "init: streams, memory, kernel, runtime and dtypes must be dicts");
     PyObject *mx = PyDict_GetItemString(cfg, "max_nbytes");
     if (mx == NULL || (max_nbytes = PyLong_AsLongLong(mx)) < 0 || max_nbytes > (1LL << 52))
         return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "init: max_nbytes out of range");
@@ -442,9 +520,10 @@ static PyObject *init(PyObject *mod, PyObject *cfg) {
         if ((kw_launch[i] = PyUnicode_InternFromString(launch_names[i])) == NULL)
             return NULL;
     PyObject **strs[] = {&kw_buffer[0], &kw_buffer[1], &kw_empty[0], &kw_empty[1], &kw_empty[2], &str_intercept,
-                         &str_closes, &str_bindings, &str_itemsize, &str_float32};
+                         &str_closes, &str_bindings, &str_itemsize, &str_float32, &kw_replay[0], &str_fast,
+                         &str_binding_, &str_device, &str_handle_};
     const char *texts[] = {"nbytes", "device", "shape", "dtype", "device", "intercept", "closes", "bindings",
-                           "itemsize", "float32"};
+                           "itemsize", "float32", "stream", "_fast", "_binding", "device", "_handle"};
     for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
         if ((*strs[i] = PyUnicode_InternFromString(texts[i])) == NULL)
             return NULL;
@@ -453,15 +532,16 @@ static PyObject *init(PyObject *mod, PyObject *cfg) {
         return NULL;
     if (PyType_Ready(&FrontType) < 0)
         return NULL;
-    return Py_BuildValue("(NNNNN)", new_front(launch, py_launch), new_front(close_, py_close),
-                         new_front(buffer, py_buffer), new_front(empty, py_empty), new_front(del_, py_del));
+    return Py_BuildValue("(NNNNNN)", new_front(launch, py_launch), new_front(close_, py_close),
+                         new_front(buffer, py_buffer), new_front(empty, py_empty), new_front(del_, py_del),
+                         new_front(replay, py_replay));
 #undef TYPE
 #undef OBJ
 #undef OFF
 }
 
 static PyMethodDef methods[] = {
-    {"init", init, METH_O, "init(cfg) -> (launch, close, buffer, empty, __del__): see kernelbay._fronts"},
+    {"init", init, METH_O, "init(cfg) -> (launch, close, buffer, empty, __del__, replay): see kernelbay._fronts"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,6 @@
-"""The core's fronts: ``Kernel.launch`` / ``__call__``, ``kb.buffer``, ``kb.empty`` and
-``Buffer.close`` as C functions (``_fronts.c``), for backends whose hooks are C callables.
+"""The core's fronts: ``Kernel.launch`` / ``__call__``, ``kb.buffer``, ``kb.empty``,
+``Buffer.close`` and ``Graph.replay`` as C functions (``_fronts.c``), for backends whose hooks
+are C callables.
 
 A backend that offers its ``allocate``, ``free`` and ``launch`` as direct callables
 (:mod:`kernelbay.hookspecs`, *Direct*) runs no Python frame of its own per call; what is left is
@@ -24,10 +25,12 @@ import os
 import threading
 from typing import Any
 
+from . import kernel as _kernel
 from . import memory as _memory
 from . import native
 from . import streams as _streams
 from .device import Device
+from .graphs import Graph
 from .kernel import Kernel, LaunchConfig
 from .memory import Array, Buffer
 from .streams import Stream
@@ -91,6 +94,7 @@ def _build() -> None:
                 "buffer": _offered["buffer"],
                 "empty": _offered["empty"],
                 "__del__": Buffer.__del__,
+                "replay": Graph.replay,
             }
             cfg = {
                 "Kernel": Kernel,
@@ -100,14 +104,16 @@ def _build() -> None:
                 "Binding": _offered["binding_class"],
                 "Stream": Stream,
                 "LaunchConfig": LaunchConfig,
+                "Graph": Graph,
                 **twins,
                 "streams": vars(_streams),
                 "memory": vars(_memory),
+                "kernel": vars(_kernel),
                 "runtime": vars(_offered["runtime"]),
                 "dtypes": _offered["dtypes"],
                 "max_nbytes": _offered["max_nbytes"],
             }
-            fronts = dict(zip(("launch", "close", "buffer", "empty", "__del__"), mod.init(cfg)))
+            fronts = dict(zip(("launch", "close", "buffer", "empty", "__del__", "replay"), mod.init(cfg)))
             for name, front in fronts.items():  # what help(), inspect.signature and tracebacks read
                 twin = twins[name]
                 front.__doc__, front.__name__, front.__qualname__ = twin.__doc__, twin.__name__, twin.__qualname__
@@ -140,6 +146,7 @@ def use(on: bool) -> None:
     Kernel.launch = Kernel.__call__ = fns["launch"]  # type: ignore[method-assign]
     Buffer.close = fns["close"]  # type: ignore[method-assign]
     Buffer.__del__ = fns["__del__"]  # type: ignore[method-assign]
+    Graph.replay = fns["replay"]  # type: ignore[method-assign]
     for ns in _homes:
         _put(ns, fns)
     _state["on"] = on

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import streams as _streams
+from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._binding import Binding
@@ -129,9 +130,17 @@ class Device:
         """The device's default :class:`kernelbay.Stream` (what ``stream=None`` means)."""
         return _streams.Stream.default(self)
 
-    def graph(self) -> Any:
-        """A :class:`kernelbay.Graph` recording this device's work: ``with dev.graph() as g:``."""
-        return self.binding.new_graph(self)
+    def graph(self, *, serial: bool = False) -> Any:
+        """A :class:`kernelbay.Graph` recording this device's work: ``with dev.graph() as g:``.
+
+        :param serial: replay the steps one after another in recorded order, as a stream
+            capture does, instead of letting steps with no data dependency run concurrently.
+            A serial graph costs the host less per replay (CUDA: one chain of nodes); a
+            concurrent one can finish sooner on the device when its kernels are small.
+        """
+        if type(serial) is not bool:
+            raise InvalidArgumentError(f"serial must be True or False, got {serial!r}")
+        return self.binding.new_graph(self, serial)
 
     def memory_stats(self) -> MemoryStats:
         """The backend's allocator figures for this device (:class:`MemoryStats`)."""

@@ -98,9 +98,11 @@ class Graph:
     the block see the data as it was before the graph runs.
     """
 
-    def __init__(self, device: Device, binding: Binding) -> None:
+    def __init__(self, device: Device, binding: Binding, serial: bool = False) -> None:
         self.device = device
         self._binding = binding
+        #: each step waits for the one recorded before it (``dev.graph(serial=True)``)
+        self.serial = serial
         self.steps: list[Step] = []
         self._handle: Any = None
         self._built = False
@@ -218,6 +220,9 @@ class Graph:
                 readers[id(b)] = []
         for before, after in self._extra:
             deps[after].add(before)
+        if self.serial:
+            for i in range(1, len(deps)):
+                deps[i].add(i - 1)
         for s in self.steps:
             s.deps = tuple(sorted(deps[s.index] - {s.index}))
         self._check_acyclic()

@@ -22,7 +22,7 @@ from kernelbay import _fronts
 from kernelbay.memory import Buffer
 
 pyref = pytest.importorskip("kernelbay_pyref.plugin", reason="examples/plugins/kernelbay-pyref is not installed")
-from kernelbay_pyref import allocator, launcher  # noqa: E402
+from kernelbay_pyref import allocator, graphs, launcher  # noqa: E402
 
 
 class Counted:
@@ -84,6 +84,15 @@ class Counted:
     @kb.hookimpl
     def kernelbay_synchronize(self, device, stream):
         return None
+
+    @kb.hookimpl
+    def kernelbay_graph_build(self, device, steps):
+        return graphs.graph_build(device, steps)
+
+    @kb.hookimpl
+    def kernelbay_graph_replay(self, device, graph, stream):
+        self.direct.append("graph_replay")
+        graphs.graph_replay(device, graph, stream)
 
     # Streams the backend sees (pyref has none; its streams reach its hooks as None).
     @kb.hookimpl

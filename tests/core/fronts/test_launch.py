@@ -135,6 +135,29 @@ def test_a_stream_the_backend_does_not_see_stays_on_the_front_and_reaches_the_ho
     assert be.launch_streams[-1] is None
 
 
+def test_graph_replay_front_runs_the_backends_replay_with_no_python_frame(dev, k, be):
+    a = kb.zeros(8, "float32", dev)
+    with dev.graph() as g:
+        k.launch(1, 8, (a, *SCALARS))
+    a.numpy().fill(0)
+    assert python_frames(g.replay)  # the first replay checks the graph, in Python
+    be.direct.clear()
+    assert python_frames(g.replay) == [] and python_frames(lambda: g.replay(None)) == []
+    assert python_frames(lambda: g.replay(stream=None)) == []
+    assert be.direct == ["graph_replay"] * 3
+    assert a.numpy()[0] == 12.75  # store() writes: each replay the same
+    a2 = kb.zeros(8, "float32", dev)
+    a2.close()  # anything closed: the next replay checks again, in Python
+    assert python_frames(g.replay)
+    assert python_frames(lambda: g.replay(dev.default_stream))  # a stream given: Python
+    s = dev.stream()
+    with s:
+        assert python_frames(g.replay)  # a current stream: Python
+    a.close()
+    front, python = both(g.replay)
+    assert front == python and front[:2] == ("raised", kb.UseAfterFreeError)
+
+
 class Watcher:
     """An extension wrapping the hot hooks through pluggy."""
 

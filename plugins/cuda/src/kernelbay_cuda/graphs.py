@@ -148,8 +148,8 @@ class CudaGraph:
         node = ctypes.c_void_p()
         on = list(s.deps)
         i = len(self.nodes)
-        if MAX_WIDTH > 0 and i >= MAX_WIDTH and (i - MAX_WIDTH) not in on:
-            on.append(i - MAX_WIDTH)
+        if MAX_WIDTH > 0 and i >= MAX_WIDTH and not any(d >= i - MAX_WIDTH for d in on):
+            on.append(i - MAX_WIDTH)  # (a step that waits for a recent one is on a chain already)
         deps = (ctypes.c_void_p * max(1, len(on)))(*[self.nodes[d] for d in on])
         nd = ctypes.c_size_t(len(on))
         if s.kind == "launch":
