@@ -43,7 +43,7 @@ class FunctionSourceTests(Suite):
         return [lang for lang in langs if lang in named]
 
     def test_compile_to_cache_of_a_function_source(
-        self, device: kb.Device, saxpy: kb.Kernel, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+        self, device: kb.Device, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Rule (``kernelbay_compile_to_cache``): where the backend implements the hook and takes
         function sources, :meth:`function_source`, passed by module and name to a spawned compile
@@ -105,6 +105,7 @@ class FunctionSourceTests(Suite):
             )
         # What this process builds once at first use (native helpers, kept in the disk cache too)
         # is built now, in the cache in force: kb.compile's lookups below are the kernel's alone.
+        saxpy = kb.compile(self.saxpy_source(), device=device)
         self._run_saxpy(saxpy, device, 1.0, np.ones(8, np.float32), np.ones(8, np.float32))
         # A cache of this check's own (inherited by the worker), so that the worker's compile is the
         # only way the source can be on disk, whatever earlier runs left.
