@@ -331,7 +331,10 @@ def kernelbay_compile_to_cache(device: Device, source: Source) -> None:
     Implementing it also promises that a compile of a *function* source (``Source.code`` a
     Python function, e.g. Triton's) lands on disk where another process finds it: the tuner
     then compiles such sources in its pool too (the function passed by module and name). With
-    the fallback, function sources compile in the tuner's timing worker, one after another.
+    the fallback, function sources compile in the tuner's timing worker, one after another. The
+    conformance suite checks the promise on the backend's ``function_source()``: compiled in a
+    spawned worker, then found on disk by ``kb.compile`` in the suite's process
+    (docs/authoring-a-backend.md, section 8).
 
     :param device: the target device (its properties give the target, e.g. the compute
         capability).

@@ -19,7 +19,7 @@ from .worker import portable, unportable
 
 log = logging.getLogger("kernelbay.tune")
 
-__all__ = ["compile_all", "started", "time_all"]
+__all__ = ["compile_all", "compile_call", "compiles_to_disk", "started", "time_all"]
 
 
 def started(handles: list[WorkerHandle], starting: list[Any]) -> list[WorkerHandle]:
@@ -69,7 +69,7 @@ def compile_all(
                 calls.append((i, d, src))
                 continue
             if to_disk is None:
-                to_disk = _compiles_to_disk(d)
+                to_disk = compiles_to_disk(d)
             ref = portable(src) if to_disk else src
             if not isinstance(ref, Source):
                 calls.append((i, d, ref))
@@ -92,9 +92,10 @@ def compile_all(
                 records[i]["transient"] = True
 
 
-def _compiles_to_disk(dev: Device) -> bool:
+def compiles_to_disk(dev: Device) -> bool:
     """Whether ``dev``'s backend implements ``kernelbay_compile_to_cache`` itself (the fallback,
-    ``kernelbay_compile`` with its handle dropped, keeps a function's compile in its process)."""
+    ``kernelbay_compile`` with its handle dropped, keeps a function's compile in its process):
+    the tuner's test, which the conformance suite's function-source check shares."""
     try:
         _, b = _api._resolve(dev)
     except Exception:  # the device is gone: its timing worker reports it

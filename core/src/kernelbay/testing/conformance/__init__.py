@@ -12,6 +12,10 @@ What a subclass may override:
   Default: CUDA C++ (:data:`SAXPY_CUDA`), which the cuda and cpu backends accept.
 * :meth:`saxpy_launch` -- the launch geometry for ``n`` elements (default: blocks of 256).
 * :meth:`bad_source` -- a source that must fail to compile with a ``CompileError``.
+* :meth:`function_source` -- a saxpy whose code is a module-level Python function: required of a
+  backend that implements ``kernelbay_compile_to_cache`` and takes a function language
+  (:data:`FUNCTION_LANGUAGES`, or ``function_languages``), whose check fails without it; with
+  :meth:`function_launch` (default: :meth:`saxpy_launch`).
 * :meth:`scalar_source` -- the kernel of the scalar-rule checks (:mod:`kernelbay.argrules`) in
   the backend's own language: parameters ``(i, u, f, p0, p1, ...)``, one scalar per dtype of
   :meth:`scalar_params`. Required unless the backend compiles ``cuda`` (default:
@@ -29,7 +33,8 @@ A failure names the rule it checks (``[rule: ...]``), each written in :mod:`kern
 or docs/authoring-a-backend.md.
 
 The checks live by topic: :mod:`.memory` (identity, memory, copies, the NumPy protocol),
-:mod:`.launch` (compile and launch), :mod:`.scalars` (the scalar-argument
+:mod:`.launch` (compile and launch), :mod:`.tocache` (``kernelbay_compile_to_cache`` of a
+function source, compiled in a spawned worker and found on disk), :mod:`.scalars` (the scalar-argument
 rules), :mod:`.streams` (streams, events, graphs), :mod:`.interop` (DLPack, foreign arrays, the
 CUDA array interface, other backends), on :mod:`.base` (settings, sources, fixtures) and
 :mod:`.kernels` (the CUDA C++ sources).
@@ -39,7 +44,7 @@ from __future__ import annotations
 
 import pytest
 
-from .base import ARRAY_DTYPES, Suite
+from .base import ARRAY_DTYPES, FUNCTION_LANGUAGES, Suite
 from .globals import GlobalsTests
 from .interop import InteropTests
 from .kernels import BAD_CUDA, SAXPY_CUDA, SCALAR_DTYPES, scalar_kernel_cuda
@@ -47,14 +52,32 @@ from .launch import LaunchTests
 from .memory import MemoryTests, NumpyProtocolTests
 from .scalars import ScalarTests
 from .streams import StreamTests
+from .tocache import FunctionSourceTests
 
-__all__ = ["ARRAY_DTYPES", "BackendConformance", "BAD_CUDA", "SAXPY_CUDA", "SCALAR_DTYPES", "scalar_kernel_cuda"]
+__all__ = [
+    "ARRAY_DTYPES",
+    "BackendConformance",
+    "FUNCTION_LANGUAGES",
+    "BAD_CUDA",
+    "SAXPY_CUDA",
+    "SCALAR_DTYPES",
+    "scalar_kernel_cuda",
+]
 
 
 # pytest runs a class's inherited tests base first: this order keeps the suite's running order
-# (memory, launch, scalars, streams, NumPy protocol, interop, module globals).
+# (memory, launch, compile_to_cache of a function, scalars, streams, NumPy protocol, interop,
+# module globals).
 class BackendConformance(
-    GlobalsTests, InteropTests, NumpyProtocolTests, StreamTests, ScalarTests, LaunchTests, MemoryTests, Suite
+    GlobalsTests,
+    InteropTests,
+    NumpyProtocolTests,
+    StreamTests,
+    ScalarTests,
+    FunctionSourceTests,
+    LaunchTests,
+    MemoryTests,
+    Suite,
 ):
     """The conformance suite. Set ``backend`` in a subclass."""
 

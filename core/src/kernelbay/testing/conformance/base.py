@@ -16,7 +16,7 @@ from kernelbay.argrules import DTYPES, DType
 from ..plugin import require_device
 from .kernels import BAD_CUDA, SAXPY_CUDA, SCALAR_DTYPES, scalar_kernel_cuda
 
-__all__ = ["ARRAY_DTYPES", "Suite", "make_rng", "refused", "rule", "sample"]
+__all__ = ["ARRAY_DTYPES", "FUNCTION_LANGUAGES", "Suite", "make_rng", "refused", "rule", "sample"]
 
 
 def _numpy_knows(name: str) -> bool:
@@ -30,6 +30,11 @@ def _numpy_knows(name: str) -> bool:
 #: The dtypes of the core's one table (:data:`kernelbay.argrules.DTYPES`) that numpy has: what
 #: an array may hold, and so the round trips' default.
 ARRAY_DTYPES: tuple[str, ...] = tuple(d.name for d in DTYPES if _numpy_knows(d.name))
+
+#: The languages whose ``Source.code`` is a Python function in kernelbay's own backends and its
+#: example: ``pallas`` (tpu), ``python`` (pyref), ``triton`` (cuda). A backend with a function
+#: language of its own adds it to ``function_languages``.
+FUNCTION_LANGUAGES: tuple[str, ...] = ("pallas", "python", "triton")
 
 
 def rule(name: str, text: str) -> str:
@@ -90,6 +95,9 @@ class Suite:
     scalar_split64: ClassVar[bool] = False
     sizes: ClassVar[Sequence[int]] = (0, 1, 7, 4096, 1 << 20)
     validates_arg_count: ClassVar[bool] = True
+    #: The languages whose sources are Python functions (:data:`FUNCTION_LANGUAGES`); the suite
+    #: also counts the language of any function source this class gives (saxpy, scalar, bad).
+    function_languages: ClassVar[Sequence[str]] = FUNCTION_LANGUAGES
 
     # --- what a backend may override ------------------------------------------------
 
@@ -128,6 +136,23 @@ class Suite:
         ``scalar_bool`` is False)."""
         return tuple(d for d in SCALAR_DTYPES if self.scalar_bool or d.kind != "b")
 
+    def function_source(self) -> kb.Source | None:
+        """A saxpy kernel whose code is a Python function, for the ``kernelbay_compile_to_cache``
+        promise on function sources (:mod:`.tocache`): required of a backend that implements that
+        hook and takes a function language; ``None`` (the default) otherwise.
+
+        It computes what :meth:`saxpy_source` computes, with the same arguments, launched with
+        :meth:`function_launch`. Its code is a module-level function that a spawned process finds
+        by its module and name (the tuner passes it so), and no other check compiles it: the
+        check compiles it first in another process and expects this one to find it on disk.
+        """
+        return None
+
+    def function_launch(self, n: int) -> dict[str, Any]:
+        """The launch geometry of :meth:`function_source` for ``n`` elements (default:
+        :meth:`saxpy_launch`)."""
+        return self.saxpy_launch(n)
+
     def implements(self, hook: str) -> bool:
         """Whether the backend's plugin object defines ``hook`` itself (else the core's
         fallback serves it)."""
@@ -150,10 +175,18 @@ class Suite:
     def saxpy(self, device: kb.Device) -> kb.Kernel:
         return kb.compile(self.saxpy_source(), device=device)
 
-    def _run_saxpy(self, kernel: kb.Kernel, device: kb.Device, a: float, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    def _run_saxpy(
+        self,
+        kernel: kb.Kernel,
+        device: kb.Device,
+        a: float,
+        xs: np.ndarray,
+        ys: np.ndarray,
+        geometry: dict[str, Any] | None = None,
+    ) -> np.ndarray:
         n = xs.size
         x = kb.asarray(xs, device=device)
         y = kb.asarray(ys, device=device)
-        kernel.launch(**self.saxpy_launch(n), args=(x, y, np.float32(a), np.int32(n)))
+        kernel.launch(**(geometry or self.saxpy_launch(n)), args=(x, y, np.float32(a), np.int32(n)))
         device.synchronize()
         return np.array(y.numpy(), copy=True)
