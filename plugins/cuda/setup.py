@@ -14,7 +14,13 @@ from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = "src/kernelbay_cuda"
-SOURCES = ("_pool.c", "_launch.c", "_timer.c", "_cupti.c")  # the order kernelbay_cuda/native.py joins them in
+SOURCES = (
+    "_pool.c",
+    "_launch.c",
+    "_timer.c",
+    "_cupti.c",
+    "_stage.c",
+)  # the order kernelbay_cuda/native.py joins them in
 
 
 def _source_sha256() -> str:

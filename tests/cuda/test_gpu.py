@@ -250,6 +250,60 @@ def test_pageable_and_pinned_round_trips(dev, n) -> None:
     np.testing.assert_array_equal(d2.numpy(), host)
 
 
+@pytest.mark.parametrize("path", ["native", "python"])
+def test_staged_pageable_copies_keep_order_and_data(dev, path, monkeypatch) -> None:
+    # The staging pipeline (C threads, or Python threads without the native helper): sizes that
+    # are not a multiple of a chunk, an unaligned view, back-to-back copies reusing the pinned
+    # buffers, a user stream, and two Python threads copying at once.
+    from kernelbay.concurrency import OnceMap
+    from kernelbay_cuda import copies
+
+    monkeypatch.setattr(copies, "_stagers", OnceMap())
+    if path == "python":
+        monkeypatch.setattr(copies, "_native_stager", lambda threads: (None, ()))
+    rng = np.random.default_rng(7)
+    n = (37 << 20) + 12345
+    a, b = (rng.integers(0, 255, n, dtype=np.uint8) for _ in range(2))
+    d = kb.empty(n, np.uint8, dev)
+    kb.copy(d, a)
+    kb.copy(d, b)  # queued behind the first: b wins
+    out = np.empty(n, np.uint8)
+    kb.copy(out, d)
+    np.testing.assert_array_equal(out, b)
+    assert (copies._stager(dev.index).stage is None) == (path == "python")
+    big = rng.integers(0, 255, n + 3, dtype=np.uint8)
+    kb.copy(d, big[3:])  # an unaligned start
+    kb.copy(out, d)
+    np.testing.assert_array_equal(out, big[3:])
+    s = dev.stream()
+    kb.copy(d, a, stream=s)
+    again = np.zeros(n, np.uint8)
+    kb.copy(again, d, stream=s)
+    np.testing.assert_array_equal(again, a)
+    s.close()
+    d2 = kb.empty(n, np.uint8, dev)
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            for _ in range(3):
+                kb.copy(d2, b)
+                got = np.empty(n, np.uint8)
+                kb.copy(got, d2)
+                np.testing.assert_array_equal(got, b)
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=other)
+    t.start()
+    for _ in range(3):
+        kb.copy(d, a)
+        kb.copy(out, d)
+        np.testing.assert_array_equal(out, a)
+    t.join()
+    assert not errors
+
+
 def test_launch_from_another_thread(dev) -> None:
     k = kb.compile(kb.Source(SAXPY, "cuda"), dev)
     n = 1024

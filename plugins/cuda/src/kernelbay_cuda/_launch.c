@@ -574,6 +574,7 @@ static struct PyModuleDef module_def = {
 };
 
 static int timer_add_type(PyObject *m); /* _timer.c, joined after this file */
+static int stage_add_functions(PyObject *m); /* _stage.c, joined last */
 
 PyMODINIT_FUNC PyInit__kbcuda_native(void) {
     if (PyType_Ready(&FastLaunchType) < 0) return NULL;
@@ -586,7 +587,7 @@ PyMODINIT_FUNC PyInit__kbcuda_native(void) {
     if (!s_zero || !s_handle || !s_device || !s_index || !s_cuda_stream_proto || !s_cuda_stream) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
-    if (pool_add_type(m) < 0 || timer_add_type(m) < 0) {
+    if (pool_add_type(m) < 0 || timer_add_type(m) < 0 || stage_add_functions(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

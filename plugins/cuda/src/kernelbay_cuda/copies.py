@@ -3,9 +3,10 @@
 A copy between two GPUs (:class:`_PeerLink`) is ordered with both devices' default streams.
 
 A pageable numpy array of at least :data:`STAGE_MIN` bytes is moved through a pipeline of
-pinned buffers: several worker threads each copy 4 MiB chunks between the numpy array and
-their own two pinned buffers (``memmove`` releases the GIL) while the DMA engine moves the
-previous chunk on the worker's stream. Pinned host arrays (:func:`pinned_empty`) go straight
+pinned buffers: several threads (the native helper's C threads, ``_stage.c``, which run the whole
+copy without the GIL; Python threads without it) each copy 1 MiB chunks between the numpy array
+and their own pinned buffers while the DMA engine moves the previous chunks on the thread's
+stream. Pinned host arrays (:func:`pinned_empty`) go straight
 to ``cuMemcpy*Async``.
 """
 
@@ -20,7 +21,7 @@ from kernelbay.concurrency import OnceMap
 from kernelbay.cpus import usable_cpus
 from kernelbay.types import Buffer
 
-from . import _driver
+from . import _driver, native
 from .allocator import note_uses
 from .devices import peer_access, sync_failed
 from .streams import ctypes_stream
@@ -28,12 +29,16 @@ from .streams import ctypes_stream
 __all__ = ["copy", "memset", "PinnedMemory", "pinned_empty", "is_pinned"]
 
 STAGE_MIN = 1 << 20
-CHUNK = 4 << 20
-#: Threads that copy between pageable and pinned memory. The host's memory copy is the limit:
-#: on an H100 host (16 cores) one thread's memmove ran at 4-9 GB/s, eight at 28, and a 256 MiB
-#: staged H2D at 19.6 GB/s with four workers, 27.6 with eight, 15.8 with twelve (2 MiB chunks),
-#: 10.1 with sixteen (1 MiB chunks): one run, each case interleaved, pinned DMA 46 GB/s.
-WORKERS = max(1, min(8, usable_cpus() // 2))
+CHUNK = 1 << 20
+#: Pinned buffers per worker (the native helper keeps one DMA or host copy in flight per buffer;
+#: the Python loop uses two for D2H).
+BUFFERS = 4
+#: Threads that copy between pageable and pinned memory (C threads of the native helper; Python
+#: threads without it). One thread's memcpy from pageable into pinned memory is the limit: about
+#: 7 GB/s on an H200 host (16 cores), against 54 GB/s of DMA. 256 MiB H2D / D2H with 1 MiB chunks
+#: and four buffers a thread, one run: 0.70x / 0.67x pinned with 8 threads, 0.73x / 0.80x with 12,
+#: 0.70x / 0.80x with 16; 64 MiB: 0.50x / 0.60x, 0.53x / 0.64x, 0.49x / 0.61x.
+WORKERS = max(1, min(12, usable_cpus() * 3 // 4))
 
 _memmove = ctypes.memmove
 _u64 = ctypes.c_uint64
@@ -240,65 +245,105 @@ def _peer_copy(dst: Buffer, src: Buffer, nbytes: int, s: Any) -> None:
 
 
 class _Worker:
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, chunk: int, buffers: int) -> None:
         self.index = index
         lib = _lib()
-        self.bufs = [PinnedMemory(CHUNK, index), PinnedMemory(CHUNK, index)]
+        self.bufs = [PinnedMemory(chunk, index) for _ in range(buffers)]
         st = ctypes.c_void_p()
         _driver.check(lib.cuStreamCreate(ctypes.byref(st), 1), "cuStreamCreate", index)  # non-blocking
         self.stream = st
-        self.events = []
-        for _ in range(3):
+        self.events = []  # one per buffer (its last DMA), then "done"
+        for _ in range(buffers + 1):
             ev = ctypes.c_void_p()
             _driver.check(lib.cuEventCreate(ctypes.byref(ev), 2), "cuEventCreate", index)  # no timing
             self.events.append(ev)
-        self.pending = [False, False]
+        self.pending = [False] * buffers
+        self.buf_ptrs = tuple(b.ptr for b in self.bufs)
+        self.event_ptrs = tuple(e.value for e in self.events[:buffers])
+
+
+def _native_stager(threads: int) -> tuple[Any, tuple[int, ...]]:
+    """The native helper's ``Stager`` (C threads) and the driver addresses it calls, or ``(None, ())``."""
+    mod = native.module()
+    cls = getattr(mod, "Stager", None) if mod is not None else None
+    if cls is None:
+        return None, ()
+    lib = _lib()
+    names = (
+        "cuCtxSetCurrent",
+        "cuStreamWaitEvent",
+        "cuMemcpyHtoDAsync_v2",
+        "cuMemcpyDtoHAsync_v2",
+        "cuEventRecord",
+        "cuEventSynchronize",
+    )
+    return cls(threads), tuple(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value or 0 for n in names)
 
 
 class _Stager:
     def __init__(self, index: int) -> None:
         self.index = index
+        # the settings of this stager's life (its workers' buffers are this size)
+        self.chunk, self.buffers, self.nworkers = CHUNK, max(2, BUFFERS), WORKERS
         self.lock = threading.Lock()
-        self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="kernelbay-cuda-copy")
         self.workers: list[_Worker] | None = None
         self.pre = ctypes.c_void_p()
+        self.stage, self.fns = _native_stager(self.nworkers)
+        #: without the native helper: Python threads (the GIL held between driver calls)
+        self.pool = (
+            ThreadPoolExecutor(self.nworkers, thread_name_prefix="kernelbay-cuda-copy") if self.stage is None else None
+        )
+        self.shares: tuple[tuple[int, int, tuple[int, ...], tuple[int, ...]], ...] = ()
 
     def _setup(self) -> list[_Worker]:
         if self.workers is None:
             _driver.ensure_current(self.index)
-            self.workers = [_Worker(self.index) for _ in range(WORKERS)]
+            self.workers = [_Worker(self.index, self.chunk, self.buffers) for _ in range(self.nworkers)]
             _driver.check(_lib().cuEventCreate(ctypes.byref(self.pre), 2), "cuEventCreate", self.index)
+            self.shares = tuple((w.stream.value, w.events[-1].value, w.buf_ptrs, w.event_ptrs) for w in self.workers)
         return self.workers
 
-    def _run(self, fn: Any, dptr: int, hptr: int, nbytes: int, s: Any) -> None:
+    def _run(self, h2d: bool, dptr: int, hptr: int, nbytes: int, s: Any) -> None:
         with self.lock:
             workers = self._setup()
             lib = _lib()
             # Order after work already queued on the caller's stream.
             _driver.check(lib.cuEventRecord(self.pre, s), "cuEventRecord", self.index)
-            chunks = [(off, min(CHUNK, nbytes - off)) for off in range(0, nbytes, CHUNK)]
-            n = min(len(workers), len(chunks))
-            futs = [self.pool.submit(fn, workers[w], dptr, hptr, chunks[w::n]) for w in range(n)]
-            errors = [f.exception() for f in futs]
-            for e in errors:
-                if e is not None:
-                    raise e
+            chunk = self.chunk
+            n = min(len(workers), -(-nbytes // chunk))
+            if self.stage is not None:  # the whole copy in C threads, without the GIL
+                ctx = int(_driver.context(self.index))
+                rcs = self.stage.run(h2d, self.fns, ctx, self.pre.value, dptr, hptr, nbytes, chunk, self.shares)
+                n = len(rcs)
+                for rc in rcs:
+                    if rc:
+                        what = "staged host-to-device copy" if h2d else "staged device-to-host copy"
+                        _driver.check(rc, what, self.index)
+            else:
+                assert self.pool is not None
+                chunks = [(off, min(chunk, nbytes - off)) for off in range(0, nbytes, chunk)]
+                fn = self._h2d if h2d else self._d2h
+                futs = [self.pool.submit(fn, workers[w], dptr, hptr, chunks[w::n]) for w in range(n)]
+                errors = [f.exception() for f in futs]
+                for e in errors:
+                    if e is not None:
+                        raise e
             # Later work on the caller's stream waits for every worker's last DMA.
             for w in workers[:n]:
-                _driver.check(lib.cuStreamWaitEvent(s, w.events[2], 0), "cuStreamWaitEvent", self.index)
+                _driver.check(lib.cuStreamWaitEvent(s, w.events[-1], 0), "cuStreamWaitEvent", self.index)
 
     def h2d(self, dptr: int, hptr: int, nbytes: int, s: Any) -> None:
-        self._run(self._h2d, dptr, hptr, nbytes, s)
+        self._run(True, dptr, hptr, nbytes, s)
 
     def d2h(self, hptr: int, dptr: int, nbytes: int, s: Any) -> None:
-        self._run(self._d2h, dptr, hptr, nbytes, s)
+        self._run(False, dptr, hptr, nbytes, s)
 
     def _h2d(self, w: _Worker, dptr: int, hptr: int, chunks: list[tuple[int, int]]) -> None:
         _driver.ensure_current(self.index)
         lib = _lib()
         lib.cuStreamWaitEvent(w.stream, self.pre, 0)
         for j, (off, n) in enumerate(chunks):
-            b = j & 1
+            b = j % self.buffers
             if w.pending[b]:
                 lib.cuEventSynchronize(w.events[b])  # the DMA that last read this buffer is done
             buf = w.bufs[b].ptr
@@ -307,7 +352,7 @@ class _Stager:
             _driver.check(rc, "staged host-to-device copy", self.index)
             lib.cuEventRecord(w.events[b], w.stream)
             w.pending[b] = True
-        lib.cuEventRecord(w.events[2], w.stream)
+        lib.cuEventRecord(w.events[-1], w.stream)
 
     def _d2h(self, w: _Worker, dptr: int, hptr: int, chunks: list[tuple[int, int]]) -> None:
         _driver.ensure_current(self.index)
@@ -324,8 +369,8 @@ class _Stager:
             prev = (b, off, n)
         if prev is not None:
             self._drain(w, *prev, hptr)
-        w.pending = [False, False]
-        lib.cuEventRecord(w.events[2], w.stream)
+        w.pending = [False] * self.buffers
+        lib.cuEventRecord(w.events[-1], w.stream)
 
     def _drain(self, w: _Worker, b: int, off: int, n: int, hptr: int) -> None:
         rc = _lib().cuEventSynchronize(w.events[b])

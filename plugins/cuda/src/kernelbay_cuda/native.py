@@ -30,7 +30,7 @@ from kernelbay.native import NativeUnavailable, disabled, load_extension
 __all__ = ["module", "status", "origin", "PyPool", "make_pool", "size_class"]
 
 #: The C sources of the extension, in the order they are joined (_launch.c's init adds _pool.c's type).
-SOURCES = ("_pool.c", "_launch.c", "_timer.c", "_cupti.c")
+SOURCES = ("_pool.c", "_launch.c", "_timer.c", "_cupti.c", "_stage.c")
 PREBUILT = "_kbcuda_native"
 
 log = logging.getLogger("kernelbay.native")
