@@ -514,6 +514,49 @@ def _copies(quick: bool, dev, out: list[dict]) -> None:
         raise AssertionError("d2h copy produced wrong data")
 
 
+def _copies_sizes(quick: bool, dev, out: list[dict]) -> None:
+    """Pageable copies against pinned ones at 4 MiB to 256 MiB (issue #27's goal: >= 0.6x pinned
+    from 4 MiB): H2D from a numpy array, D2H into one that exists and into a fresh ``np.empty``
+    (each call a new array, its pages first touched by the copy, as users write it); the pinned
+    side through ``kb.copy`` too. Each size's cases interleaved."""
+    for mb in (4, 16) if quick else (4, 16, 64, 256):
+        _copy_size(dev, mb, 5 if quick else (15 if mb >= 64 else 30), out)
+
+
+def _copy_size(dev, mb: int, repeat: int, out: list[dict]) -> None:
+    import kernelbay as kb
+    import kernelbay_cuda as kc
+    import numpy as np
+
+    n = mb << 20
+    pageable = np.random.default_rng(mb).integers(0, 255, n, dtype=np.uint8)
+    back = np.ones(n, np.uint8)
+    pinned = kc.pinned_empty(n, np.uint8)
+    pinned[:] = pageable
+    a = kb.asarray(pageable, device=dev)
+    b = kb.empty(n, np.uint8, dev)
+    dev.synchronize()
+    h2d = {
+        "kernelbay-pageable": lambda: (kb.copy(b, pageable), dev.synchronize()),
+        "kernelbay-pinned": lambda: (kb.copy(b, pinned), dev.synchronize()),
+    }
+    d2h = {
+        "kernelbay-pageable": lambda: kb.copy(back, a),
+        "kernelbay-fresh-array": lambda: kb.copy(np.empty(n, np.uint8), a),
+        "kernelbay-pinned": lambda: kb.copy(pinned, a),
+    }
+    for group, cases in ((f"copy-h2d-{mb}MiB", h2d), (f"copy-d2h-{mb}MiB", d2h)):
+        res = T.interleaved(cases, number=1, repeat=repeat)
+        for name, st in res.items():
+            gbs = {k: (n / (v * 1e3) if k != "n" else v) for k, v in st.items()}
+            gbs["p10"], gbs["p90"] = min(gbs["p10"], gbs["p90"]), max(gbs["p10"], gbs["p90"])
+            out.append(T.record(group, name, gbs, unit="GB/s", bytes=n))
+    if not (back == pageable).all():
+        raise AssertionError("d2h copy produced wrong data")
+    a.close()
+    b.close()
+
+
 _CHILD = r"""
 import json, os, sys, time
 import kernelbay as kb
@@ -567,7 +610,7 @@ def run(quick: bool) -> list[dict]:
             "core_fronts": _core_fronts(),
         }
     ]
-    for part in (_launch, _graph, _graph_peers, _alloc, _alloc_streams, _copies, _compile):
+    for part in (_launch, _graph, _graph_peers, _alloc, _alloc_streams, _copies, _copies_sizes, _compile):
         try:
             part(quick, dev, out)
         except Exception as exc:
@@ -682,6 +725,15 @@ def goals(records: list[dict]) -> list[dict]:
             2.0,
             True,
         ),
+        *[
+            (f"copy-{way}-{mb}MiB", name, "kernelbay-pinned", f"{way.upper()} {what}, {mb} MiB, vs pinned", 0.6, True)
+            for mb in (4, 16, 64, 256)
+            for way, name, what in (
+                ("h2d", "kernelbay-pageable", "from a pageable array"),
+                ("d2h", "kernelbay-pageable", "into a pageable array"),
+                ("d2h", "kernelbay-fresh-array", "into a fresh np.empty"),
+            )
+        ],
     ]
     absolute = [  # (group, goal text, limit) on kernelbay's own median
         ("graph-replay-per-kernel", "graph replay, us per kernel", 1.2),

@@ -126,9 +126,10 @@ static void *stage_thread(void *p) {
     Stager *st = a->st;
     int i = a->i;
     free(a);
+    /* generation 0 is "no job yet": a run made before this thread first takes the lock still
+     * counts (reading the generation here instead would miss it, and the run would wait forever) */
     unsigned long long seen = 0;
     pthread_mutex_lock(&st->mu);
-    seen = st->generation;
     for (;;) {
         while (st->generation == seen && !st->stop) pthread_cond_wait(&st->go, &st->mu);
         if (st->stop) break;
