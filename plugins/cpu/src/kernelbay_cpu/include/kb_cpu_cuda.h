@@ -99,6 +99,7 @@ using kb_cpu::uint3;
     };                                                                                             \
     const bool kb_one = __builtin_expect(::kb_diag, 0); /* a faulting block again, to name its thread */ \
     const unsigned kb_last = kb_blockIdx.x + (kb_one ? 1u : ::kb_cpu::take_span());               \
+    unsigned* const kb_named = ::kb_cpu::block_slot();                                             \
     for (;;) {                                                                                     \
         if (!kb_one && kb_blockIdx.x < 2097151u && kb_blockIdx.y < 2097152u && kb_blockIdx.z < 2097152u && \
             kb_blockDim.x <= 1024u && kb_blockDim.y <= 1024u && kb_blockDim.z <= 64u) {            \
@@ -109,7 +110,7 @@ using kb_cpu::uint3;
             KB_THREAD_LOOP(KB_X_PLAIN)                                                             \
         }                                                                                          \
         if (++kb_blockIdx.x == kb_last) break;                                                     \
-        ::kb_cpu::at_block(kb_blockIdx.x);                                                         \
+        ::kb_cpu::at_block(kb_named, kb_blockIdx.x);                                               \
     }
 
 // --- vector types -------------------------------------------------------------------------

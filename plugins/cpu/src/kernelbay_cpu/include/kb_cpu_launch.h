@@ -83,10 +83,17 @@ inline unsigned take_span() {
     return n > 1 ? n : 1u;
 }
 
-// The block a KB_THREADS kernel runs next, for fault reports and device asserts: stored before
-// its code runs, never sunk past it (as diag_thread).
-inline void at_block(unsigned x) {
-    *static_cast<volatile unsigned*>(&::kb_blockIdx.x) = x;
+// The block a KB_THREADS kernel runs next, for fault reports and device asserts: stored in
+// ::kb_blockIdx.x (`slot`: its address, taken once per call) before that block's code runs,
+// never sunk past it (as diag_thread).
+inline unsigned* block_slot() {
+    unsigned* p = &::kb_blockIdx.x;
+    __asm__("" : "+r"(p));  // opaque: kept (or spilled), not recomputed by a __tls_get_addr call per block
+    return p;
+}
+
+inline void at_block(unsigned* slot, unsigned x) {
+    *static_cast<volatile unsigned*>(slot) = x;
     __asm__ __volatile__("" ::: "memory");
 }
 
