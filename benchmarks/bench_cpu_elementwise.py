@@ -19,6 +19,12 @@ residual add read and wrote arrays its gelu had just touched (``xs``, ``o``), wh
 found its arrays evicted, and paid the write-backs of numpy's gelu: on the 2-core box at 2^20, 1
 thread, the same residual kernel measured 1310 us after numpy's gelu and 635 us after
 kernelbay's, numpy's add 754-792 us either way (docs/performance-cpu-speed.md).
+
+The two sides of a pair also swap places every other repetition. In a fixed order (kernelbay,
+then numpy, after the previous pair) numpy's residual add always came right after kernelbay's and
+kernelbay's after numpy's gelu; with the numpy side first instead, the same child measured
+numpy's add 658-688 us against 579-599, kernelbay's 596-635 against 593-631 (2^20, 1 thread,
+three runs each): the order alone moved the ratio from 0.92-0.99 to 1.07-1.14.
 """
 
 from __future__ import annotations
@@ -115,8 +121,12 @@ run(resid, (out, x, b, n)); np.testing.assert_array_equal(out.numpy(), xs + bs)
 samples = {c: [] for c in cases}
 for f in cases.values():
     f()
-for _ in range(reps):
-    for name, f in cases.items():
+names = list(cases)  # pairs: kernelbay, numpy
+for r in range(reps):
+    # each pair in turn, the two sides swapped every other repetition: each side follows the same
+    # neighbours as often (the case run before a pair changes the time of the one that follows it)
+    for name in names if r % 2 == 0 else [names[i ^ 1] for i in range(len(names))]:
+        f = cases[name]
         f()  # untimed: each case is timed right after itself, never after the other side's work
         t0 = time.perf_counter(); f(); samples[name].append((time.perf_counter() - t0) * 1e6)
 print(json.dumps({"threads": dev.properties["threads"], "samples": samples}))

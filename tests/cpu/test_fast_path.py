@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import kernelbay as kb
 import numpy as np
+import pytest
 from kernelbay_cpu import analysis
 
 EARLY_RETURN = r"""
@@ -133,3 +134,43 @@ def test_sqrt_without_errno_is_still_correctly_rounded(cpu):
     with np.errstate(invalid="ignore"):
         want = np.sqrt(x) + np.sqrt(x)
     np.testing.assert_array_equal(y.numpy(), want)
+
+
+SPANS = r"""
+__global__ void k(int* out, int* seen) {
+    int i = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+    out[i] = blockIdx.x + 1000 * blockIdx.y;
+    atomicAdd(seen, 1);
+}
+__global__ void checked(int* y) {
+    assert(blockIdx.x != 29 || threadIdx.x != 3);
+    y[blockIdx.x * blockDim.x + threadIdx.x] = 1;
+}
+__global__ void null_write(int* y) {
+    int* p = blockIdx.x == 29 && threadIdx.x == 3 ? nullptr : y;
+    p[blockIdx.x * blockDim.x + threadIdx.x] = 1;
+}
+"""
+
+
+def test_a_call_runs_a_span_of_blocks_each_once_with_its_own_index(cpu):
+    # One call of a loop-path kernel runs up to 8192 threads' worth of consecutive blocks in x
+    # (kb_cpu_launch.cpp, run_blocks_in): spans end at each row of the grid and at each chunk.
+    k = kb.compile(kb.Source(SPANS, lang="cuda", name="k"), cpu)
+    for grid, block in (((37, 3), 64), ((300, 1), 32), ((5, 2), 1024), ((129, 1), 1)):
+        gx, gy = grid
+        out = kb.asarray(np.full(gx * gy * block, -1, np.int32), device=cpu)
+        seen = kb.zeros(1, "int32", device=cpu)
+        k.launch(grid, block, (out, seen))
+        by, bx = np.meshgrid(np.arange(gy), np.arange(gx), indexing="ij")
+        np.testing.assert_array_equal(out.numpy(), np.repeat((bx + 1000 * by).ravel(), block))
+        assert int(seen.numpy()[0]) == gx * gy * block
+
+
+@pytest.mark.parametrize("name", ["checked", "null_write"])
+def test_an_error_in_a_later_block_of_a_span_names_that_block(cpu, name):
+    k = kb.compile(kb.Source(SPANS, lang="cuda", name=name), cpu)
+    y = kb.zeros(40 * 32, "int32", device=cpu)
+    with pytest.raises(kb.LaunchError) as e:
+        k.launch(40, 32, (y,))
+    assert "block (29,0,0), thread (3,0,0)" in str(e.value)

@@ -15,6 +15,21 @@ def test_buffers_are_64_byte_aligned(cpu):
         assert a.numpy().ctypes.data % 64 == 0
 
 
+@pytest.mark.parametrize("nbytes", [(1 << 21) - 64, 1 << 21, (4 << 20) + 100, 3 << 20])
+def test_large_buffers_start_on_a_huge_page_and_keep_their_guard_page(cpu, nbytes):
+    from kernelbay_cpu import allocator
+    from kernelbay_cpu.guards import PAGE, guards
+
+    a = kb.zeros(nbytes, "uint8", device=cpu)
+    h = a.checked_handle()
+    end = h.ptr + -(-nbytes // 64) * 64
+    assert end % PAGE == 0 and guards[end] == (h.ptr, nbytes)  # the guard page right after it
+    if allocator.HUGE and nbytes >= allocator.HUGE_MIN:
+        assert (end - -(-nbytes // PAGE) * PAGE) % allocator.HUGE_PAGE == 0  # its pages from a 2 MiB boundary
+    a.numpy()[:] = 7  # every byte is the buffer's
+    assert int(a.numpy().sum()) == 7 * nbytes
+
+
 def test_host_view_shares_memory_with_kernels(cpu):
     a = kb.zeros(8, device=cpu)
     view = a.numpy()

@@ -70,7 +70,7 @@ using kb_cpu::uint3;
 #endif
 #define KB_THREADS_BEGIN                                                            \
     const ::kb_cpu::dim3 kb_blockDim = ::kb_blockDim, kb_gridDim = ::kb_gridDim;    \
-    const ::kb_cpu::uint3 kb_blockIdx = ::kb_blockIdx;                              \
+    ::kb_cpu::uint3 kb_blockIdx = ::kb_blockIdx; /* steps over the call's span */   \
     auto kb_thread = [&](const ::kb_cpu::uint3 kb_threadIdx) __attribute__((always_inline)) {
 #define KB_THREAD_LOOP(X_LOOP)                                \
     for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)     \
@@ -93,16 +93,24 @@ using kb_cpu::uint3;
         KB_SIMD for (unsigned kb_x = kb_x0; kb_x < kb_x0 + kb_step; ++kb_x)                       \
             kb_thread(::kb_cpu::uint3{kb_x, kb_y, kb_z});                                         \
     }
+// A call runs the blocks the runner offers (::kb_span: consecutive in x, kb_cpu_launch.cpp), each
+// named in ::kb_blockIdx before it runs; one when a faulting block runs again.
 #define KB_THREADS_END                                                                             \
     };                                                                                             \
     const bool kb_one = __builtin_expect(::kb_diag, 0); /* a faulting block again, to name its thread */ \
-    if (!kb_one && kb_blockIdx.x < 2097151u && kb_blockIdx.y < 2097152u && kb_blockIdx.z < 2097152u && \
-        kb_blockDim.x <= 1024u && kb_blockDim.y <= 1024u && kb_blockDim.z <= 64u) {                \
-        const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);                                  \
-        KB_THREAD_LOOP(KB_X_FAST)                                                                  \
-    } else {                                                                                       \
-        const unsigned kb_step = kb_one ? 1u : kb_blockDim.x;                                      \
-        KB_THREAD_LOOP(KB_X_PLAIN)                                                                 \
+    const unsigned kb_last = kb_blockIdx.x + (kb_one ? 1u : ::kb_cpu::take_span());               \
+    unsigned* const kb_named = ::kb_cpu::block_slot();                                             \
+    for (;;) {                                                                                     \
+        if (!kb_one && kb_blockIdx.x < 2097151u && kb_blockIdx.y < 2097152u && kb_blockIdx.z < 2097152u && \
+            kb_blockDim.x <= 1024u && kb_blockDim.y <= 1024u && kb_blockDim.z <= 64u) {            \
+            const int kb_base = (int)(kb_blockIdx.x * kb_blockDim.x);                              \
+            KB_THREAD_LOOP(KB_X_FAST)                                                              \
+        } else {                                                                                   \
+            const unsigned kb_step = kb_one ? 1u : kb_blockDim.x;                                  \
+            KB_THREAD_LOOP(KB_X_PLAIN)                                                             \
+        }                                                                                          \
+        if (++kb_blockIdx.x == kb_last) break;                                                     \
+        ::kb_cpu::at_block(kb_named, kb_blockIdx.x);                                               \
     }
 
 // --- vector types -------------------------------------------------------------------------

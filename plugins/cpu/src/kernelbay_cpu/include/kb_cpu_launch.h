@@ -59,6 +59,11 @@ alignas(64) extern KB_CPU_TLS kb_cpu::dim3 kb_gridDim;
 // Set only while a faulting block runs again to find its thread (run_range): the loop runners
 // then run the block's threads one by one, each in ::kb_threadIdx (kb_cpu_cuda.h, kb_cpu_fission.h).
 extern KB_CPU_TLS bool kb_diag;
+// Blocks per call on the loop path: the runner offers this many consecutive blocks in x, from
+// ::kb_blockIdx on (run_blocks_in); a kernel body wrapped in KB_THREADS_BEGIN/END runs them all,
+// naming each in ::kb_blockIdx before it runs, and sets it to 0 (kb_cpu_cuda.h); any other
+// kernel runs one block and leaves it as it was.
+extern KB_CPU_TLS unsigned kb_span;
 
 namespace kb_cpu {
 
@@ -68,6 +73,27 @@ inline void diag_thread(unsigned x, unsigned y, unsigned z) {
     *static_cast<volatile unsigned*>(&::kb_threadIdx.x) = x;
     *static_cast<volatile unsigned*>(&::kb_threadIdx.y) = y;
     *static_cast<volatile unsigned*>(&::kb_threadIdx.z) = z;
+    __asm__ __volatile__("" ::: "memory");
+}
+
+// The blocks this call of a KB_THREADS kernel runs (::kb_span, taken: 0 tells the runner).
+inline unsigned take_span() {
+    const unsigned n = ::kb_span;
+    ::kb_span = 0;
+    return n > 1 ? n : 1u;
+}
+
+// The block a KB_THREADS kernel runs next, for fault reports and device asserts: stored in
+// ::kb_blockIdx.x (`slot`: its address, taken once per call) before that block's code runs,
+// never sunk past it (as diag_thread).
+inline unsigned* block_slot() {
+    unsigned* p = &::kb_blockIdx.x;
+    __asm__("" : "+r"(p));  // opaque: kept (or spilled), not recomputed by a __tls_get_addr call per block
+    return p;
+}
+
+inline void at_block(unsigned* slot, unsigned x) {
+    *static_cast<volatile unsigned*>(slot) = x;
     __asm__ __volatile__("" ::: "memory");
 }
 
