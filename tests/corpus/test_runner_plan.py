@@ -16,6 +16,13 @@ ON_LOOPS = {
     "llm_c/softmax_forward:softmax_forward_kernel4",
     "llm_c/layernorm_forward:layernorm_forward_kernel5",
     "dev_blog/finite-difference:derivative_y",
+    # early returns (fission_exit.py): whole warps leave before cg::reduce or shuffles
+    "llm_c/layernorm_forward:layernorm_forward_kernel3",
+    "llm_c/layernorm_forward:layernorm_forward_kernel4",
+    "llm_c/softmax_forward:softmax_forward_kernel7",
+    "cuda_samples/shfl_scan:uniform_add",
+    # break and continue inside a region's own loops
+    "learn_cuda/convolution:convolution_kernel_v3",
 }
 
 

@@ -38,6 +38,7 @@ import re
 
 from kernelbay.csource import Function, strip_comments_and_strings
 
+from .fission_exit import exits, jumps, spins
 from .fission_ranges import pure_read
 from .fission_scan import closing, line_of, skip_ws, statements
 from .fission_state import CG_METHODS, DECL, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
@@ -47,9 +48,8 @@ from .fission_warps import reduction_loop, warp_calls, warp_statement
 _BARRIER_STMT = re.compile(r"__syncthreads\s*\(\s*\)\s*;")
 #: What the loop path never runs: each with the words the profile note gives.
 _FORBIDDEN = [
-    (r"\breturn\b", "a return (a thread leaves early)"),
-    (r"\b(?:break|continue|goto)\b", "break, continue or goto"),
-    (r"\bwhile\b", "a while or do loop (a thread may wait on another without a barrier)"),
+    (r"\breturn\b(?!\s*;)", "a return with a value"),
+    (r"\bgoto\b", "goto"),
     (r"\bvolatile\b", "volatile (a thread may wait on another without a barrier)"),
     (r"\b(?:asm|__asm__)\b", "inline assembly"),
     (r"\b__syncthreads_\w+", "__syncthreads_count/and/or"),
@@ -108,6 +108,12 @@ def split(text: str, code: str, fn: Function) -> tuple[str | None, str]:
         m = rx.search(body)
         if m:
             return None, f"it uses {why} (line {line_of(code, a + m.start())})"
+    k = spins(body)
+    if k >= 0:
+        return None, (
+            f"it has a while loop, or a loop it may break out of, beside atomics (line {line_of(code, a + k)}):"
+            " a thread may wait on another without a barrier"
+        )
     try:
         return _rewrite(text, code, fn, a, b), ""
     except Giveup as e:
@@ -128,6 +134,7 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
         raise Giveup("nothing to split")
     _check_groups(rw)
     rw.finish()
+    exits(rw)
     # Every other declaration of a per-thread name (a shadowing one) would be renamed too.
     for name in [*rw.arrays, *rw.remat]:
         if len(re.findall(rf"(?:{TYPE}|[>\w])\s+\**{name}\s*[=;,\[)]", body_code)) > 1:
@@ -146,11 +153,13 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
         where = f"line {line_of(code, s)}"
         if _BARRIER_STMT.fullmatch(st):
             rw.flush()
+            rw.syncs.append((len(rw.edits), 0, line_of(code, s)))
             rw.blank(s, e)
             continue
         m = re.fullmatch(rf"(?:([A-Za-z_]\w*)\s*\.\s*sync\s*\(\s*\)|{_CG}sync\s*\(\s*([A-Za-z_]\w*)\s*\))\s*;", st)
         if m and (m.group(1) or m.group(2)) in cg:
             rw.flush()  # a block's sync is a barrier; a tile's (<= 32 threads) a warp barrier of its own lanes
+            rw.syncs.append((len(rw.edits), rw.tiles.get(m.group(1) or m.group(2), 0), line_of(code, s)))
             rw.blank(s, e)
             continue
         m = re.fullmatch(r"__syncwarp\s*\((.*)\)\s*;", st, re.S)
@@ -208,6 +217,9 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             raise Giveup(f"a barrier or warp operation inside if, switch or a block ({where})")
         if strided(rw, s, e):
             continue
+        if inside_loop and jumps(rw, s, e) >= 0:
+            k = jumps(rw, s, e)
+            raise Giveup(f"a break or continue of a loop around a barrier or warp operation (line {line_of(code, k)})")
         d = DECL.match(code, skip_ws(code, s, e), e)
         if d:
             rw.declare(s, e, d, [], inside_loop)
@@ -324,4 +336,6 @@ def _assemble(rw: Rewrite, a: int, b: int) -> str:
         decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, t in rw.cg.items())
         decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, (t, _) in rw.remat.items())
     begin = " KB_FISSION_BEGIN_WARPS " if rw.lanes else " KB_FISSION_BEGIN "  # kb_t an int or an unsigned
+    if rw.live:
+        begin += "KB_FISSION_LIVE "
     return new[:a] + begin + decls + "".join(pieces) + new[nb:]

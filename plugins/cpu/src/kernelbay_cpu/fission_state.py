@@ -106,6 +106,13 @@ class Rewrite:
         #: (block_vars) where no other write is found (finish)
         self.uniform_writes: dict[str, list[int]] = {}
         self.block_vars: dict[str, str] = {}
+        #: the kernel returns early somewhere (fission_exit.py); live: its threads that return
+        #: before its last region leave the regions after (kb_done)
+        self.returns = re.search(r"\breturn\b", self.body_code) is not None
+        self.live = False
+        #: the barriers and tile syncs: (their edit, the tile's threads or 0 for the block's, line)
+        self.syncs: list[tuple[int, int, int]] = []
+        self.strided_starts: list[int] = []  # where the block-strided loops' regions begin
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
@@ -231,7 +238,14 @@ class Rewrite:
             if m.group(2) is not None:
                 init = pos + m.start(2)
                 end = pos + len(part)
-                if not subs and not inside_loop and not self.assigned(name) and self.uniform(code[init:end]):
+                # (not one that may divide by zero where a return before it is taken: all run it first)
+                if (
+                    not subs
+                    and not inside_loop
+                    and not self.assigned(name)
+                    and self.uniform(code[init:end])
+                    and not (self.returns and re.search(r"[/%]", code[init:end]))
+                ):
                     del self.arrays[name]  # the same in every thread: once for the block
                     self.hoisted[name] = f"{t} const {name} ={text[init:end]};"
                 elif not subs and self.rematerializable(name, code[init:end]):

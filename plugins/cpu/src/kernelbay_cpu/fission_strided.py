@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING
 
 from .fission_ranges import thread_index
-from .fission_scan import closing, pad, skip_ws
+from .fission_scan import closing, loose_jump, pad, skip_ws
 from .fission_state import TYPE
 
 if TYPE_CHECKING:
@@ -62,7 +62,11 @@ def strided(rw: Rewrite, s: int, e: int) -> bool:
     words = set(re.findall(r"\b[A-Za-z_]\w*\b", end + " " + by)) | {i}
     if any(_writes(w, body) for w in words):
         return False
+    # each (thread, i) is a call of its own: a return or a jump out of the loop stays as written
+    if re.search(r"\breturn\b", body) or loose_jump(code, close + 1, e) >= 0:
+        return False
     rw.flush()
+    rw.strided_starts.append(s)
     p1 = paren + 1 + len(parts[0]) + 1
     p2 = p1 + len(parts[1]) + 1
     text = rw.text
