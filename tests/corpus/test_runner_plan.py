@@ -20,6 +20,7 @@ ON_LOOPS = {
     "llm_c/layernorm_forward:layernorm_forward_kernel3",
     "llm_c/layernorm_forward:layernorm_forward_kernel4",
     "llm_c/softmax_forward:softmax_forward_kernel7",
+    "llm_c/softmax_forward:softmax_forward_online_kernel8",
     "cuda_samples/shfl_scan:uniform_add",
     # break and continue inside a region's own loops
     "learn_cuda/convolution:convolution_kernel_v3",

@@ -137,7 +137,8 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
     exits(rw)
     # Every other declaration of a per-thread name (a shadowing one) would be renamed too.
     for name in [*rw.arrays, *rw.remat]:
-        if len(re.findall(rf"(?:{TYPE}|[>\w])\s+\**{name}\s*[=;,\[)]", body_code)) > 1:
+        # (`T<U> name`, not a comparison `a > name)`)
+        if len(re.findall(rf"(?:(?:{TYPE}|\w)\s+\**{name}\s*[=;,\[)]|>\s+\**{name}\s*[=;,\[])", body_code)) > 1:
             raise Giveup(f"{name} declared twice")
     return _assemble(rw, a, b)
 
