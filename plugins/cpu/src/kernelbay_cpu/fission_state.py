@@ -118,7 +118,7 @@ class Rewrite:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
         return (
             len(writes) > 1
-            or re.search(rf"(?:\+\+|--|(?<!&)&)\s*{name}\b|\b{name}\s*(?:\+\+|--)", self.body_code) is not None
+            or re.search(rf"(?:\+\+|--|(?<!&)&)\s*{name}\b(?!\s*\[)|\b{name}\s*(?:\+\+|--)", self.body_code) is not None
         )
 
     def rematerializable(self, name: str, init: str) -> bool:
@@ -173,7 +173,7 @@ class Rewrite:
             if name not in self.arrays:
                 continue
             if len(re.findall(rf"(?<![\w.])(?<!->){name}\s*=(?!=)", body)) != len(writes) or re.search(
-                rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)=|(?:\+\+|--|(?<!&)&)\s*{name}\b|\b{name}\s*(?:\+\+|--)",
+                rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)=|(?:\+\+|--|(?<!&)&)\s*{name}\b(?!\s*\[)|\b{name}\s*(?:\+\+|--)",
                 body,
             ):
                 continue

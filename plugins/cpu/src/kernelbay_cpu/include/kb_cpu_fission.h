@@ -100,8 +100,9 @@
         if (!__builtin_expect(::kb_diag, 0) && kb_blockDim.y == 1 && kb_blockDim.z == 1 && \
             ::kb_cpu::fis::strided_fits<KbI>(kb_e, kb_s, kb_blockDim.x)) {                 \
             const KbI kb_end = ::kb_cpu::fis::strided_end<KbI>(kb_e), kb_step = (KbI)kb_s; \
+            const KbI kb_nx = (KbI)kb_blockDim.x;                                          \
             for (KbI kb_c = 0; kb_c < kb_end; kb_c += kb_step) {                           \
-                const KbI kb_n = kb_end - kb_c < kb_step ? kb_end - kb_c : kb_step;        \
+                const KbI kb_n = kb_end - kb_c < kb_nx ? kb_end - kb_c : kb_nx;            \
                 KB_SIMD for (KbI kb_x = 0; kb_x < kb_n; ++kb_x)                            \
                     kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, (KbT)kb_x, (KbI)(kb_c + kb_x)); \
             }                                                                              \
@@ -110,10 +111,36 @@
         kb_region([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
             for (KbI kb_i = (KbI)kb_ti.x; kb_i < kb_e; kb_i += kb_s) kb_f(kb_ti, kb_tt, kb_i); \
         });                                                                                \
+    };                                                                                     \
+    auto kb_strided_lanes = [&](unsigned kb_n, auto kb_zero, auto kb_e, auto kb_s, auto&& kb_start, \
+                                auto&& kb_f) __attribute__((always_inline)) {              \
+        using KbI = decltype(kb_zero);                                                     \
+        if (!__builtin_expect(::kb_diag, 0) && kb_blockDim.y == 1 && kb_blockDim.z == 1 && \
+            ::kb_cpu::fis::strided_fits<KbI>(kb_e, kb_s, kb_n)) {                          \
+            const KbI kb_end = ::kb_cpu::fis::strided_end<KbI>(kb_e), kb_step = (KbI)kb_s; \
+            for (unsigned kb_base = 0; kb_base < kb_blockDim.x; kb_base += kb_n) {         \
+                const KbI kb_m = (KbI)(kb_blockDim.x - kb_base < kb_n ? kb_blockDim.x - kb_base : kb_n); \
+                for (KbI kb_c = 0; kb_c < kb_end; kb_c += kb_step) {                       \
+                    const KbI kb_k = kb_end - kb_c < kb_m ? kb_end - kb_c : kb_m;          \
+                    KB_SIMD for (KbI kb_x = 0; kb_x < kb_k; ++kb_x)                        \
+                        kb_f(::kb_cpu::uint3{kb_base + (unsigned)kb_x, 0u, 0u}, (KbT)(kb_base + (unsigned)kb_x), \
+                             (KbI)(kb_c + kb_x));                                          \
+                }                                                                          \
+            }                                                                              \
+            return;                                                                        \
+        }                                                                                  \
+        kb_region([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
+            for (KbI kb_i = kb_start(kb_ti, kb_tt); kb_i < kb_e; kb_i += kb_s) kb_f(kb_ti, kb_tt, kb_i); \
+        });                                                                                \
     };
+// A loop over a tile's lanes, `for (I i = lane; i < e; i += s)` (lane: the thread's rank in its
+// tile of n), is kb_strided_lanes(n, (I)0, e, s, <the thread's start>, <the body>): in a block of
+// one dimension with s a multiple of n, for each tile one vector loop over its lanes per chunk
+// of s (thread base + x at i = chunk + x); else each thread's loop from its start.
 // A block-strided loop (fission_strided.py): `for (I i = threadIdx.x; i < e; i += s)` in each
-// thread, as one vector loop over i, chunk by chunk, where the block has one dimension and s is
-// blockDim.x (thread t at i = chunk + t); else as written.
+// thread, as one vector loop over the threads per chunk of s, where the block has one dimension
+// and s is a multiple of blockDim.x (thread t at i = chunk + t: llm.c's softmax kernel7 steps
+// by blockDim.x * UNROLL_FACTOR); else as written.
 #define KB_STRIDED_BEGIN(KbI, i, e, s)                                                             \
     kb_strided((KbI)0, (e), (s),                                                                   \
                [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i) __attribute__((always_inline)) {
@@ -151,6 +178,12 @@
     auto kb_strided_live = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
         if (__builtin_expect(kb_any_done, 0)) kb_strided(kb_zero, kb_e, kb_s, kb_live(kb_f));     \
         else kb_strided(kb_zero, kb_e, kb_s, kb_f);                                               \
+    };                                                                                            \
+    auto kb_strided_lanes_live = [&](unsigned kb_n, auto kb_zero, auto kb_e, auto kb_s, auto&& kb_start, \
+                                     auto&& kb_f) __attribute__((always_inline)) {               \
+        if (__builtin_expect(kb_any_done, 0))                                                     \
+            kb_strided_lanes(kb_n, kb_zero, kb_e, kb_s, kb_start, kb_live(kb_f));                 \
+        else kb_strided_lanes(kb_n, kb_zero, kb_e, kb_s, kb_start, kb_f);                         \
     };
 #define KB_REGION_LIVE_BEGIN \
     kb_region_live([&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
@@ -279,15 +312,19 @@ inline long long lane_step(KbB b, long long n) {
     return names_index(b, n) ? n : 1;
 }
 
-// A block-strided loop `for (I i = threadIdx.x; i < e; i += s)` runs as chunks of blockDim.x
-// (KB_STRIDED_BEGIN) where s is blockDim.x and e compares with an I as its value does: an integer
+// A block-strided loop `for (I i = threadIdx.x; i < e; i += s)` runs as chunks of s
+// (KB_STRIDED_BEGIN) where s is a multiple of blockDim.x and e compares with an I as its value does: an integer
 // that I holds, or a float (i < 10.5 is i < 11); else each thread's loop as written.
 template <class KbI, class KbE, class KbS>
 inline bool strided_fits(KbE e, KbS s, unsigned nx) {
     if constexpr (!std::is_integral_v<KbS>) {
         return false;
     } else {
-        if (s != (KbS)nx || s <= (KbS)0) return false;
+        // a step of whole blocks: thread t at i = chunk + t, chunk after chunk of s (threads past
+        // the block's own indices of a chunk visit none of it)
+        if (s <= (KbS)0 || (unsigned long long)s % nx != 0 ||
+            (unsigned long long)s > (unsigned long long)std::numeric_limits<KbI>::max() / 2)
+            return false;
         if constexpr (std::is_floating_point_v<KbE>)
             return e == e && e < (KbE)1e9 && (std::is_signed_v<KbI> || e >= (KbE)0);
         else if constexpr (std::is_integral_v<KbE>)
