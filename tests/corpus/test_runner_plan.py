@@ -21,6 +21,8 @@ ON_LOOPS = {
     "llm_c/layernorm_forward:layernorm_forward_kernel4",
     "llm_c/softmax_forward:softmax_forward_kernel7",
     "llm_c/softmax_forward:softmax_forward_online_kernel8",
+    # a struct of plain data (SumMax) stored per thread
+    "llm_c/softmax_forward:softmax_forward_online_kernel2",
     "cuda_samples/shfl_scan:uniform_add",
     # break and continue inside a region's own loops
     "learn_cuda/convolution:convolution_kernel_v3",

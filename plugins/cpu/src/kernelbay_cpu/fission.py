@@ -41,7 +41,7 @@ from kernelbay.csource import Function, strip_comments_and_strings
 from .fission_exit import exits, jumps, spins
 from .fission_ranges import pure_read
 from .fission_scan import closing, line_of, skip_ws, statements
-from .fission_state import CG_METHODS, DECL, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
+from .fission_state import CG_METHODS, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
 from .fission_strided import strided
 from .fission_warps import reduction_loop, warp_calls, warp_statement
 
@@ -221,7 +221,7 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
         if inside_loop and jumps(rw, s, e) >= 0:
             k = jumps(rw, s, e)
             raise Giveup(f"a break or continue of a loop around a barrier or warp operation (line {line_of(code, k)})")
-        d = DECL.match(code, skip_ws(code, s, e), e)
+        d = rw.decl.match(code, skip_ws(code, s, e), e)
         if d:
             rw.declare(s, e, d, [], inside_loop)
         elif LOOKS_DECL.match(st) and not KEYWORD_START.match(st):

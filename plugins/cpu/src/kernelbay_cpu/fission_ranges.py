@@ -55,14 +55,14 @@ def thread_index(rw: Rewrite, e: str, seen: int = 0, ranks: bool = True) -> bool
     return e in rw.remat and seen < 8 and thread_index(rw, rw.remat[e][1], seen + 1, ranks)
 
 
-def lane_of(rw: Rewrite, e: str, seen: int = 0) -> int:
+def _lane(rw: Rewrite, e: str, seen: int = 0) -> int:
     """The tile size N where ``e`` is the thread's rank in its tile of N (x index % N), else 0."""
     e = _strip(e)
     m = _RANK.fullmatch(e)
     if m:
         return rw.tiles.get(m.group(1), 0)
     if e in rw.remat and seen < 8:
-        return lane_of(rw, rw.remat[e][1], seen + 1)
+        return _lane(rw, rw.remat[e][1], seen + 1)
     m = re.fullmatch(r"(.+?)\s*%\s*(\d+|warpSize)", e) or re.fullmatch(
         r"(.+?)\s*&\s*\(?\s*(\d+|warpSize\s*-\s*1)\s*\)?", e
     )
@@ -102,7 +102,7 @@ def _test(rw: Rewrite, c: str) -> tuple[str, str, str] | None:
         return None
     k, op = cmp[0]
     a, b = c[:k].strip(), c[k + len(op) :].strip()
-    if thread_index(rw, b) or lane_of(rw, b):
+    if thread_index(rw, b) or _lane(rw, b):
         a, b = b, a
         op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
     if not rw.uniform(b) or not b:
@@ -116,7 +116,7 @@ def _test(rw: Rewrite, c: str) -> tuple[str, str, str] | None:
             "<": ("0", f"{f}below({b})", "1"),
             "<=": ("0", f"{f}upto({b})", "1"),
         }.get(op)
-    n = lane_of(rw, a)
+    n = _lane(rw, a)
     if n and op == "==":  # one lane of each tile, where the value names one
         return f"{f}eq_lo({b}, {n})", f"{f}ALL", f"{f}lane_step({b}, {n})"
     return None

@@ -19,6 +19,26 @@ TYPE = (
 )
 #: A declaration of locals the loop path stores per thread (a plain arithmetic or pointer type).
 DECL = re.compile(rf"(?P<type>{TYPE})\s+(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
+#: A struct of plain data the source defines (``struct __align__(8) SumMax { float maxval; float sum; };``):
+#: its locals are stored per thread as those of arithmetic types are, never the block's.
+_STRUCT = re.compile(
+    r"\bstruct\s+(?:(?:__align__|alignas)\s*\(\s*\w+\s*\)\s*)?(?P<name>[A-Za-z_]\w*)\s*\{(?P<body>[^{}]*)\}\s*;"
+)
+_MEMBER = re.compile(
+    rf"\s*(?:{TYPE})\s+[A-Za-z_]\w*(?:\s*\[\s*\d+\s*\])?(?:\s*,\s*[A-Za-z_]\w*(?:\s*\[\s*\d+\s*\])?)*\s*"
+)
+
+
+def plain_structs(code: str) -> set[str]:
+    """The names of the structs of plain data (members of arithmetic or pointer types only) in ``code``."""
+    return {
+        m.group("name")
+        for m in _STRUCT.finditer(code)
+        if all(_MEMBER.fullmatch(p) for p in m.group("body").split(";")[:-1])
+        and not m.group("body").split(";")[-1].strip()
+    }
+
+
 #: What reads as a declaration of some other type.
 LOOKS_DECL = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:[=;,\[({]|$)")
 KEYWORD_START = re.compile(r"^(?:if|for|while|do|switch|else|case|default|return|__shared__|static|typedef)\b")
@@ -68,6 +88,16 @@ class Rewrite:
     def __init__(self, text: str, code: str, fn: Function, a: int, b: int) -> None:
         self.text, self.code = text, code
         self.params = params(fn)
+        self.structs = plain_structs(code)
+        #: a declaration of locals stored per thread: DECL's, or of a struct of plain data
+        self.decl = (
+            re.compile(
+                rf"(?P<type>{TYPE}|(?:const\s+)?(?:{'|'.join(sorted(self.structs))})(?!\w))\s+(?P<rest>[A-Za-z_][^;]*);\s*$",
+                re.S,
+            )
+            if self.structs
+            else DECL
+        )
         self.edits: list[tuple[int, int, str]] = []  # (start, end, replacement) on text offsets
         self.arrays: dict[str, str] = {}  # per-thread local -> its type
         self.scalars: set[str] = set()  # uniform loop variables
@@ -235,7 +265,10 @@ class Rewrite:
             if name in self.arrays or name in self.params or name in self.scalars or name in self.cg:
                 raise Giveup(f"{name} declared twice (line {line_of(code, s)})")
             self.arrays[name] = t
-            if m.group(2) is not None:
+            if t in self.structs:  # written member by member, which the tests below do not see
+                if m.group(2) is not None:
+                    out.append(f"{name} ={piece(pos + m.start(2), pos + len(part))}")
+            elif m.group(2) is not None:
                 init = pos + m.start(2)
                 end = pos + len(part)
                 # (not one that may divide by zero where a return before it is taken: all run it first)

@@ -111,32 +111,7 @@
         kb_region([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
             for (KbI kb_i = (KbI)kb_ti.x; kb_i < kb_e; kb_i += kb_s) kb_f(kb_ti, kb_tt, kb_i); \
         });                                                                                \
-    };                                                                                     \
-    auto kb_strided_lanes = [&](unsigned kb_n, auto kb_zero, auto kb_e, auto kb_s, auto&& kb_start, \
-                                auto&& kb_f) __attribute__((always_inline)) {              \
-        using KbI = decltype(kb_zero);                                                     \
-        if (!__builtin_expect(::kb_diag, 0) && kb_blockDim.y == 1 && kb_blockDim.z == 1 && \
-            ::kb_cpu::fis::strided_fits<KbI>(kb_e, kb_s, kb_n)) {                          \
-            const KbI kb_end = ::kb_cpu::fis::strided_end<KbI>(kb_e), kb_step = (KbI)kb_s; \
-            for (unsigned kb_base = 0; kb_base < kb_blockDim.x; kb_base += kb_n) {         \
-                const KbI kb_m = (KbI)(kb_blockDim.x - kb_base < kb_n ? kb_blockDim.x - kb_base : kb_n); \
-                for (KbI kb_c = 0; kb_c < kb_end; kb_c += kb_step) {                       \
-                    const KbI kb_k = kb_end - kb_c < kb_m ? kb_end - kb_c : kb_m;          \
-                    KB_SIMD for (KbI kb_x = 0; kb_x < kb_k; ++kb_x)                        \
-                        kb_f(::kb_cpu::uint3{kb_base + (unsigned)kb_x, 0u, 0u}, (KbT)(kb_base + (unsigned)kb_x), \
-                             (KbI)(kb_c + kb_x));                                          \
-                }                                                                          \
-            }                                                                              \
-            return;                                                                        \
-        }                                                                                  \
-        kb_region([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
-            for (KbI kb_i = kb_start(kb_ti, kb_tt); kb_i < kb_e; kb_i += kb_s) kb_f(kb_ti, kb_tt, kb_i); \
-        });                                                                                \
     };
-// A loop over a tile's lanes, `for (I i = lane; i < e; i += s)` (lane: the thread's rank in its
-// tile of n), is kb_strided_lanes(n, (I)0, e, s, <the thread's start>, <the body>): in a block of
-// one dimension with s a multiple of n, for each tile one vector loop over its lanes per chunk
-// of s (thread base + x at i = chunk + x); else each thread's loop from its start.
 // A block-strided loop (fission_strided.py): `for (I i = threadIdx.x; i < e; i += s)` in each
 // thread, as one vector loop over the threads per chunk of s, where the block has one dimension
 // and s is a multiple of blockDim.x (thread t at i = chunk + t: llm.c's softmax kernel7 steps
@@ -178,12 +153,6 @@
     auto kb_strided_live = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
         if (__builtin_expect(kb_any_done, 0)) kb_strided(kb_zero, kb_e, kb_s, kb_live(kb_f));     \
         else kb_strided(kb_zero, kb_e, kb_s, kb_f);                                               \
-    };                                                                                            \
-    auto kb_strided_lanes_live = [&](unsigned kb_n, auto kb_zero, auto kb_e, auto kb_s, auto&& kb_start, \
-                                     auto&& kb_f) __attribute__((always_inline)) {               \
-        if (__builtin_expect(kb_any_done, 0))                                                     \
-            kb_strided_lanes(kb_n, kb_zero, kb_e, kb_s, kb_start, kb_live(kb_f));                 \
-        else kb_strided_lanes(kb_n, kb_zero, kb_e, kb_s, kb_start, kb_f);                         \
     };
 #define KB_REGION_LIVE_BEGIN \
     kb_region_live([&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
