@@ -16,18 +16,22 @@ reads each lane's result there. A warp's reduction written as a top-level loop o
 (``for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffff, v, o);``, or ``__shfl_down_sync``,
 another compound operator, ``v = fmaxf(v, ...)``; a literal full mask) is one split point: its
 steps run between the loops, one pass each. Locals declared at those top levels with a plain arithmetic or
-pointer type become per-thread arrays; cooperative_groups objects (``this_thread_block()``,
+pointer type, or of a struct of such members the source defines, become per-thread arrays; cooperative_groups objects (``this_thread_block()``,
 ``tiled_partition<N>``) are made again in each loop from the loop's thread index. ``__shared__``
 arrays declared at the top level are the block's: local arrays of the call that runs the block;
 ``extern __shared__`` at the top level points at the launch's dynamic shared memory.
 
-Not handled (:func:`split` says which, for the profile note): ``return``, ``break``, ``continue``
-or ``goto`` anywhere in the body, warp operations inside ``if``, ``while`` or other statements,
-a warp operation's mask that differs between threads, ``__match_*``, ``__reduce_*_sync``,
-``__activemask``, scans, tiles of more than 32 threads, a parameter the body assigns,
-``volatile`` and ``while``/``do`` loops (a thread may spin on what another thread of its block
-stores, without a barrier: only fibers run both), split points in ``if``/``while``/nested loops,
-and split points reached through other functions or macros.
+Early ``return;`` (a flag per thread: the regions after it skip the thread), ``break`` and
+``continue`` inside a region's statement, ``while``/``do`` loops: fission_exit.py.
+
+Not handled (:func:`split` says which, for the profile note): ``goto``, a ``return`` with a value
+(a lambda's), a ``break``/``continue`` of a loop around split points, warp operations inside
+``if``, ``while`` or other statements, a warp operation's mask that differs between threads,
+``__match_*``, ``__reduce_*_sync``, ``__activemask``, scans, tiles of more than 32 threads, a
+parameter the body assigns, ``volatile``, and ``while``/``do`` loops (or loops that may ``break``)
+beside atomics, fences or clocks (a thread may spin on what another thread of its block stores,
+without a barrier: only fibers run both), split points in ``if``/``while``/nested loops, and
+split points reached through other functions or macros.
 
 The rewrite keeps every line where it was, so diagnostics still point at the user's lines.
 """
