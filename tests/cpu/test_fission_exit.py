@@ -207,3 +207,11 @@ __global__ void k(const float* x, float* y, int n) {
     every = src.replace("if (threadIdx.x >= LIMIT) return;", "if (blockIdx.x == 1) return;").replace("LIMIT", "64")
     _, y = _launch(cpu, every, 64, 64, 2)  # the second block returns whole: nobody waits
     np.testing.assert_array_equal(y[:64], np.random.default_rng(3).standard_normal(64).astype(np.float32)[::-1])
+
+
+def test_returning_warps_in_checked_mode_give_the_fiber_runners_bits(cpu, monkeypatch):
+    # checked mode: sanitizers, and every read of a lane the mask does not name reported
+    monkeypatch.setenv("KERNELBAY_CPU_CHECK", "1")
+    _, y = _launch(cpu, WARPS_RETURN, 600, 96)
+    _, y2 = _launch(cpu, _on_fibers(WARPS_RETURN), 600, 96)
+    np.testing.assert_array_equal(y, y2)
