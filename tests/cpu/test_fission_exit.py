@@ -215,3 +215,50 @@ def test_returning_warps_in_checked_mode_give_the_fiber_runners_bits(cpu, monkey
     _, y = _launch(cpu, WARPS_RETURN, 600, 96)
     _, y2 = _launch(cpu, _on_fibers(WARPS_RETURN), 600, 96)
     np.testing.assert_array_equal(y, y2)
+
+
+# Warps return inside a loop around warp operations, each at its own trip; the regions before the
+# return in the loop's body skip them on the trips after.
+LOOP_RETURN = r"""
+__global__ void k(const float* x, float* y, int n) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    int w = t / 32;
+    float v = t < n ? x[t] : 0.0f;
+    for (int r = 0; r < 4; ++r) {
+        if (t < n) y[3 * t] = v + r;
+        if (w % 5 == r) {
+            if (t < n) y[3 * t + 1] = (float)r;
+            return;
+        }
+        v += __shfl_xor_sync(0xffffffffu, v, 1 << r);
+    }
+    if (t < n) y[3 * t + 2] = v;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [256, 96], ids=str)
+def test_returns_inside_a_loop_around_warp_operations(cpu, block):
+    assert _plan(LOOP_RETURN).runners == {"k": "run_blocks"}, _plan(LOOP_RETURN).why
+    assert "KB_FISSION_LIVE" in _plan(LOOP_RETURN).text
+    _, y = _launch(cpu, LOOP_RETURN, 1000, block)
+    _, y2 = _launch(cpu, _on_fibers(LOOP_RETURN), 1000, block)
+    np.testing.assert_array_equal(y, y2)
+
+
+def test_llm_c_softmax_kernel7_with_threads_past_the_row_fails_as_on_fibers(cpu):
+    # C < blockDim: the threads past the row return, the others meet __syncthreads without them
+    from pathlib import Path
+
+    llmc = Path(__file__).resolve().parents[1] / "corpus" / "llm_c"
+    text, hdr = (llmc / "softmax_forward.cu").read_text(), {"common.h": (llmc / "common.h").read_text()}
+    at = text.index("{", text.index("void softmax_forward_kernel7(")) + 1
+    msgs = []
+    for t in (text, text[:at] + KEEP_FIBERS + text[at:]):
+        k = kb.compile(kb.Source(t, lang="cuda", name="softmax_forward_kernel7", headers=hdr), cpu)
+        out = kb.asarray(np.zeros(4 * 64, np.float32), device=cpu)
+        inp = kb.asarray(np.ones(4 * 64, np.float32), device=cpu)
+        with pytest.raises(kb.LaunchError) as e:
+            k.launch(4, 128, (out, inp, 4, 64), shared_mem=2 * 128 // 32 * 4)
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1] and "exited without reaching it" in msgs[0]
