@@ -90,6 +90,8 @@ def test_the_rewrite_keeps_line_numbers_and_diagnostics_point_at_the_users_line(
         "for (int j = 0; j < 4; ++j) { if (y[j] == threadIdx.x) break; __syncthreads(); } y[threadIdx.x] = 1;",
         # a return with a value: a lambda's, whose return the loop path would take for the thread's
         "auto f = [](int a) { return a; }; __syncthreads(); y[threadIdx.x] = f(1);",
+        # a lambda's own return;
+        "if (threadIdx.x < 8) { [&]() { if (y[0]) return; y[1] = 2; }(); } __syncthreads(); y[threadIdx.x] = 1;",
         # a declaration of a type not handled, living across the barrier
         "auto v = threadIdx.x; __syncthreads(); y[threadIdx.x] = v;",
         # a loop whose trip count differs between threads

@@ -42,7 +42,7 @@ import re
 
 from kernelbay.csource import Function, strip_comments_and_strings
 
-from .fission_exit import exits, jumps, spins
+from .fission_exit import exits, jumps, lambda_beside_return, spins
 from .fission_ranges import pure_read
 from .fission_scan import closing, line_of, skip_ws, statements
 from .fission_state import CG_METHODS, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
@@ -112,6 +112,9 @@ def split(text: str, code: str, fn: Function) -> tuple[str | None, str]:
         m = rx.search(body)
         if m:
             return None, f"it uses {why} (line {line_of(code, a + m.start())})"
+    k = lambda_beside_return(body)
+    if k >= 0:
+        return None, f"it has a lambda beside a return (line {line_of(code, a + k)})"
     k = spins(body)
     if k >= 0:
         return None, (

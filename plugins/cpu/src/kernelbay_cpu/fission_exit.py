@@ -32,6 +32,16 @@ _WAITS = re.compile(r"\b(?:atomic\w*|__threadfence\w*|__nanosleep|clock\w*)\s*\(
 _LIVE = "kb_fb.live(kb_done, kb_any_done)"
 
 
+_LAMBDA = re.compile(r"\[[^\[\];]*\]\s*(?:\([^()]*\)\s*)?(?:mutable\s*)?(?:->\s*[\w:<>*&\s]+?)?\{")
+
+
+def lambda_beside_return(body: str) -> int:
+    """The offset in ``body`` of a lambda where the body also returns (whose ``return;`` is the
+    lambda's, not the thread's), or -1."""
+    m = _LAMBDA.search(body)
+    return m.start() if m and _RETURN.search(body) else -1
+
+
 def spins(body: str) -> int:
     """The offset in ``body`` of a loop a thread may spin in on another thread's store (a
     ``while`` or ``do`` loop, one that may ``break`` or has no condition, beside atomics, fences
