@@ -82,10 +82,16 @@ def test_the_rewrite_keeps_line_numbers_and_diagnostics_point_at_the_users_line(
     [
         # a barrier inside a branch
         "if (threadIdx.x < 16) { __syncthreads(); } y[threadIdx.x] = 1;",
-        # an early return
-        "if (threadIdx.x >= 8) return; __syncthreads(); y[threadIdx.x] = 1;",
+        # a jump
+        "if (threadIdx.x >= 8) goto end; __syncthreads(); y[threadIdx.x] = 1; end: ;",
         # a thread may spin on another's store: only fibers run both
-        "int v = 0; while (v < 3) ++v; __syncthreads(); y[threadIdx.x] = v;",
+        "while (atomicAdd(y, 0) < 3) {} __syncthreads(); y[threadIdx.x] = 1;",
+        # a break out of a loop around a barrier (threads would leave it at different trips)
+        "for (int j = 0; j < 4; ++j) { if (y[j] == threadIdx.x) break; __syncthreads(); } y[threadIdx.x] = 1;",
+        # a return with a value: a lambda's, whose return the loop path would take for the thread's
+        "auto f = [](int a) { return a; }; __syncthreads(); y[threadIdx.x] = f(1);",
+        # a lambda's own return;
+        "if (threadIdx.x < 8) { [&]() { if (y[0]) return; y[1] = 2; }(); } __syncthreads(); y[threadIdx.x] = 1;",
         # a declaration of a type not handled, living across the barrier
         "auto v = threadIdx.x; __syncthreads(); y[threadIdx.x] = v;",
         # a loop whose trip count differs between threads

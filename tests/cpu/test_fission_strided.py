@@ -111,3 +111,44 @@ def test_llm_c_softmax_kernel2_runs_its_row_loops_as_strided_regions(cpu):
     k.launch(rows, 64, (out, kb.asarray(x.ravel(), device=cpu), np.int32(rows), np.int32(c)), shared_mem=64 * 4)
     e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
     np.testing.assert_allclose(out.numpy().reshape(rows, c), e / e.sum(1, keepdims=True), rtol=2e-6, atol=1e-8)
+
+
+# Loops over a tile's lanes (a warp per row, llm.c's layernorm kernel3 and online softmax), each
+# thread's own, in regions between warp operations; a block-strided loop stepping by two blocks.
+LANES = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__global__ void k(const float* x, float* y, int n, int c) {
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int lane = threadIdx.x % 32;
+    int at = threadIdx.y * blockDim.x + threadIdx.x;
+    int w = (blockIdx.x * blockDim.x * blockDim.y + at) / 32;
+    const float* row = x + w * c;
+    float acc = 0.0f, m = -1e30f;
+    for (int i = lane; i < c; i += warpSize) { acc += row[i] * (float)(i % 5); m = fmaxf(m, row[i]); }
+    acc = cg::reduce(warp, acc, cg::plus<float>());
+    for (int i = warp.thread_rank(); i < c; i += warp.size()) y[w * c + i] = expf(row[i] - m) + acc;
+    for (int i = threadIdx.x % 16; i < c; i += 16) acc += row[i];
+    for (int i = lane; i < c + 0.5f; i += 64) acc += 0.5f;
+    for (int i = threadIdx.x; i < c; i += 2 * blockDim.x) acc += row[i];
+    y[n + blockIdx.x * blockDim.x * blockDim.y + at] = acc + m;
+}
+"""
+
+
+@pytest.mark.parametrize(("block", "c"), [(256, 768), (96, 100), (48, 7), ((16, 6), 40)], ids=str)
+def test_lane_loops_give_the_fiber_runners_bits(cpu, block, c):
+    at = LANES.index("{", LANES.index("__global__")) + 1
+    per = int(np.prod(block))
+    grid = 3
+    warps = (grid * per + 31) // 32
+    x = np.random.default_rng(5).standard_normal(warps * c).astype(np.float32)
+    outs = []
+    for text in (LANES, LANES[:at] + KEEP_FIBERS + LANES[at:]):
+        y = kb.asarray(np.full(warps * c + grid * per, -1, np.float32), device=cpu)
+        k = kb.compile(kb.Source(text, lang="cuda", name="k"), cpu)
+        k.launch(grid, block, (kb.asarray(x, device=cpu), y, np.int32(warps * c), np.int32(c)))
+        outs.append((k.handle.fibers, y.numpy()))
+    assert not outs[0][0] and outs[1][0]
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])

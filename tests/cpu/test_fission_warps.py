@@ -175,7 +175,7 @@ def test_a_warp_sum_is_the_sum_of_the_warps_lanes(cpu):
         ("unsigned m = threadIdx.x % 2 ? 1u : 2u; y[threadIdx.x] = __shfl_sync(m, 1.0f, 0);", "mask"),
         ("y[threadIdx.x] = __shfl_sync(0xffffffffu, __shfl_sync(0xffffffffu, 1.0f, 1), 0);", "another's"),
         ("for (int i = 0; i < threadIdx.x; ++i) y[i] = __shfl_sync(0xffffffffu, 1.0f, 0);", "trip count"),
-        ("if (threadIdx.x > 40) return; y[threadIdx.x] = __shfl_sync(0xffffffffu, 1.0f, 0);", "a return"),
+        ("for (int j = 0; j < 2; ++j) { if (y[j] > 0.0f) continue; y[j] = __shfl_sync(~0u, 1.0f, 0); }", "continue"),
         ("y[threadIdx.x] = __reduce_add_sync(0xffffffffu, 1);", "__reduce_"),
     ],
 )

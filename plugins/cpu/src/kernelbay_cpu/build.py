@@ -27,7 +27,16 @@ from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
 
 from . import _driver
-from .analysis import FILES, check_features, entries, module_globals, plan_cuda, rewrite_inline, rewrite_noinline
+from .analysis import (
+    FILES,
+    Plan,
+    check_features,
+    entries,
+    module_globals,
+    plan_cuda,
+    rewrite_inline,
+    rewrite_noinline,
+)
 from .cxx import run_compiler
 from .deps import deps_unchanged
 from .flags import flags
@@ -163,6 +172,25 @@ class Built(NamedTuple):
     notes: dict[str, str] | None = None
 
 
+def cuda_plan(source: Source, names: list[str]) -> tuple[Source, Plan]:
+    """The cuda ``source`` as g++ reads it (nvcc's qualifier spellings rewritten in place) and the
+    plan of its entries ``names``: each one's runner and why (no compiler runs). Raises
+    CompileError for features the cpu backend cannot run."""
+    check_features(source)
+    # nvcc's qualifier spellings g++ refuses (`__device__ inline`, `__noinline__`), in place
+    text = rewrite_noinline(rewrite_inline(source.text, list(source.headers.values())))
+    heads = dict(source.headers)
+    source = attrs.evolve(
+        source,
+        code=text,
+        headers={
+            k: rewrite_noinline(rewrite_inline(v, [text, *(o for n, o in heads.items() if n != k)]))
+            for k, v in heads.items()
+        },
+    )
+    return source, plan_cuda(source, names)
+
+
 def build(source: Source) -> Built:
     """Compile (or fetch from the disk cache) and load ``source``."""
     if not isinstance(source.code, str):
@@ -176,19 +204,7 @@ def build(source: Source) -> Built:
     text, runners = source.text, dict.fromkeys(names, "run_blocks")
     notes = dict.fromkeys(names, "cpu: one call per block (a c++ kernel runs its block's threads itself)")
     if source.lang == "cuda":
-        check_features(source)
-        # nvcc's qualifier spellings g++ refuses (`__device__ inline`, `__noinline__`), in place
-        text = rewrite_noinline(rewrite_inline(source.text, list(source.headers.values())))
-        heads = dict(source.headers)
-        source = attrs.evolve(
-            source,
-            code=text,
-            headers={
-                k: rewrite_noinline(rewrite_inline(v, [text, *(o for n, o in heads.items() if n != k)]))
-                for k, v in heads.items()
-            },
-        )
-        plan = plan_cuda(source, names)
+        source, plan = cuda_plan(source, names)
         text, runners = plan.text, plan.runners
         for n in names:
             notes[n] = f"cpu: {_RUNNER_WORDS[runners[n]]}" + (f" ({plan.why[n]})" if plan.why[n] else "")

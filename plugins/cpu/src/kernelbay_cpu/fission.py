@@ -16,18 +16,22 @@ reads each lane's result there. A warp's reduction written as a top-level loop o
 (``for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffff, v, o);``, or ``__shfl_down_sync``,
 another compound operator, ``v = fmaxf(v, ...)``; a literal full mask) is one split point: its
 steps run between the loops, one pass each. Locals declared at those top levels with a plain arithmetic or
-pointer type become per-thread arrays; cooperative_groups objects (``this_thread_block()``,
+pointer type, or of a struct of such members the source defines, become per-thread arrays; cooperative_groups objects (``this_thread_block()``,
 ``tiled_partition<N>``) are made again in each loop from the loop's thread index. ``__shared__``
 arrays declared at the top level are the block's: local arrays of the call that runs the block;
 ``extern __shared__`` at the top level points at the launch's dynamic shared memory.
 
-Not handled (:func:`split` says which, for the profile note): ``return``, ``break``, ``continue``
-or ``goto`` anywhere in the body, warp operations inside ``if``, ``while`` or other statements,
-a warp operation's mask that differs between threads, ``__match_*``, ``__reduce_*_sync``,
-``__activemask``, scans, tiles of more than 32 threads, a parameter the body assigns,
-``volatile`` and ``while``/``do`` loops (a thread may spin on what another thread of its block
-stores, without a barrier: only fibers run both), split points in ``if``/``while``/nested loops,
-and split points reached through other functions or macros.
+Early ``return;`` (a flag per thread: the regions after it skip the thread), ``break`` and
+``continue`` inside a region's statement, ``while``/``do`` loops: fission_exit.py.
+
+Not handled (:func:`split` says which, for the profile note): ``goto``, a ``return`` with a value
+(a lambda's), a ``break``/``continue`` of a loop around split points, warp operations inside
+``if``, ``while`` or other statements, a warp operation's mask that differs between threads,
+``__match_*``, ``__reduce_*_sync``, ``__activemask``, scans, tiles of more than 32 threads, a
+parameter the body assigns, ``volatile``, and ``while``/``do`` loops (or loops that may ``break``)
+beside atomics, fences or clocks (a thread may spin on what another thread of its block stores,
+without a barrier: only fibers run both), split points in ``if``/``while``/nested loops, and
+split points reached through other functions or macros.
 
 The rewrite keeps every line where it was, so diagnostics still point at the user's lines.
 """
@@ -38,18 +42,18 @@ import re
 
 from kernelbay.csource import Function, strip_comments_and_strings
 
+from .fission_exit import exits, jumps, lambda_beside_return, spins
 from .fission_ranges import pure_read
 from .fission_scan import closing, line_of, skip_ws, statements
-from .fission_state import CG_METHODS, DECL, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
+from .fission_state import CG_METHODS, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
 from .fission_strided import strided
 from .fission_warps import reduction_loop, warp_calls, warp_statement
 
 _BARRIER_STMT = re.compile(r"__syncthreads\s*\(\s*\)\s*;")
 #: What the loop path never runs: each with the words the profile note gives.
 _FORBIDDEN = [
-    (r"\breturn\b", "a return (a thread leaves early)"),
-    (r"\b(?:break|continue|goto)\b", "break, continue or goto"),
-    (r"\bwhile\b", "a while or do loop (a thread may wait on another without a barrier)"),
+    (r"\breturn\b(?!\s*;)", "a return with a value"),
+    (r"\bgoto\b", "goto"),
     (r"\bvolatile\b", "volatile (a thread may wait on another without a barrier)"),
     (r"\b(?:asm|__asm__)\b", "inline assembly"),
     (r"\b__syncthreads_\w+", "__syncthreads_count/and/or"),
@@ -108,6 +112,15 @@ def split(text: str, code: str, fn: Function) -> tuple[str | None, str]:
         m = rx.search(body)
         if m:
             return None, f"it uses {why} (line {line_of(code, a + m.start())})"
+    k = lambda_beside_return(body)
+    if k >= 0:
+        return None, f"it has a lambda beside a return (line {line_of(code, a + k)})"
+    k = spins(body)
+    if k >= 0:
+        return None, (
+            f"it has a while loop, or a loop it may break out of, beside atomics (line {line_of(code, a + k)}):"
+            " a thread may wait on another without a barrier"
+        )
     try:
         return _rewrite(text, code, fn, a, b), ""
     except Giveup as e:
@@ -128,9 +141,11 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
         raise Giveup("nothing to split")
     _check_groups(rw)
     rw.finish()
+    exits(rw)
     # Every other declaration of a per-thread name (a shadowing one) would be renamed too.
     for name in [*rw.arrays, *rw.remat]:
-        if len(re.findall(rf"(?:{TYPE}|[>\w])\s+\**{name}\s*[=;,\[)]", body_code)) > 1:
+        # (`T<U> name`, not a comparison `a > name)`)
+        if len(re.findall(rf"(?:(?:{TYPE}|\w)\s+\**{name}\s*[=;,\[)]|>\s+\**{name}\s*[=;,\[])", body_code)) > 1:
             raise Giveup(f"{name} declared twice")
     return _assemble(rw, a, b)
 
@@ -146,11 +161,13 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
         where = f"line {line_of(code, s)}"
         if _BARRIER_STMT.fullmatch(st):
             rw.flush()
+            rw.syncs.append((len(rw.edits), 0, line_of(code, s)))
             rw.blank(s, e)
             continue
         m = re.fullmatch(rf"(?:([A-Za-z_]\w*)\s*\.\s*sync\s*\(\s*\)|{_CG}sync\s*\(\s*([A-Za-z_]\w*)\s*\))\s*;", st)
         if m and (m.group(1) or m.group(2)) in cg:
             rw.flush()  # a block's sync is a barrier; a tile's (<= 32 threads) a warp barrier of its own lanes
+            rw.syncs.append((len(rw.edits), rw.tiles.get(m.group(1) or m.group(2), 0), line_of(code, s)))
             rw.blank(s, e)
             continue
         m = re.fullmatch(r"__syncwarp\s*\((.*)\)\s*;", st, re.S)
@@ -208,7 +225,10 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             raise Giveup(f"a barrier or warp operation inside if, switch or a block ({where})")
         if strided(rw, s, e):
             continue
-        d = DECL.match(code, skip_ws(code, s, e), e)
+        if inside_loop and jumps(rw, s, e) >= 0:
+            k = jumps(rw, s, e)
+            raise Giveup(f"a break or continue of a loop around a barrier or warp operation (line {line_of(code, k)})")
+        d = rw.decl.match(code, skip_ws(code, s, e), e)
         if d:
             rw.declare(s, e, d, [], inside_loop)
         elif LOOKS_DECL.match(st) and not KEYWORD_START.match(st):
@@ -324,4 +344,6 @@ def _assemble(rw: Rewrite, a: int, b: int) -> str:
         decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, t in rw.cg.items())
         decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, (t, _) in rw.remat.items())
     begin = " KB_FISSION_BEGIN_WARPS " if rw.lanes else " KB_FISSION_BEGIN "  # kb_t an int or an unsigned
+    if rw.live:
+        begin += "KB_FISSION_LIVE "
     return new[:a] + begin + decls + "".join(pieces) + new[nb:]

@@ -136,3 +136,53 @@ def line_of(code: str, at: int) -> int:
 def pad(new: str, old: str) -> str:
     """``new`` followed by the newlines of ``old``, so that lines keep their numbers."""
     return new + "\n" * old.count("\n")
+
+
+_JUMP = re.compile(r"\b(break|continue)\b")
+
+
+def loose_jump(code: str, a: int, b: int, brk: bool = False, cont: bool = False) -> int:
+    """The offset of the first ``break`` or ``continue`` in the statements ``code[a:b]`` that
+    leaves them (its loop or ``switch`` is not among them), or -1. ``brk``/``cont``: a loop
+    around them that ``break``/``continue`` may stay in. Where a statement cannot be delimited,
+    any ``break`` or ``continue`` in it counts as leaving."""
+    stmts = statements(code, a, b)
+    if stmts is None:
+        m = _JUMP.search(code, a, b)
+        return m.start() if m else -1
+    for s, e in stmts:
+        k = _jump_in(code, s, e, brk, cont)
+        if k >= 0:
+            return k
+    return -1
+
+
+def _jump_in(code: str, s: int, e: int, brk: bool, cont: bool) -> int:
+    if not _JUMP.search(code, s, e):
+        return -1
+    if code[s] == "{":
+        return loose_jump(code, s + 1, closing(code, s), brk, cont)
+    m = re.match(r"(if|for|while|switch)\s*\(", code[s:e])
+    if m:
+        close = closing(code, s + m.end() - 1)
+        body = skip_ws(code, close + 1, e)
+        if m.group(1) == "if":
+            then_end = _statement(code, body, e)
+            k = loose_jump(code, body, then_end, brk, cont) if then_end > 0 else body
+            if k >= 0:
+                return k
+            rest = skip_ws(code, then_end, e)
+            return loose_jump(code, rest + 4, e, brk, cont) if code.startswith("else", rest) else -1
+        if m.group(1) == "switch":  # its cases are not delimited as statements: any continue leaves
+            if cont:
+                return -1
+            c = re.search(r"\bcontinue\b", code[body:e])
+            return body + c.start() if c else -1
+        return loose_jump(code, body, e, True, True)
+    if re.match(r"do\b", code[s:e]):
+        end = _statement(code, skip_ws(code, s + 2, e), e)
+        return loose_jump(code, skip_ws(code, s + 2, e), end, True, True) if end > 0 else s
+    for j in _JUMP.finditer(code, s, e):
+        if not (brk if j.group(1) == "break" else cont):
+            return j.start()
+    return -1

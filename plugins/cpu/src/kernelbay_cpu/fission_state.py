@@ -19,6 +19,26 @@ TYPE = (
 )
 #: A declaration of locals the loop path stores per thread (a plain arithmetic or pointer type).
 DECL = re.compile(rf"(?P<type>{TYPE})\s+(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
+#: A struct of plain data the source defines (``struct __align__(8) SumMax { float maxval; float sum; };``):
+#: its locals are stored per thread as those of arithmetic types are, never the block's.
+_STRUCT = re.compile(
+    r"\bstruct\s+(?:(?:__align__|alignas)\s*\(\s*\w+\s*\)\s*)?(?P<name>[A-Za-z_]\w*)\s*\{(?P<body>[^{}]*)\}\s*;"
+)
+_MEMBER = re.compile(
+    rf"\s*(?:{TYPE})\s+[A-Za-z_]\w*(?:\s*\[\s*\d+\s*\])?(?:\s*,\s*[A-Za-z_]\w*(?:\s*\[\s*\d+\s*\])?)*\s*"
+)
+
+
+def plain_structs(code: str) -> set[str]:
+    """The names of the structs of plain data (members of arithmetic or pointer types only) in ``code``."""
+    return {
+        m.group("name")
+        for m in _STRUCT.finditer(code)
+        if all(_MEMBER.fullmatch(p) for p in m.group("body").split(";")[:-1])
+        and not m.group("body").split(";")[-1].strip()
+    }
+
+
 #: What reads as a declaration of some other type.
 LOOKS_DECL = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:[=;,\[({]|$)")
 KEYWORD_START = re.compile(r"^(?:if|for|while|do|switch|else|case|default|return|__shared__|static|typedef)\b")
@@ -68,6 +88,16 @@ class Rewrite:
     def __init__(self, text: str, code: str, fn: Function, a: int, b: int) -> None:
         self.text, self.code = text, code
         self.params = params(fn)
+        self.structs = plain_structs(code)
+        #: a declaration of locals stored per thread: DECL's, or of a struct of plain data
+        self.decl = (
+            re.compile(
+                rf"(?P<type>{TYPE}|(?:const\s+)?(?:{'|'.join(sorted(self.structs))})(?!\w))\s+(?P<rest>[A-Za-z_][^;]*);\s*$",
+                re.S,
+            )
+            if self.structs
+            else DECL
+        )
         self.edits: list[tuple[int, int, str]] = []  # (start, end, replacement) on text offsets
         self.arrays: dict[str, str] = {}  # per-thread local -> its type
         self.scalars: set[str] = set()  # uniform loop variables
@@ -106,12 +136,19 @@ class Rewrite:
         #: (block_vars) where no other write is found (finish)
         self.uniform_writes: dict[str, list[int]] = {}
         self.block_vars: dict[str, str] = {}
+        #: the kernel returns early somewhere (fission_exit.py); live: its threads that return
+        #: before its last region leave the regions after (kb_done)
+        self.returns = re.search(r"\breturn\b", self.body_code) is not None
+        self.live = False
+        #: the barriers and tile syncs: (their edit, the tile's threads or 0 for the block's, line)
+        self.syncs: list[tuple[int, int, int]] = []
+        self.strided_starts: list[int] = []  # where the block-strided loops' regions begin
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
         return (
             len(writes) > 1
-            or re.search(rf"(?:\+\+|--|(?<!&)&)\s*{name}\b|\b{name}\s*(?:\+\+|--)", self.body_code) is not None
+            or re.search(rf"(?:\+\+|--|(?<!&)&)\s*{name}\b(?!\s*\[)|\b{name}\s*(?:\+\+|--)", self.body_code) is not None
         )
 
     def rematerializable(self, name: str, init: str) -> bool:
@@ -166,7 +203,7 @@ class Rewrite:
             if name not in self.arrays:
                 continue
             if len(re.findall(rf"(?<![\w.])(?<!->){name}\s*=(?!=)", body)) != len(writes) or re.search(
-                rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)=|(?:\+\+|--|(?<!&)&)\s*{name}\b|\b{name}\s*(?:\+\+|--)",
+                rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)=|(?:\+\+|--|(?<!&)&)\s*{name}\b(?!\s*\[)|\b{name}\s*(?:\+\+|--)",
                 body,
             ):
                 continue
@@ -228,10 +265,20 @@ class Rewrite:
             if name in self.arrays or name in self.params or name in self.scalars or name in self.cg:
                 raise Giveup(f"{name} declared twice (line {line_of(code, s)})")
             self.arrays[name] = t
-            if m.group(2) is not None:
+            if t in self.structs:  # written member by member, which the tests below do not see
+                if m.group(2) is not None:
+                    out.append(f"{name} ={piece(pos + m.start(2), pos + len(part))}")
+            elif m.group(2) is not None:
                 init = pos + m.start(2)
                 end = pos + len(part)
-                if not subs and not inside_loop and not self.assigned(name) and self.uniform(code[init:end]):
+                # (not one that may divide by zero where a return before it is taken: all run it first)
+                if (
+                    not subs
+                    and not inside_loop
+                    and not self.assigned(name)
+                    and self.uniform(code[init:end])
+                    and not (self.returns and re.search(r"[/%]", code[init:end]))
+                ):
                     del self.arrays[name]  # the same in every thread: once for the block
                     self.hoisted[name] = f"{t} const {name} ={text[init:end]};"
                 elif not subs and self.rematerializable(name, code[init:end]):

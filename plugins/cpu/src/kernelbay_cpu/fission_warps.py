@@ -10,7 +10,7 @@ import re
 
 from .fission_ranges import pure_read
 from .fission_scan import arguments, closing, line_of, pad, skip_ws
-from .fission_state import DECL, KEYWORD_START, LOOKS_DECL, Giveup, Rewrite
+from .fission_state import KEYWORD_START, LOOKS_DECL, Giveup, Rewrite
 
 WARP_CALL = re.compile(
     r"\b(?P<intr>__shfl_sync|__shfl_up_sync|__shfl_down_sync|__shfl_xor_sync|__ballot_sync|__any_sync|__all_sync)"
@@ -164,7 +164,7 @@ def warp_statement(rw: Rewrite, s: int, e: int, calls: list[re.Match[str]]) -> N
             rep = f"::kb_cpu::fis::result<{t}>({lane}, kb_t)"
         subs.append((c.start(), close + 1, pad(rep, text[c.start() : close + 1])))
     rw.flush(" ".join(tail), " ".join(after), s)
-    d = DECL.match(code, skip_ws(code, s, e), e)
+    d = rw.decl.match(code, skip_ws(code, s, e), e)
     if d:
         rw.declare(s, e, d, subs, True)
     else:

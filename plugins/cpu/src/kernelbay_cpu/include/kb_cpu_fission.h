@@ -100,8 +100,9 @@
         if (!__builtin_expect(::kb_diag, 0) && kb_blockDim.y == 1 && kb_blockDim.z == 1 && \
             ::kb_cpu::fis::strided_fits<KbI>(kb_e, kb_s, kb_blockDim.x)) {                 \
             const KbI kb_end = ::kb_cpu::fis::strided_end<KbI>(kb_e), kb_step = (KbI)kb_s; \
+            const KbI kb_nx = (KbI)kb_blockDim.x;                                          \
             for (KbI kb_c = 0; kb_c < kb_end; kb_c += kb_step) {                           \
-                const KbI kb_n = kb_end - kb_c < kb_step ? kb_end - kb_c : kb_step;        \
+                const KbI kb_n = kb_end - kb_c < kb_nx ? kb_end - kb_c : kb_nx;            \
                 KB_SIMD for (KbI kb_x = 0; kb_x < kb_n; ++kb_x)                            \
                     kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, (KbT)kb_x, (KbI)(kb_c + kb_x)); \
             }                                                                              \
@@ -112,8 +113,9 @@
         });                                                                                \
     };
 // A block-strided loop (fission_strided.py): `for (I i = threadIdx.x; i < e; i += s)` in each
-// thread, as one vector loop over i, chunk by chunk, where the block has one dimension and s is
-// blockDim.x (thread t at i = chunk + t); else as written.
+// thread, as one vector loop over the threads per chunk of s, where the block has one dimension
+// and s is a multiple of blockDim.x (thread t at i = chunk + t: llm.c's softmax kernel7 steps
+// by blockDim.x * UNROLL_FACTOR); else as written.
 #define KB_STRIDED_BEGIN(KbI, i, e, s)                                                             \
     kb_strided((KbI)0, (e), (s),                                                                   \
                [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i) __attribute__((always_inline)) {
@@ -126,6 +128,47 @@
                     [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
 #define KB_REGION_END \
     });
+// A kernel some of whose threads return before its last region (fission_exit.py): kb_done[t]
+// once thread t has returned (`return;` in a region sets it and leaves the thread's call), and
+// every region after the first return loops over the threads that have not (kb_live). Until a
+// thread returns, the regions run their usual loops: the check is one branch a region.
+#define KB_FISSION_LIVE                                                                          \
+    bool kb_done[KB_FISSION_MAX_THREADS];                                                          \
+    bool kb_any_done = false;                                                                      \
+    __builtin_memset(kb_done, 0, kb_fb.n);                                                         \
+    auto kb_live = [&](auto&& kb_f) __attribute__((always_inline)) {                              \
+        return [&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt, auto... kb_r) __attribute__((always_inline)) { \
+            if (!kb_done[kb_tt]) kb_f(kb_ti, kb_tt, kb_r...);                                      \
+        };                                                                                        \
+    };                                                                                            \
+    auto kb_region_live = [&](auto&& kb_f) __attribute__((always_inline)) {                      \
+        if (__builtin_expect(kb_any_done, 0)) kb_region(kb_live(kb_f));                           \
+        else kb_region(kb_f);                                                                     \
+    };                                                                                            \
+    auto kb_region_range_live = [&](long long kb_lo, long long kb_hi, long long kb_step,          \
+                                    auto&& kb_f) __attribute__((always_inline)) {                 \
+        if (__builtin_expect(kb_any_done, 0)) kb_region_range(kb_lo, kb_hi, kb_step, kb_live(kb_f)); \
+        else kb_region_range(kb_lo, kb_hi, kb_step, kb_f);                                        \
+    };                                                                                            \
+    auto kb_strided_live = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
+        if (__builtin_expect(kb_any_done, 0)) kb_strided(kb_zero, kb_e, kb_s, kb_live(kb_f));     \
+        else kb_strided(kb_zero, kb_e, kb_s, kb_f);                                               \
+    };
+#define KB_REGION_LIVE_BEGIN \
+    kb_region_live([&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
+#define KB_REGION_RANGE_LIVE_BEGIN(lo, hi, step)                  \
+    kb_region_range_live((long long)(lo), (long long)(hi), (long long)(step), \
+                         [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
+#define KB_STRIDED_LIVE_BEGIN(KbI, i, e, s)                                                        \
+    kb_strided_live((KbI)0, (e), (s),                                                              \
+                    [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i) __attribute__((always_inline)) {
+// A thread's `return;` in a kernel of live regions.
+#define KB_RETURN          \
+    {                      \
+        kb_done[kb_t] = true; \
+        kb_any_done = true;   \
+        return;               \
+    }
 
 #pragma GCC visibility push(hidden)
 
@@ -140,6 +183,8 @@ struct Block {
     bool full;  // every warp has 32 lanes
     // the threads whose lanes a warp operation computes: whole warps (only())
     int first = 0, last;
+    // the threads that have returned (kb_done), where one has (live()): else null
+    const bool* done = nullptr;
     Block(uint3 i, dim3 d) : idx(i), dim(d), n(d.x * d.y * d.z), full(d.x * d.y * d.z % 32 == 0), last((int)n) {}
     uint3 tid(unsigned t) const { return uint3{t % dim.x, (t / dim.x) % dim.y, t / (dim.x * dim.y)}; }
     unsigned lanes(unsigned t) const {  // how many lanes the warp of thread t has
@@ -156,6 +201,12 @@ struct Block {
             b.last = hi < (long long)b.first ? b.first : hi > (long long)n ? (int)n : (int)((hi + 31) & ~31LL);
             if (b.last > (int)n) b.last = (int)n;
         }
+        return b;
+    }
+    // The block for a warp operation or barrier in a kernel whose threads may have returned.
+    Block live(const bool* d, bool any) const {
+        Block b = *this;
+        b.done = any ? d : nullptr;
         return b;
     }
 };
@@ -230,15 +281,19 @@ inline long long lane_step(KbB b, long long n) {
     return names_index(b, n) ? n : 1;
 }
 
-// A block-strided loop `for (I i = threadIdx.x; i < e; i += s)` runs as chunks of blockDim.x
-// (KB_STRIDED_BEGIN) where s is blockDim.x and e compares with an I as its value does: an integer
+// A block-strided loop `for (I i = threadIdx.x; i < e; i += s)` runs as chunks of s
+// (KB_STRIDED_BEGIN) where s is a multiple of blockDim.x and e compares with an I as its value does: an integer
 // that I holds, or a float (i < 10.5 is i < 11); else each thread's loop as written.
 template <class KbI, class KbE, class KbS>
 inline bool strided_fits(KbE e, KbS s, unsigned nx) {
     if constexpr (!std::is_integral_v<KbS>) {
         return false;
     } else {
-        if (s != (KbS)nx || s <= (KbS)0) return false;
+        // a step of whole blocks: thread t at i = chunk + t, chunk after chunk of s (threads past
+        // the block's own indices of a chunk visit none of it)
+        if (s <= (KbS)0 || (unsigned long long)s % nx != 0 ||
+            (unsigned long long)s > (unsigned long long)std::numeric_limits<KbI>::max() / 2)
+            return false;
         if constexpr (std::is_floating_point_v<KbE>)
             return e == e && e < (KbE)1e9 && (std::is_signed_v<KbI> || e >= (KbE)0);
         else if constexpr (std::is_integral_v<KbE>)
@@ -269,8 +324,29 @@ inline unsigned tile_mask(const Block& b, unsigned t) {
 // here; the rest in the runner object (kb_cpu_fission.cpp).
 unsigned check_slow(const Block& b, int op, unsigned mask, int width, int line, const char* file);
 inline unsigned check(const Block& b, int op, unsigned mask, int width, int line, const char* file = __builtin_FILE()) {
-    if (mask == ~0u && b.full && width > 0 && width <= 32 && !(width & (width - 1))) return mask;
+    if (mask == ~0u && b.full && !b.done && width > 0 && width <= 32 && !(width & (width - 1))) return mask;
     return check_slow(b, op, mask, width, line, file);
+}
+
+// Where threads have returned (b.done): a lane that reaches a warp operation whose group (`mask`,
+// or its tile of `tile` threads) names a lane that has returned fails as on the fiber runner --
+// "which has exited" where that lane comes before it in the warp (the fiber runner runs a warp's
+// lanes in order), else the wait no lane ends. A barrier some threads reach after others returned
+// fails likewise (kb_cpu_fiber.cpp: describe_deadlock).
+void exited_slow(const Block& b, int op, unsigned mask, unsigned tile, int line, const char* file);
+void barrier_slow(const Block& b, int line, const char* file);
+inline void exited(const Block& b, int op, unsigned mask, unsigned tile, int line, const char* file = __builtin_FILE()) {
+    if (b.done) exited_slow(b, op, mask, tile, line, file);
+}
+inline void barrier(const Block& b, int line, const char* file = __builtin_FILE()) {
+    if (b.done) barrier_slow(b, line, file);
+}
+// The operands of lanes that have returned, zeroed: the passes read whole warps.
+template <class KbT>
+inline void clear_returned(const Block& b, Lanes& l) {
+    KbT* v = at<KbT>(l);
+    for (int t = b.first; t < b.last; ++t)
+        if (b.done[t]) __builtin_memset((void*)&v[t], 0, sizeof(KbT));
 }
 
 // Lane src of thread t's warp where the group's mask m names it; else what the fiber runner gives
@@ -298,6 +374,10 @@ __attribute__((noinline)) KbT read_slow(const Block& b, const KbT* v, unsigned t
 template <class KbT>
 inline void shuffle(const Block& b, Lanes& l, int op, unsigned mask, unsigned tile, int arg, const int* args, int w,
                     int line, const char* file = __builtin_FILE()) {
+    if (b.done) {
+        exited(b, op, mask, tile, line, file);
+        clear_returned<KbT>(b, l);
+    }
     const KbT* v = at<KbT>(l);
     KbT* o = out<KbT>(l);
     const int n = b.last;
@@ -328,6 +408,7 @@ inline void shuffle(const Block& b, Lanes& l, int op, unsigned mask, unsigned ti
         return;
     }
     for (int t = b.first; t < n; ++t) {
+        if (b.done && b.done[t]) continue;
         const int a = args != nullptr ? args[t] : arg, lane = t & 31, seg = lane & ~(w - 1);
         int src = lane;
         switch (op) {
@@ -345,7 +426,11 @@ inline void shuffle(const Block& b, Lanes& l, int op, unsigned mask, unsigned ti
 // group it belongs to (the mask's lanes of its warp, or its tile's), then what the call returns.
 enum : int { V_BALLOT, V_ANY, V_ALL, V_TILE_BALLOT, V_TILE_ANY, V_TILE_ALL };
 template <unsigned KbN>
-inline void vote(const Block& b, Lanes& l, unsigned mask, int kind) {
+inline void vote(const Block& b, Lanes& l, unsigned mask, int kind, int line = 0, const char* file = __builtin_FILE()) {
+    if (b.done) {
+        exited(b, W_BALLOT, mask, kind >= V_TILE_BALLOT ? KbN : 0u, line, file);
+        clear_returned<int>(b, l);
+    }
     int* v = at<int>(l);
     for (unsigned base = (unsigned)b.first; base < (unsigned)b.last; base += 32) {
         const unsigned nl = b.lanes(base);
@@ -389,6 +474,7 @@ inline void pass(const Block& b, const KbT* v, KbT* o, int off, KbOp& op, int li
         }
     } else {
         for (int t = b.first; t < n; ++t) {
+            if (b.done && b.done[t]) continue;
             const int lane = t & 31, src = KbK == W_XOR ? lane ^ off : lane + off < 32 ? lane + off : lane;
             o[t] = op(v[t], read_slow<KbT>(b, v, (unsigned)t, tile_mask<KbN>(b, (unsigned)t), src, KbK, line, file));
         }
@@ -399,6 +485,10 @@ inline void pass(const Block& b, const KbT* v, KbT* o, int off, KbOp& op, int li
 // the lane array to the other, so that the last step writes where `result` reads.
 template <unsigned KbN, int KbK, class KbT, class KbOp>
 inline void steps(const Block& b, Lanes& l, int first, KbOp op, int line, const char* file = __builtin_FILE()) {
+    if (b.done) {
+        exited(b, KbK, ~0u, KbN, line, file);
+        clear_returned<KbT>(b, l);
+    }
     KbT* v = at<KbT>(l);
     KbT* o = out<KbT>(l);
     const int count = first > 0 ? __builtin_ctz((unsigned)first) + 1 : 0;

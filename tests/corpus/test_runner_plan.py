@@ -1,0 +1,53 @@
+"""The cpu runner each real kernel gets (tests/corpus/runner_plan.py, issue #25): the kernels
+below run as loops over the block's threads, not as fibers, and every kernel left on fibers says
+why. Read from the plan only: nothing is compiled."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.corpus.runner_plan import all_rows
+
+#: Kernels with barriers or warp operations that the loop path takes (each was on fibers once, or
+#: is a shape the loop path must keep).
+ON_LOOPS = {
+    "cuda_samples/transpose:transposeCoalesced",
+    "cuda_samples/simpleVote:VoteAnyKernel1",
+    "llm_c/softmax_forward:softmax_forward_kernel4",
+    "llm_c/layernorm_forward:layernorm_forward_kernel5",
+    "dev_blog/finite-difference:derivative_y",
+    # early returns (fission_exit.py): whole warps leave before cg::reduce or shuffles
+    "llm_c/layernorm_forward:layernorm_forward_kernel3",
+    "llm_c/layernorm_forward:layernorm_forward_kernel4",
+    "llm_c/softmax_forward:softmax_forward_kernel7",
+    "llm_c/softmax_forward:softmax_forward_online_kernel8",
+    # a struct of plain data (SumMax) stored per thread
+    "llm_c/softmax_forward:softmax_forward_online_kernel2",
+    "cuda_samples/shfl_scan:uniform_add",
+    # break and continue inside a region's own loops
+    "learn_cuda/convolution:convolution_kernel_v3",
+}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return {r.id: r for r in all_rows()}
+
+
+def test_each_kernel_has_one_row_and_a_runner(rows):
+    from tests.corpus.all_cases import CASES
+
+    assert {c.id for c in CASES} <= set(rows)
+    assert {r.runner for r in rows.values()} <= {"run_blocks", "run_fibers", "run_threads", "refused"}
+
+
+def test_kernels_on_fibers_say_why(rows):
+    for r in rows.values():
+        if r.runner == "run_fibers":
+            assert r.giveup.strip(), r.id
+
+
+@pytest.mark.parametrize("case_id", sorted(ON_LOOPS))
+def test_these_kernels_run_as_loops(rows, case_id):
+    r = rows[case_id]
+    assert r.runner == "run_blocks" and "loop boundaries" in r.why, (r.runner, r.why)
