@@ -259,7 +259,7 @@ class _Worker:
             self.events.append(ev)
         self.pending = [False] * buffers
         self.buf_ptrs = tuple(b.ptr for b in self.bufs)
-        self.event_ptrs = tuple(e.value for e in self.events[:buffers])
+        self.event_ptrs = tuple(e.value or 0 for e in self.events[:buffers])
 
 
 def _native_stager(threads: int) -> tuple[Any, tuple[int, ...]]:
@@ -300,7 +300,9 @@ class _Stager:
             _driver.ensure_current(self.index)
             self.workers = [_Worker(self.index, self.chunk, self.buffers) for _ in range(self.nworkers)]
             _driver.check(_lib().cuEventCreate(ctypes.byref(self.pre), 2), "cuEventCreate", self.index)
-            self.shares = tuple((w.stream.value, w.events[-1].value, w.buf_ptrs, w.event_ptrs) for w in self.workers)
+            self.shares = tuple(
+                (w.stream.value or 0, w.events[-1].value or 0, w.buf_ptrs, w.event_ptrs) for w in self.workers
+            )
         return self.workers
 
     def _run(self, h2d: bool, dptr: int, hptr: int, nbytes: int, s: Any) -> None:
