@@ -193,10 +193,11 @@ static PyObject *take(Pool *self, Bin *from, Bin *owner) {
     return p;
 }
 
-/* The legacy default stream's bin of class `size` (borrowed; made when absent), by c_def. */
+/* The legacy default stream's bin of class `size` (borrowed; c_def, or looked up), or NULL with
+ * no exception (none yet) or with one. */
 static Bin *default_bin(Pool *self, long long size) {
     if (self->c_def && self->c_def->size == size) return self->c_def;
-    Bin *b = bin_of(self->free_lists, NULL, size, NULL, 1);
+    Bin *b = bin_of(self->free_lists, NULL, size, NULL, 0);
     if (b) {
         Py_INCREF(b);
         Py_XSETREF(self->c_def, b);
@@ -211,8 +212,7 @@ static PyObject *Pool_malloc(Pool *self, PyObject *arg) {
     if (n == -1 && PyErr_Occurred()) return NULL;
     if (n <= SMALL) return PyLong_FromLong(0);
     Bin *b = default_bin(self, size_class(n));
-    if (b == NULL) return NULL;
-    PyObject *p = take(self, b, b);
+    PyObject *p = b ? take(self, b, b) : NULL;
     if (p == NULL && !PyErr_Occurred()) return PyLong_FromLong(0);
     return p;
 }
@@ -236,22 +236,32 @@ static PyObject *Pool_malloc_on(Pool *self, PyObject *const *args, Py_ssize_t na
         same = PyObject_RichCompareBool(b->home, home, Py_EQ);
         if (same < 0) return NULL;
     }
-    if (!same) {
-        PyObject *bins = bins_of(self, home, 1);
-        if (bins == NULL || (b = bin_of(bins, NULL, size, home, 1)) == NULL) return NULL;
-        Py_INCREF(b);
-        Py_XSETREF(self->c_user, b);
+    if (!same) { /* no bin is made for a miss: the caller adopts the block it allocates */
+        PyObject *bins = bins_of(self, home, 0);
+        b = bins ? bin_of(bins, NULL, size, home, 0) : NULL;
+        if (b == NULL && PyErr_Occurred()) return NULL;
+        if (b) {
+            Py_INCREF(b);
+            Py_XSETREF(self->c_user, b);
+        }
     }
-    PyObject *p = take(self, b, b);
+    PyObject *p = b ? take(self, b, b) : NULL;
     if (p || PyErr_Occurred()) return p;
     int blocking = PySet_GET_SIZE(self->blocking) ? PySet_Contains(self->blocking, home) : 0;
     if (blocking < 0) return NULL;
     if (!blocking) return PyLong_FromLong(0);
     Bin *d = default_bin(self, size);
-    if (d == NULL) return NULL;
-    p = take(self, d, b);
-    if (p == NULL && !PyErr_Occurred()) return PyLong_FromLong(0);
-    return p;
+    if (d == NULL && PyErr_Occurred()) return NULL;
+    if (d == NULL || d->n == 0) return PyLong_FromLong(0);
+    if (b == NULL) {
+        PyObject *bins = bins_of(self, home, 1);
+        if (bins == NULL || (b = bin_of(bins, NULL, size, home, 1)) == NULL) return NULL;
+        Py_INCREF(b);
+        Py_XSETREF(self->c_user, b);
+    }
+    PyObject *q = take(self, d, b);
+    if (q == NULL && !PyErr_Occurred()) return PyLong_FromLong(0);
+    return q;
 }
 
 /* Note that work on `stream` (0: the legacy default stream) uses live block `p`; 0 or -1 with
@@ -496,6 +506,31 @@ static PyObject *Pool_take_cached(Pool *self, PyObject *unused) {
         }
         if (!PyDict_Next(self->stream_lists, &hpos, &h, &bins)) break;
     }
+    /* the user streams with no live block keep no bins (no rehome will come for them) */
+    PyObject *idle = PyList_New(0);
+    if (!idle) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    hpos = 0;
+    while (PyDict_Next(self->stream_lists, &hpos, &h, &bins)) {
+        int used = 0;
+        pos = 0;
+        while (!used && PyDict_Next(bins, &pos, &k, &v)) used = ((Bin *)v)->live != 0;
+        if (!used && PyList_Append(idle, h) < 0) {
+            Py_DECREF(idle);
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(idle); i++)
+        if (PyDict_DelItem(self->stream_lists, PyList_GET_ITEM(idle, i)) < 0) {
+            Py_DECREF(idle);
+            Py_DECREF(out);
+            return NULL;
+        }
+    Py_DECREF(idle);
+    Py_CLEAR(self->c_user);
     return out;
 }
 
