@@ -32,11 +32,16 @@
  * blocking: {stream} of the user streams that synchronise with the legacy default stream (made
  * without CU_STREAM_NON_BLOCKING): work on a blocking stream waits for earlier work on the legacy
  * default stream, so a block cached by the default stream may be handed to one at once.
- * The pool keeps the last bin malloc used and the last malloc_on used (c_def, c_user): a
- * repeated request of the same size (and home) finds its bin with no dict lookup. */
+ * The pool keeps the bins malloc and malloc_on used last, a few per kind by size class (c_def,
+ * c_user): a request of a recent size (and home) finds its bin with no dict lookup. */
 
 #define SMALL 8
 #define PAGE (16 * 1024)
+#define NCACHE 8 /* recent bins kept per kind, by a hash of the size class */
+
+static inline unsigned cache_slot(long long size) {
+    return (unsigned)(((unsigned long long)size * 0x9E3779B97F4A7C15ull) >> 61);
+}
 
 typedef struct Bin {
     PyObject_HEAD
@@ -91,7 +96,7 @@ typedef struct {
     PyObject *stream_lists;
     PyObject *uses;
     PyObject *blocking;
-    Bin *c_def, *c_user; /* the last bins malloc and malloc_on used (owned), or NULL */
+    Bin *c_def[NCACHE], *c_user[NCACHE]; /* recent bins of malloc and malloc_on (owned), or NULL */
     long long active, peak, cached, limit; /* limit < 0: none */
     Py_ssize_t homed;
 } Pool;
@@ -113,8 +118,10 @@ static int Pool_init(Pool *self, PyObject *args, PyObject *kw) {
     Py_XSETREF(self->stream_lists, PyDict_New());
     Py_XSETREF(self->uses, PyDict_New());
     Py_XSETREF(self->blocking, PySet_New(NULL));
-    Py_CLEAR(self->c_def);
-    Py_CLEAR(self->c_user);
+    for (int i = 0; i < NCACHE; i++) {
+        Py_CLEAR(self->c_def[i]);
+        Py_CLEAR(self->c_user[i]);
+    }
     if (!self->free_lists || !self->live || !self->stream_lists || !self->uses || !self->blocking) return -1;
     self->active = self->peak = self->cached = 0;
     self->homed = 0;
@@ -128,8 +135,10 @@ static void Pool_dealloc(Pool *self) {
     Py_XDECREF(self->stream_lists);
     Py_XDECREF(self->uses);
     Py_XDECREF(self->blocking);
-    Py_XDECREF((PyObject *)self->c_def);
-    Py_XDECREF((PyObject *)self->c_user);
+    for (int i = 0; i < NCACHE; i++) {
+        Py_XDECREF((PyObject *)self->c_def[i]);
+        Py_XDECREF((PyObject *)self->c_user[i]);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -196,11 +205,12 @@ static PyObject *take(Pool *self, Bin *from, Bin *owner) {
 /* The legacy default stream's bin of class `size` (borrowed; c_def, or looked up), or NULL with
  * no exception (none yet) or with one. */
 static Bin *default_bin(Pool *self, long long size) {
-    if (self->c_def && self->c_def->size == size) return self->c_def;
+    Bin **slot = &self->c_def[cache_slot(size)];
+    if (*slot && (*slot)->size == size) return *slot;
     Bin *b = bin_of(self->free_lists, NULL, size, NULL, 0);
     if (b) {
         Py_INCREF(b);
-        Py_XSETREF(self->c_def, b);
+        Py_XSETREF(*slot, b);
     }
     return b;
 }
@@ -230,7 +240,8 @@ static PyObject *Pool_malloc_on(Pool *self, PyObject *const *args, Py_ssize_t na
     if (n <= SMALL) return PyLong_FromLong(0);
     long long size = size_class(n);
     PyObject *home = args[1];
-    Bin *b = self->c_user;
+    Bin **slot = &self->c_user[cache_slot(size)];
+    Bin *b = *slot;
     int same = b && b->home && b->size == size;
     if (same && b->home != home) {
         same = PyObject_RichCompareBool(b->home, home, Py_EQ);
@@ -242,7 +253,7 @@ static PyObject *Pool_malloc_on(Pool *self, PyObject *const *args, Py_ssize_t na
         if (b == NULL && PyErr_Occurred()) return NULL;
         if (b) {
             Py_INCREF(b);
-            Py_XSETREF(self->c_user, b);
+            Py_XSETREF(*slot, b);
         }
     }
     PyObject *p = b ? take(self, b, b) : NULL;
@@ -257,7 +268,7 @@ static PyObject *Pool_malloc_on(Pool *self, PyObject *const *args, Py_ssize_t na
         PyObject *bins = bins_of(self, home, 1);
         if (bins == NULL || (b = bin_of(bins, NULL, size, home, 1)) == NULL) return NULL;
         Py_INCREF(b);
-        Py_XSETREF(self->c_user, b);
+        Py_XSETREF(*slot, b);
     }
     PyObject *q = take(self, d, b);
     if (q == NULL && !PyErr_Occurred()) return PyLong_FromLong(0);
@@ -376,7 +387,7 @@ static PyObject *Pool_rehome(Pool *self, PyObject *home) {
         int rc = PyDict_DelItem(self->stream_lists, home);
         Py_DECREF(bins);
         if (rc < 0) return NULL;
-        Py_CLEAR(self->c_user);
+        for (int i = 0; i < NCACHE; i++) Py_CLEAR(self->c_user[i]);
     }
     /* its uses: the stream's work is done, so they no longer hold their blocks */
     PyObject *empty = PyList_New(0);
@@ -530,7 +541,7 @@ static PyObject *Pool_take_cached(Pool *self, PyObject *unused) {
             return NULL;
         }
     Py_DECREF(idle);
-    Py_CLEAR(self->c_user);
+    for (int i = 0; i < NCACHE; i++) Py_CLEAR(self->c_user[i]); /* none may name a bin dropped here */
     return out;
 }
 
