@@ -12,35 +12,93 @@
 
 /* ---- the pool of one device's allocator --------------------------------------------------
  *
- * free_lists: {size class: [pointer, ...]} of cached blocks whose home is the legacy default
- * stream; live: {pointer: size class} of blocks handed out. Requests of at most 8 bytes and cache
- * misses return 0: the Python allocator serves those (under its lock) and registers new blocks
- * with adopt().
+ * A bin holds the cached blocks of one size class whose home is one stream (Bin: a C array of
+ * pointers, with the count of live blocks that go back to it). live: {pointer: bin} of blocks
+ * handed out, so free finds where a block goes back, its size and its home in one lookup;
+ * free_lists: {size class: bin} of the legacy default stream's bins. Requests of at most 8 bytes
+ * and cache misses return 0: the Python allocator serves those (under its lock) and registers
+ * new blocks with adopt().
  *
  * Stream-ordered memory (as PyTorch's and CuPy's per-stream pools): every block has a home
  * stream, the one it was allocated on (0: the legacy default stream). A block freed goes back to
- * its home's free list at once, with no event: reuse on the same stream is in stream order.
- * homes: {pointer: home} of live blocks whose home is a user stream (sparse);
- * stream_lists: {home: {size class: [pointer, ...]}} of their cached blocks;
+ * its home's bin at once, with no event: reuse on the same stream is in stream order.
+ * stream_lists: {home: {size class: bin}} of the user streams' bins; homed: the number of live
+ * blocks whose home is a user stream. rehome(stream) moves a stream's cached blocks to the
+ * default stream's bins and retires its bins (home NULL, `to` the default stream's bin of their
+ * size): their live blocks go back there when freed.
  * uses: {pointer: [stream, ...]} of the streams other than its home that work on the block was
  * queued on (note_use): such a block is not cached at free (free returns -2) until an event
  * recorded on each of those streams has completed (the Python allocator's defer/reclaim);
  * blocking: {stream} of the user streams that synchronise with the legacy default stream (made
  * without CU_STREAM_NON_BLOCKING): work on a blocking stream waits for earlier work on the legacy
- * default stream, so a block cached by the default stream may be handed to one at once. */
+ * default stream, so a block cached by the default stream may be handed to one at once.
+ * The pool keeps the bins malloc and malloc_on used last, a few per kind by size class (c_def,
+ * c_user): a request of a recent size (and home) finds its bin with no dict lookup. */
 
 #define SMALL 8
 #define PAGE (16 * 1024)
+#define NCACHE 8 /* recent bins kept per kind, by a hash of the size class */
+
+static inline unsigned cache_slot(long long size) {
+    return (unsigned)(((unsigned long long)size * 0x9E3779B97F4A7C15ull) >> 61);
+}
+
+typedef struct Bin {
+    PyObject_HEAD
+    PyObject *key;   /* the size class, as an int (size_of's answer) */
+    long long size;
+    PyObject *home;  /* the user stream; NULL: the legacy default stream, or retired */
+    struct Bin *to;  /* retired: the default stream's bin its live blocks go back to; else NULL */
+    PyObject **items; /* cached pointers, owned */
+    Py_ssize_t n, cap;
+    Py_ssize_t live; /* live blocks whose entry in `live` is this bin */
+} Bin;
+
+static void Bin_dealloc(Bin *self) {
+    for (Py_ssize_t i = 0; i < self->n; i++) Py_DECREF(self->items[i]);
+    PyMem_Free(self->items);
+    Py_XDECREF(self->key);
+    Py_XDECREF(self->home);
+    Py_XDECREF((PyObject *)self->to);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject BinType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_kbcuda_native.PoolBin",
+    .tp_basicsize = sizeof(Bin),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The cached blocks of one size class and one home stream (internal to Pool).",
+    .tp_dealloc = (destructor)Bin_dealloc,
+};
+
+/* Append p (a new reference is taken) to bin b's cached blocks; 0, or -1 with an exception. */
+static int bin_push(Bin *b, PyObject *p) {
+    if (b->n == b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap * 2 : 4;
+        PyObject **items = PyMem_Realloc(b->items, (size_t)cap * sizeof(PyObject *));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->items = items;
+        b->cap = cap;
+    }
+    Py_INCREF(p);
+    b->items[b->n++] = p;
+    return 0;
+}
 
 typedef struct {
     PyObject_HEAD
     PyObject *free_lists;
     PyObject *live;
-    PyObject *homes;
     PyObject *stream_lists;
     PyObject *uses;
     PyObject *blocking;
+    Bin *c_def[NCACHE], *c_user[NCACHE]; /* recent bins of malloc and malloc_on (owned), or NULL */
     long long active, peak, cached, limit; /* limit < 0: none */
+    Py_ssize_t homed;
 } Pool;
 
 static long long size_class(long long n) {
@@ -57,13 +115,16 @@ static int Pool_init(Pool *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTuple(args, "|L", &limit)) return -1;
     Py_XSETREF(self->free_lists, PyDict_New());
     Py_XSETREF(self->live, PyDict_New());
-    Py_XSETREF(self->homes, PyDict_New());
     Py_XSETREF(self->stream_lists, PyDict_New());
     Py_XSETREF(self->uses, PyDict_New());
     Py_XSETREF(self->blocking, PySet_New(NULL));
-    if (!self->free_lists || !self->live || !self->homes || !self->stream_lists || !self->uses || !self->blocking)
-        return -1;
+    for (int i = 0; i < NCACHE; i++) {
+        Py_CLEAR(self->c_def[i]);
+        Py_CLEAR(self->c_user[i]);
+    }
+    if (!self->free_lists || !self->live || !self->stream_lists || !self->uses || !self->blocking) return -1;
     self->active = self->peak = self->cached = 0;
+    self->homed = 0;
     self->limit = limit;
     return 0;
 }
@@ -71,10 +132,13 @@ static int Pool_init(Pool *self, PyObject *args, PyObject *kw) {
 static void Pool_dealloc(Pool *self) {
     Py_XDECREF(self->free_lists);
     Py_XDECREF(self->live);
-    Py_XDECREF(self->homes);
     Py_XDECREF(self->stream_lists);
     Py_XDECREF(self->uses);
     Py_XDECREF(self->blocking);
+    for (int i = 0; i < NCACHE; i++) {
+        Py_XDECREF((PyObject *)self->c_def[i]);
+        Py_XDECREF((PyObject *)self->c_user[i]);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -83,29 +147,72 @@ static void add_active(Pool *self, long long n) {
     if (self->active > self->peak) self->peak = self->active;
 }
 
-/* A cached block of size class `size` from `lists` ({size: [pointer]}), made live; a new
- * reference, Py_None (none cached), or NULL with an exception. */
-static PyObject *take_from(Pool *self, PyObject *lists, long long size) {
-    PyObject *key = PyLong_FromLongLong(size);
-    if (!key) return NULL;
-    PyObject *lst = PyDict_GetItemWithError(lists, key); /* borrowed */
-    Py_ssize_t len = lst ? PyList_GET_SIZE(lst) : 0;
-    if (len == 0) {
-        Py_DECREF(key);
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    PyObject *p = PyList_GET_ITEM(lst, len - 1);
-    Py_INCREF(p);
-    if (PyList_SetSlice(lst, len - 1, len, NULL) < 0 || PyDict_SetItem(self->live, p, key) < 0) {
-        Py_DECREF(key);
-        Py_DECREF(p);
+/* The bin of size class `size` (`key`: it as an int, or NULL: made here) in `bins` ({size: bin}), for
+ * `home` (NULL: the legacy default stream); made there when `make` and absent. Borrowed, NULL
+ * with no exception (absent, not made), or NULL with an exception. */
+static Bin *bin_of(PyObject *bins, PyObject *key, long long size, PyObject *home, int make) {
+    PyObject *k;
+    if (key) {
+        k = key;
+        Py_INCREF(k);
+    } else if ((k = PyLong_FromLongLong(size)) == NULL) {
         return NULL;
     }
-    Py_DECREF(key);
-    self->cached -= size;
-    add_active(self, size);
+    Bin *b = (Bin *)PyDict_GetItemWithError(bins, k); /* borrowed */
+    if (b == NULL && make && !PyErr_Occurred() && (b = PyObject_New(Bin, &BinType)) != NULL) {
+        Py_INCREF(k);
+        b->key = k;
+        b->size = size;
+        Py_XINCREF(home);
+        b->home = home;
+        b->to = NULL;
+        b->items = NULL;
+        b->n = b->cap = b->live = 0;
+        int rc = PyDict_SetItem(bins, k, (PyObject *)b);
+        Py_DECREF(b); /* the dict holds it */
+        if (rc < 0) b = NULL;
+    }
+    Py_DECREF(k);
+    return b;
+}
+
+/* The bins ({size: bin}) of user stream `home` (borrowed); made when `make` and absent. NULL
+ * with no exception (absent, not made) or with one. */
+static PyObject *bins_of(Pool *self, PyObject *home, int make) {
+    PyObject *bins = PyDict_GetItemWithError(self->stream_lists, home);
+    if (bins == NULL && make && !PyErr_Occurred()) {
+        bins = PyDict_New();
+        if (bins && PyDict_SetItem(self->stream_lists, home, bins) < 0) Py_CLEAR(bins);
+        Py_XDECREF(bins); /* the dict holds it */
+    }
+    return bins;
+}
+
+/* A cached block from bin `from`, made live with `owner` (the bin it goes back to), or NULL
+ * (none cached, no exception; or an exception). */
+static PyObject *take(Pool *self, Bin *from, Bin *owner) {
+    if (from->n == 0) return NULL;
+    PyObject *p = from->items[from->n - 1]; /* its reference passes to the caller */
+    if (PyDict_SetItem(self->live, p, (PyObject *)owner) < 0) return NULL;
+    from->n--;
+    owner->live++;
+    if (owner->home) self->homed++;
+    self->cached -= from->size;
+    add_active(self, from->size);
     return p;
+}
+
+/* The legacy default stream's bin of class `size` (borrowed; c_def, or looked up), or NULL with
+ * no exception (none yet) or with one. */
+static Bin *default_bin(Pool *self, long long size) {
+    Bin **slot = &self->c_def[cache_slot(size)];
+    if (*slot && (*slot)->size == size) return *slot;
+    Bin *b = bin_of(self->free_lists, NULL, size, NULL, 0);
+    if (b) {
+        Py_INCREF(b);
+        Py_XSETREF(*slot, b);
+    }
+    return b;
 }
 
 /* malloc(nbytes) -> a cached block's pointer (home: the legacy default stream), or 0 (a request
@@ -114,11 +221,9 @@ static PyObject *Pool_malloc(Pool *self, PyObject *arg) {
     long long n = PyLong_AsLongLong(arg);
     if (n == -1 && PyErr_Occurred()) return NULL;
     if (n <= SMALL) return PyLong_FromLong(0);
-    PyObject *p = take_from(self, self->free_lists, size_class(n));
-    if (p == Py_None) {
-        Py_DECREF(p);
-        return PyLong_FromLong(0);
-    }
+    Bin *b = default_bin(self, size_class(n));
+    PyObject *p = b ? take(self, b, b) : NULL;
+    if (p == NULL && !PyErr_Occurred()) return PyLong_FromLong(0);
     return p;
 }
 
@@ -135,34 +240,39 @@ static PyObject *Pool_malloc_on(Pool *self, PyObject *const *args, Py_ssize_t na
     if (n <= SMALL) return PyLong_FromLong(0);
     long long size = size_class(n);
     PyObject *home = args[1];
-    PyObject *lists = PyDict_GetItemWithError(self->stream_lists, home); /* borrowed */
-    PyObject *p = NULL;
-    if (lists) {
-        p = take_from(self, lists, size);
-    } else if (PyErr_Occurred()) {
-        return NULL;
-    } else {
-        p = Py_None;
-        Py_INCREF(p);
+    Bin **slot = &self->c_user[cache_slot(size)];
+    Bin *b = *slot;
+    int same = b && b->home && b->size == size;
+    if (same && b->home != home) {
+        same = PyObject_RichCompareBool(b->home, home, Py_EQ);
+        if (same < 0) return NULL;
     }
-    if (p == NULL) return NULL;
-    if (p == Py_None) {
-        Py_DECREF(p);
-        int b = PySet_Contains(self->blocking, home);
-        if (b < 0) return NULL;
-        if (!b) return PyLong_FromLong(0);
-        p = take_from(self, self->free_lists, size);
-        if (p == NULL) return NULL;
-        if (p == Py_None) {
-            Py_DECREF(p);
-            return PyLong_FromLong(0);
+    if (!same) { /* no bin is made for a miss: the caller adopts the block it allocates */
+        PyObject *bins = bins_of(self, home, 0);
+        b = bins ? bin_of(bins, NULL, size, home, 0) : NULL;
+        if (b == NULL && PyErr_Occurred()) return NULL;
+        if (b) {
+            Py_INCREF(b);
+            Py_XSETREF(*slot, b);
         }
     }
-    if (PyDict_SetItem(self->homes, p, home) < 0) {
-        Py_DECREF(p);
-        return NULL;
+    PyObject *p = b ? take(self, b, b) : NULL;
+    if (p || PyErr_Occurred()) return p;
+    int blocking = PySet_GET_SIZE(self->blocking) ? PySet_Contains(self->blocking, home) : 0;
+    if (blocking < 0) return NULL;
+    if (!blocking) return PyLong_FromLong(0);
+    Bin *d = default_bin(self, size);
+    if (d == NULL && PyErr_Occurred()) return NULL;
+    if (d == NULL || d->n == 0) return PyLong_FromLong(0);
+    if (b == NULL) {
+        PyObject *bins = bins_of(self, home, 1);
+        if (bins == NULL || (b = bin_of(bins, NULL, size, home, 1)) == NULL) return NULL;
+        Py_INCREF(b);
+        Py_XSETREF(*slot, b);
     }
-    return p;
+    PyObject *q = take(self, d, b);
+    if (q == NULL && !PyErr_Occurred()) return PyLong_FromLong(0);
+    return q;
 }
 
 /* Note that work on `stream` (0: the legacy default stream) uses live block `p`; 0 or -1 with
@@ -170,16 +280,14 @@ static PyObject *Pool_malloc_on(Pool *self, PyObject *const *args, Py_ssize_t na
  * stream with blocking streams, but not transitively: a block the default stream freed may go to
  * a blocking stream not ordered with a third stream that used it. So every other stream counts.) */
 static int note_use(Pool *self, PyObject *p, PyObject *stream) {
-    PyObject *home = PyDict_GetItemWithError(self->homes, p); /* borrowed; NULL: legacy default */
-    if (home == NULL) {
-        if (PyErr_Occurred()) return -1;
+    Bin *b = (Bin *)PyDict_GetItemWithError(self->live, p); /* borrowed */
+    if (b == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (b->home == NULL) { /* the legacy default stream */
         if (PyLong_Check(stream) && PyLong_AsLongLong(stream) == 0) return 0;
     } else {
-        int same = PyObject_RichCompareBool(home, stream, Py_EQ);
+        int same = PyObject_RichCompareBool(b->home, stream, Py_EQ);
         if (same != 0) return same < 0 ? -1 : 0;
     }
-    int live = PyDict_Contains(self->live, p);
-    if (live <= 0) return live;
     PyObject *lst = PyDict_GetItemWithError(self->uses, p);
     if (lst == NULL) {
         if (PyErr_Occurred()) return -1;
@@ -198,7 +306,7 @@ static int note_use(Pool *self, PyObject *p, PyObject *stream) {
  * need note_use: false when every live block's home is the legacy default stream and so is the
  * stream. The fast launch path asks this once per launch. */
 static int pool_may_track(Pool *self, void *stream) {
-    return stream != NULL || PyDict_GET_SIZE(self->homes) != 0;
+    return stream != NULL || self->homed != 0;
 }
 
 /* may_track(stream) -> whether launches on `stream` (an int; 0: legacy default) must note uses. */
@@ -251,45 +359,35 @@ static PyObject *Pool_rehome(Pool *self, PyObject *home) {
     int any = 0;
     PyObject *k, *v;
     Py_ssize_t pos = 0;
-    PyObject *gone = PyList_New(0);
-    if (!gone) return NULL;
-    while (PyDict_Next(self->homes, &pos, &k, &v)) {
-        int eq = PyObject_RichCompareBool(v, home, Py_EQ);
-        if (eq < 0 || (eq && PyList_Append(gone, k) < 0)) {
-            Py_DECREF(gone);
-            return NULL;
-        }
-    }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++)
-        if (PyDict_DelItem(self->homes, PyList_GET_ITEM(gone, i)) < 0) {
-            Py_DECREF(gone);
-            return NULL;
-        }
-    any = PyList_GET_SIZE(gone) > 0;
-    Py_DECREF(gone);
-    PyObject *lists = PyDict_GetItemWithError(self->stream_lists, home);
-    if (lists == NULL) {
+    PyObject *bins = PyDict_GetItemWithError(self->stream_lists, home);
+    if (bins == NULL) {
         if (PyErr_Occurred()) return NULL;
     } else {
-        Py_INCREF(lists);
-        pos = 0;
-        while (PyDict_Next(lists, &pos, &k, &v)) {
-            if (PyList_GET_SIZE(v) == 0) continue;
-            any = 1;
-            PyObject *dst = PyDict_GetItemWithError(self->free_lists, k);
-            if (dst == NULL) {
-                if (PyErr_Occurred() || PyDict_SetItem(self->free_lists, k, v) < 0) {
-                    Py_DECREF(lists);
-                    return NULL;
-                }
-            } else if (PyList_SetSlice(dst, PyList_GET_SIZE(dst), PyList_GET_SIZE(dst), v) < 0) {
-                Py_DECREF(lists);
+        Py_INCREF(bins);
+        while (PyDict_Next(bins, &pos, &k, &v)) {
+            Bin *b = (Bin *)v;
+            Bin *d = bin_of(self->free_lists, b->key, b->size, NULL, 1);
+            if (d == NULL) {
+                Py_DECREF(bins);
                 return NULL;
             }
+            if (b->n || b->live) any = 1;
+            while (b->n) { /* the stream's cached blocks, to the default stream's bin */
+                if (bin_push(d, b->items[b->n - 1]) < 0) {
+                    Py_DECREF(bins);
+                    return NULL;
+                }
+                Py_DECREF(b->items[--b->n]);
+            }
+            self->homed -= b->live; /* its live blocks go back to d when freed */
+            Py_CLEAR(b->home);
+            Py_INCREF(d);
+            Py_XSETREF(b->to, d);
         }
         int rc = PyDict_DelItem(self->stream_lists, home);
-        Py_DECREF(lists);
+        Py_DECREF(bins);
         if (rc < 0) return NULL;
+        for (int i = 0; i < NCACHE; i++) Py_CLEAR(self->c_user[i]);
     }
     /* its uses: the stream's work is done, so they no longer hold their blocks */
     PyObject *empty = PyList_New(0);
@@ -323,21 +421,13 @@ static PyObject *Pool_rehome(Pool *self, PyObject *home) {
 /* has_home(stream) -> whether a live or cached block has `stream` as its home, or a live block
  * was used on it (its work must finish before the stream is destroyed and forgotten). */
 static PyObject *Pool_has_home(Pool *self, PyObject *home) {
-    PyObject *lists = PyDict_GetItemWithError(self->stream_lists, home);
-    if (lists == NULL && PyErr_Occurred()) return NULL;
-    if (lists) {
-        PyObject *k, *v;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(lists, &pos, &k, &v))
-            if (PyList_GET_SIZE(v)) Py_RETURN_TRUE;
-    }
+    PyObject *bins = PyDict_GetItemWithError(self->stream_lists, home);
+    if (bins == NULL && PyErr_Occurred()) return NULL;
     PyObject *k, *v;
     Py_ssize_t pos = 0;
-    while (PyDict_Next(self->homes, &pos, &k, &v)) {
-        int eq = PyObject_RichCompareBool(v, home, Py_EQ);
-        if (eq < 0) return NULL;
-        if (eq) Py_RETURN_TRUE;
-    }
+    if (bins)
+        while (PyDict_Next(bins, &pos, &k, &v))
+            if (((Bin *)v)->n || ((Bin *)v)->live) Py_RETURN_TRUE;
     pos = 0;
     while (PyDict_Next(self->uses, &pos, &k, &v)) {
         int has = PySequence_Contains(v, home);
@@ -355,8 +445,20 @@ static PyObject *Pool_adopt(Pool *self, PyObject *const *args, Py_ssize_t nargs)
     }
     long long size = PyLong_AsLongLong(args[1]);
     if (size == -1 && PyErr_Occurred()) return NULL;
-    if (PyDict_SetItem(self->live, args[0], args[1]) < 0) return NULL;
-    if (nargs == 3 && PyObject_IsTrue(args[2]) && PyDict_SetItem(self->homes, args[0], args[2]) < 0) return NULL;
+    int homed = nargs == 3 ? PyObject_IsTrue(args[2]) : 0;
+    if (homed < 0) return NULL;
+    PyObject *bins = homed ? bins_of(self, args[2], 1) : self->free_lists;
+    Bin *b = bins ? bin_of(bins, args[1], size, homed ? args[2] : NULL, 1) : NULL;
+    if (b == NULL) return NULL;
+    Bin *old = (Bin *)PyDict_GetItemWithError(self->live, args[0]); /* a pointer adopted twice */
+    if (old == NULL && PyErr_Occurred()) return NULL;
+    if (old) {
+        old->live--;
+        if (old->home) self->homed--;
+    }
+    if (PyDict_SetItem(self->live, args[0], (PyObject *)b) < 0) return NULL;
+    b->live++;
+    if (b->home) self->homed++;
     add_active(self, size);
     Py_RETURN_NONE;
 }
@@ -371,99 +473,75 @@ static PyObject *Pool_free(Pool *self, PyObject *p) {
         if (u < 0) return NULL;
         if (u) return PyLong_FromLong(-2);
     }
-    PyObject *key = PyDict_GetItemWithError(self->live, p); /* borrowed */
-    if (key == NULL) {
+    Bin *b = (Bin *)PyDict_GetItemWithError(self->live, p); /* borrowed */
+    if (b == NULL) {
         if (PyErr_Occurred()) return NULL;
         return PyLong_FromLong(-1);
     }
-    Py_INCREF(key);
-    long long size = PyLong_AsLongLong(key);
-    if ((size == -1 && PyErr_Occurred()) || PyDict_DelItem(self->live, p) < 0) {
-        Py_DECREF(key);
+    Py_INCREF(b);
+    if (PyDict_DelItem(self->live, p) < 0) {
+        Py_DECREF(b);
         return NULL;
     }
+    long long size = b->size;
+    b->live--;
+    if (b->home) self->homed--;
     self->active -= size;
-    PyObject *lists = self->free_lists;
-    if (PyDict_GET_SIZE(self->homes)) {
-        PyObject *home = PyDict_GetItemWithError(self->homes, p);
-        if (home == NULL && PyErr_Occurred()) {
-            Py_DECREF(key);
-            return NULL;
-        }
-        if (home) {
-            Py_INCREF(home);
-            int rc = PyDict_DelItem(self->homes, p);
-            lists = rc < 0 ? NULL : PyDict_GetItemWithError(self->stream_lists, home);
-            if (lists == NULL && !PyErr_Occurred()) {
-                lists = PyDict_New();
-                if (lists && PyDict_SetItem(self->stream_lists, home, lists) < 0) Py_CLEAR(lists);
-                Py_XDECREF(lists); /* the dict holds it */
-            }
-            Py_DECREF(home);
-            if (lists == NULL) {
-                Py_DECREF(key);
-                return NULL;
-            }
-        }
-    }
-    if (self->limit >= 0 && self->active + self->cached + size > self->limit) {
-        Py_DECREF(key);
-        return PyLong_FromLongLong(size);
-    }
-    PyObject *lst = PyDict_GetItemWithError(lists, key);
-    int rc;
-    if (lst == NULL) {
-        if (PyErr_Occurred()) {
-            Py_DECREF(key);
-            return NULL;
-        }
-        lst = PyList_New(1);
-        if (lst == NULL) {
-            Py_DECREF(key);
-            return NULL;
-        }
-        Py_INCREF(p);
-        PyList_SET_ITEM(lst, 0, p);
-        rc = PyDict_SetItem(lists, key, lst);
-        Py_DECREF(lst);
-    } else {
-        rc = PyList_Append(lst, p);
-    }
-    Py_DECREF(key);
+    Bin *to = b->to ? b->to : b; /* b's, or (b retired) the default stream's, held by b */
+    int keep = self->limit < 0 || self->active + self->cached + size <= self->limit;
+    int rc = keep ? bin_push(to, p) : 0;
+    if (keep && rc == 0) self->cached += size;
+    Py_DECREF(b);
     if (rc < 0) return NULL;
-    self->cached += size;
-    return PyLong_FromLong(0);
+    return keep ? PyLong_FromLong(0) : PyLong_FromLongLong(size);
 }
 
 /* take_cached() -> every cached pointer (the cache is then empty). */
 static PyObject *Pool_take_cached(Pool *self, PyObject *unused) {
     PyObject *out = PyList_New(0);
     if (!out) return NULL;
-    PyObject *k, *lst, *h, *lists;
-    Py_ssize_t pos = 0, hpos = 0;
-    for (lists = self->free_lists;; ) {
+    PyObject *k, *v, *h, *bins;
+    Py_ssize_t pos, hpos = 0;
+    for (bins = self->free_lists;;) {
         pos = 0;
-        while (PyDict_Next(lists, &pos, &k, &lst)) {
-            Py_ssize_t n = PyList_GET_SIZE(lst);
-            for (Py_ssize_t i = 0; i < n; i++)
-                if (PyList_Append(out, PyList_GET_ITEM(lst, i)) < 0) {
+        while (PyDict_Next(bins, &pos, &k, &v)) {
+            Bin *b = (Bin *)v;
+            while (b->n) {
+                if (PyList_Append(out, b->items[b->n - 1]) < 0) {
                     Py_DECREF(out);
                     return NULL;
                 }
+                Py_DECREF(b->items[--b->n]);
+                self->cached -= b->size;
+            }
         }
-        if (!PyDict_Next(self->stream_lists, &hpos, &h, &lists)) break;
+        if (!PyDict_Next(self->stream_lists, &hpos, &h, &bins)) break;
     }
-    PyObject *fresh = PyDict_New();
-    PyObject *fresh2 = PyDict_New();
-    if (!fresh || !fresh2) {
-        Py_XDECREF(fresh);
-        Py_XDECREF(fresh2);
+    /* the user streams with no live block keep no bins (no rehome will come for them) */
+    PyObject *idle = PyList_New(0);
+    if (!idle) {
         Py_DECREF(out);
         return NULL;
     }
-    Py_SETREF(self->free_lists, fresh);
-    Py_SETREF(self->stream_lists, fresh2);
-    self->cached = 0;
+    hpos = 0;
+    while (PyDict_Next(self->stream_lists, &hpos, &h, &bins)) {
+        int used = 0;
+        pos = 0;
+        while (!used && PyDict_Next(bins, &pos, &k, &v)) used = ((Bin *)v)->live != 0;
+        if (!used && PyList_Append(idle, h) < 0) {
+            Py_DECREF(idle);
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(idle); i++)
+        if (PyDict_DelItem(self->stream_lists, PyList_GET_ITEM(idle, i)) < 0) {
+            Py_DECREF(idle);
+            Py_DECREF(out);
+            return NULL;
+        }
+    Py_DECREF(idle);
+    for (int i = 0; i < NCACHE; i++) Py_CLEAR(self->c_user[i]); /* none may name a bin dropped here */
     return out;
 }
 
@@ -476,13 +554,13 @@ static PyObject *Pool_add_active(Pool *self, PyObject *arg) {
 }
 
 static PyObject *Pool_size_of(Pool *self, PyObject *p) {
-    PyObject *v = PyDict_GetItemWithError(self->live, p);
-    if (v == NULL) {
+    Bin *b = (Bin *)PyDict_GetItemWithError(self->live, p);
+    if (b == NULL) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
-    Py_INCREF(v);
-    return v;
+    Py_INCREF(b->key);
+    return b->key;
 }
 
 static PyObject *Pool_stats(Pool *self, PyObject *unused) {
@@ -514,7 +592,7 @@ static int Pool_set_limit(Pool *self, PyObject *v, void *c) {
     return 0;
 }
 
-static PyObject *Pool_get_homes(Pool *self, void *c) { return PyLong_FromSsize_t(PyDict_GET_SIZE(self->homes)); }
+static PyObject *Pool_get_homes(Pool *self, void *c) { return PyLong_FromSsize_t(self->homed); }
 static PyObject *Pool_get_active(Pool *self, void *c) { return PyLong_FromLongLong(self->active); }
 static PyObject *Pool_get_peak(Pool *self, void *c) { return PyLong_FromLongLong(self->peak); }
 static PyObject *Pool_get_cached(Pool *self, void *c) { return PyLong_FromLongLong(self->cached); }
@@ -1011,7 +1089,7 @@ static PyTypeObject DirectType = {
 
 /* Add the Pool type to module m; -1 with an exception set on failure. */
 static int pool_add_type(PyObject *m) {
-    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&DirectType) < 0 || PyType_Ready(&GraphEntryType) < 0) return -1;
+    if (PyType_Ready(&BinType) < 0 || PyType_Ready(&PoolType) < 0 || PyType_Ready(&DirectType) < 0 || PyType_Ready(&GraphEntryType) < 0) return -1;
     Py_INCREF(&GraphEntryType);
     if (PyModule_AddObject(m, "GraphEntry", (PyObject *)&GraphEntryType) < 0) {
         Py_DECREF(&GraphEntryType);

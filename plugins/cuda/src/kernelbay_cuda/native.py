@@ -126,7 +126,8 @@ def size_class(nbytes: int) -> int:
 
 class PyPool:
     """The pure-Python pool, interchangeable with ``_pool.c``'s ``Pool`` (see there for the
-    stream-ordered rules: homes, uses, blocking streams)."""
+    stream-ordered rules: home streams, uses, blocking streams; the C pool keeps the same
+    bookkeeping in bins)."""
 
     __slots__ = (
         "free_lists",
