@@ -9,7 +9,8 @@
  * `ctx` current, waits on its stream for `pre` (recorded on the caller's stream), moves its
  * chunks through its pinned buffers in order on its stream, and records `done`; run() returns
  * when every thread has finished its host side (the caller then makes its stream wait for
- * each `done`). The GIL is released for the whole run.
+ * each `done`). The GIL is released for the whole run. One run at a time per Stager (copies.py
+ * holds its stager's lock around it): the job lives in the Stager while its threads read it.
  *
  * fns: the addresses of cuCtxSetCurrent, cuStreamWaitEvent, cuMemcpyHtoDAsync_v2,
  * cuMemcpyDtoHAsync_v2, cuEventRecord and cuEventSynchronize (copies.py takes them from the
