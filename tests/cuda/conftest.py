@@ -11,3 +11,16 @@ def cache_dir(tmp_path, monkeypatch):
     d = tmp_path / "kbcache"
     monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(d))
     return d
+
+
+@pytest.fixture(params=["native", "python"])
+def make(request):
+    """The allocator's pool class: the native helper's ``Pool``, then the pure-Python one."""
+    from kernelbay_cuda import native
+
+    if request.param == "native":
+        mod = native.module()
+        if mod is None:
+            pytest.skip(f"the native helpers are unavailable here: {native.status()}")
+        return mod.Pool
+    return native.PyPool

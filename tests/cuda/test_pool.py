@@ -16,16 +16,6 @@ from kernelbay_cuda import native
 MiB = 1 << 20
 
 
-@pytest.fixture(params=["native", "python"])
-def make(request):
-    if request.param == "native":
-        mod = native.module()
-        if mod is None:
-            pytest.skip(f"the native helpers are unavailable here: {native.status()}")
-        return mod.Pool
-    return native.PyPool
-
-
 def test_native_helpers_build_here() -> None:
     # Where Python's headers and a C compiler exist (this CI machine, the GPU machines), the
     # native pool must actually be in use; elsewhere the reason is reported.

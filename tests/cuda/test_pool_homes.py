@@ -16,16 +16,6 @@ MiB = 1 << 20
 S1, S2, B = 0x51, 0x52, 0x5B  # two non-blocking user streams and a blocking one
 
 
-@pytest.fixture(params=["native", "python"])
-def make(request):
-    if request.param == "native":
-        mod = native.module()
-        if mod is None:
-            pytest.skip(f"the native helpers are unavailable here: {native.status()}")
-        return mod.Pool
-    return native.PyPool
-
-
 def test_a_block_freed_after_its_stream_closed_goes_to_the_default_stream(make) -> None:
     p = make(-1)
     p.adopt(0x1000, MiB, S1)

@@ -42,6 +42,20 @@ def rule(name: str, text: str) -> str:
     return f"[rule: {name}] {text} (see kernelbay.hookspecs and docs/authoring-a-backend.md)"
 
 
+def compile_watching_cache(src: Any, device: kb.Device) -> tuple[kb.Kernel, list[bool]]:
+    """``kb.compile(src)`` and the disk-cache lookups it made, in order (``True``: a hit)."""
+    from kernelbay import cache
+
+    found: list[bool] = []
+    before = cache.observer
+    cache.observer = lambda _key, hit: found.append(hit)
+    try:
+        kernel = kb.compile(src, device=device)
+    finally:
+        cache.observer = before
+    return kernel, found
+
+
 @contextmanager
 def refused(exc: type[BaseException], match: str, name: str = "scalar arguments, kernelbay.argrules") -> Iterator[None]:
     """``pytest.raises(exc, match=match)`` whose failure names the rule ``name``."""

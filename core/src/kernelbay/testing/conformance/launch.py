@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 import kernelbay as kb
-from kernelbay import cache
 
-from .base import Suite, make_rng, rule, sample
+from .base import Suite, compile_watching_cache, make_rng, rule, sample
 
 
 class LaunchTests(Suite):
@@ -110,13 +109,7 @@ class LaunchTests(Suite):
         if isinstance(src.code, str):  # a new text: not in any cache yet
             src = attrs.evolve(src, code=f"{src.code}\n// compile_to_cache {time.time_ns()}\n")
         device.binding.compile_to_cache(device, src)
-        found: list[bool] = []
-        before = cache.observer
-        cache.observer = lambda _key, hit: found.append(hit)
-        try:
-            kernel = kb.compile(src, device=device)
-        finally:
-            cache.observer = before
+        kernel, found = compile_watching_cache(src, device)
         assert all(found), rule(
             "compile_to_cache", f"kb.compile after compile_to_cache missed the disk cache ({found.count(False)} misses)"
         )

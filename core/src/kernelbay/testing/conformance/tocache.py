@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 import kernelbay as kb
-from kernelbay import cache
 
-from .base import Suite, rule
+from .base import Suite, compile_watching_cache, rule
 
 RULE = "compile_to_cache of a function source, kernelbay.hookspecs.kernelbay_compile_to_cache"
 
@@ -121,13 +120,7 @@ class FunctionSourceTests(Suite):
                 rule(RULE, f"kernelbay_compile_to_cache in a spawned compile worker gave {outcome!r}: {why}"),
                 pytrace=False,
             )
-        found: list[bool] = []
-        before = cache.observer
-        cache.observer = lambda _key, hit: found.append(hit)
-        try:
-            kernel = kb.compile(src, device=device)
-        finally:
-            cache.observer = before
+        kernel, found = compile_watching_cache(src, device)
         assert found, rule(
             RULE,
             "kb.compile here looked nothing up in kernelbay's disk cache after a worker compiled the source: "
