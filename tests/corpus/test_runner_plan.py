@@ -26,6 +26,11 @@ ON_LOOPS = {
     "cuda_samples/shfl_scan:uniform_add",
     # break and continue inside a region's own loops
     "learn_cuda/convolution:convolution_kernel_v3",
+    # parameters the body assigns, a copy per thread (sgemm's `A += ...`); loops bounded by
+    # template parameters and constant macros; `uint` locals
+    "sgemm_cuda/3_smem:sgemm_shared_mem_block<32>",
+    "cuda_samples/histogram64:mergeHistogram64Kernel",
+    "cuda_samples/histogram256:mergeHistogram256Kernel",
 }
 
 

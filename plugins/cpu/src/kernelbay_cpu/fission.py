@@ -45,7 +45,7 @@ from kernelbay.csource import Function, strip_comments_and_strings
 from .fission_exit import exits, jumps, lambda_beside_return, spins
 from .fission_ranges import pure_read
 from .fission_scan import closing, line_of, skip_ws, statements
-from .fission_state import CG_METHODS, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
+from .fission_state import CG_METHODS, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite, param_copies
 from .fission_strided import strided
 from .fission_warps import reduction_loop, warp_calls, warp_statement
 
@@ -130,12 +130,8 @@ def split(text: str, code: str, fn: Function) -> tuple[str | None, str]:
 def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
     rw = Rewrite(text, code, fn, a, b)
     body_code = rw.body_code
-    # Each CUDA thread has its own copy of the parameters; here the regions share the call's.
-    if any(
-        rw.assigned(p) or re.search(rf"(?<![\w.])(?<!->){p}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", body_code)
-        for p in rw.params
-    ):
-        raise Giveup("it assigns a kernel parameter (each thread has its own copy on a GPU)")
+    # Each CUDA thread has its own copy of the parameters: one the body assigns is a per-thread local.
+    param_copies(rw, fn)
     _level(rw, a, b, False)
     if not rw.arrays and not rw.remat and not rw.edits:
         raise Giveup("nothing to split")
@@ -277,7 +273,7 @@ def _uniform_for(rw: Rewrite, s: int, e: int) -> None:
         raise Giveup(f"a for loop around a barrier or warp operation without its own variable ({where})")
     var = init.group(1)
     words = set(re.findall(r"\b[A-Za-z_]\w*\b", header))
-    if not words <= UNIFORM_WORDS | rw.params | {var} | rw.scalars | set(rw.hoisted):
+    if not words <= UNIFORM_WORDS | rw.fixed | {var} | rw.scalars | set(rw.hoisted):
         raise Giveup(f"a for loop around a barrier or warp operation whose trip count may differ ({where})")
     rw.scalars.add(var)
     j = skip_ws(code, close + 1, e)
@@ -340,10 +336,12 @@ def _assemble(rw: Rewrite, a: int, b: int) -> str:
     decls += (
         " " + " ".join(f"::kb_cpu::fis::Lanes {n};" for n in sorted(rw.lanes)) + " " + " ".join(rw.hoisted.values())
     )
+    head, fill = rw.copy_params(new[:a])
+    decls += fill
     if rw.lanes:  # the loops' own locals, outside them for decltype only (a warp operand's type)
         decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, t in rw.cg.items())
         decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, (t, _) in rw.remat.items())
     begin = " KB_FISSION_BEGIN_WARPS " if rw.lanes else " KB_FISSION_BEGIN "  # kb_t an int or an unsigned
     if rw.live:
         begin += "KB_FISSION_LIVE "
-    return new[:a] + begin + decls + "".join(pieces) + new[nb:]
+    return head + begin + decls + "".join(pieces) + new[nb:]

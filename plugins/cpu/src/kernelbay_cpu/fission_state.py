@@ -14,7 +14,7 @@ from .fission_scan import CG_METHODS, line_of, pad, skip_ws, split_top
 
 TYPE = (
     r"(?:(?:const|unsigned|signed|long|short|volatile)\s+)*"
-    r"(?:int|float|double|long|char|bool|short|unsigned|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t)"
+    r"(?:int|float|double|long|char|bool|short|unsigned|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|uint|ushort|ulong)"
     r"(?:\s+const)?(?:\s*\*+(?:\s*const)?(?:\s*__restrict__)?)?"
 )
 #: A declaration of locals the loop path stores per thread (a plain arithmetic or pointer type).
@@ -43,7 +43,7 @@ def plain_structs(code: str) -> set[str]:
 LOOKS_DECL = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:[=;,\[({]|$)")
 KEYWORD_START = re.compile(r"^(?:if|for|while|do|switch|else|case|default|return|__shared__|static|typedef)\b")
 UNIFORM_WORDS = {
-    "blockDim", "gridDim", "blockIdx", "x", "y", "z", "int", "unsigned", "long", "size_t", "const", "warpSize",
+    "blockDim", "gridDim", "blockIdx", "x", "y", "z", "int", "unsigned", "long", "size_t", "const", "warpSize", "uint",
 }  # fmt: skip
 _INDEX_WORDS = {
     "threadIdx",
@@ -64,7 +64,39 @@ _INDEX_WORDS = {
     "size_t",
     "const",
     "warpSize",
+    "uint",
 }
+
+
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([\w \t()+\-*/%<>&|^~.]*?)[ \t]*$", re.M)
+
+
+def constants(text: str, code: str, fn: Function) -> set[str]:
+    """Names every thread reads alike that are no parameter: ``fn``'s template parameters and the
+    object-like macros of ``text`` whose value is a constant expression (``#define BLOCK 256``,
+    ``#define HALF (BLOCK / 2)``)."""
+    names: set[str] = set()
+    m = re.match(r"template\s*<", code[fn.start : fn.parens[0]])
+    if m:
+        k, depth = fn.start + m.end(), 1
+        for j in range(k, fn.parens[0]):
+            depth += {"<": 1, ">": -1}.get(code[j], 0)
+            if depth == 0:
+                for part in split_top(code[k:j]):
+                    got = re.search(r"([A-Za-z_]\w*)\s*(?:=.*)?$", part.strip(), re.S)
+                    if got:
+                        names.add(got.group(1))
+                break
+    macros = dict(_DEFINE.findall(text))
+    grew = True
+    while grew:  # a macro of macros already known
+        grew = False
+        for name, value in macros.items():
+            words = set(re.findall(r"\b[A-Za-z_]\w*\b", value))
+            if name not in names and value.strip() and words <= names | _INDEX_WORDS - {"threadIdx"}:
+                names.add(name)
+                grew = True
+    return names
 
 
 class Giveup(Exception):
@@ -79,6 +111,28 @@ def params(fn: Function) -> set[str]:
         if m:
             names.add(m.group(1))
     return names
+
+
+def param_copies(rw: Rewrite, fn: Function) -> None:
+    """The kernel parameters the body assigns (sgemm's ``A += BK;``, ``n -= ...``): each CUDA
+    thread has its own copy, so here each thread's is a per-thread local (``rw.arrays``), made
+    from the argument, renamed ``kb_arg_<name>`` in the signature (:meth:`Rewrite.copy_params`)."""
+    body = rw.body_code
+    for p in fn.params:
+        m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", p.text)
+        if not m or m.group(1) not in rw.params:
+            continue
+        name = m.group(1)
+        if not (rw.assigned(name) or re.search(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", body)):
+            continue
+        t = p.text[: m.start()]
+        if re.search(r"[&\[(<]", p.text) or not re.fullmatch(TYPE, t.strip()):
+            raise Giveup(f"it assigns the kernel parameter {name}, of a type the loop path does not copy per thread")
+        t = re.sub(r"\b__restrict__\b", "", t)
+        t = re.sub(r"\*\s*const\b", "*", t) if "*" in t else re.sub(r"\bconst\b", "", t)
+        rw.arrays[name] = " ".join(t.split()).replace(" *", "*")
+        rw.copies.append(name)
+        rw.fixed.discard(name)
 
 
 class Rewrite:
@@ -122,6 +176,7 @@ class Rewrite:
                 self.body_code,
             )
         }
+        self.fixed |= constants(text, code, fn)
         self.region: list[tuple[int, int]] = []  # the statements of the region not yet closed
         #: statements (by start) the loop path turned into nothing a thread runs (a local made
         #: again in each region or once for the block), and those that only read into locals
@@ -143,6 +198,25 @@ class Rewrite:
         #: the barriers and tile syncs: (their edit, the tile's threads or 0 for the block's, line)
         self.syncs: list[tuple[int, int, int]] = []
         self.strided_starts: list[int] = []  # where the block-strided loops' regions begin
+        self.parens = fn.parens
+        self.copies: list[str] = []  # the parameters each thread has a copy of (param_copies)
+
+    def copy_params(self, head: str) -> tuple[str, str]:
+        """``head`` (the text before the body) with the copied parameters renamed in the
+        signature, and what fills each thread's copies from them."""
+        lo, hi = self.parens
+        renames, pos = [], lo + 1
+        for part in split_top(self.code[lo + 1 : hi]):
+            m = re.search(r"([A-Za-z_]\w*)\s*$", part)
+            if m and m.group(1) in self.copies:
+                renames.append((pos + m.start(1), pos + m.end(1), m.group(1)))
+            pos += len(part) + 1
+        if len(renames) != len(self.copies):
+            raise Giveup("a parameter it assigns was not found in the signature")
+        for s, e, name in reversed(renames):
+            head = head[:s] + f"kb_arg_{name}" + head[e:]
+        fill = " ".join(f"{n}[kb_i] = kb_arg_{n};" for n in self.copies)
+        return head, f" for (unsigned kb_i = 0; kb_i < kb_fb.n; ++kb_i) {{ {fill} }}" if fill else ""
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)

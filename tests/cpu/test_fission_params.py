@@ -1,0 +1,89 @@
+"""Barrier loop fission of kernels that assign their parameters (each CUDA thread has its own
+copy: here a per-thread local made from the argument), of loops bounded by template parameters
+and constant macros, and of ``uint`` locals: the kernels below run on the loop path and, kept on
+fibers by a ``volatile`` local (which the loop path never takes), on the fiber runner, with the
+same bits."""
+
+from __future__ import annotations
+
+import kernelbay as kb
+import numpy as np
+import pytest
+from kernelbay_cpu import analysis
+
+# sgemm_cuda's shape: pointers bumped by each thread's own offset before the loop and by a tile
+# inside a loop bounded by a template parameter; a count parameter changed per thread.
+BUMPS = r"""
+#define TILE 32
+#define HALF (TILE / 2)
+template <const int STEPS>
+__global__ void k(const float* __restrict__ x, float* y, int n, const uint stride) {
+    __shared__ float s[TILE * 8];
+    const uint t = threadIdx.x;
+    x += blockIdx.x * blockDim.x + t;
+    y += blockIdx.x * blockDim.x;
+    n -= t % 3;
+    float acc = 0.0f;
+    for (int step = 0; step < STEPS; ++step) {
+        s[t] = x[0] * (step + 1) + n;
+        __syncthreads();
+        acc += s[(t + HALF) % blockDim.x];
+        x += stride;
+        n += 1;
+        __syncthreads();
+    }
+    y[t] = acc + n;
+}
+"""
+
+KEEP_FIBERS = "volatile int keep_fibers = 0; (void)keep_fibers;"
+
+
+def _plan(text: str, name: str = "k<4>") -> analysis.Plan:
+    return analysis.plan_cuda(kb.Source(text, lang="cuda", name=name), [name])
+
+
+def _on_fibers(text: str) -> str:
+    at = text.index("{", text.index("__global__")) + 1
+    return text[:at] + " " + KEEP_FIBERS + text[at:]
+
+
+def _launch(cpu, text: str, block: int, blocks: int):
+    n = block * blocks
+    x = np.random.default_rng(5).standard_normal(n * 5).astype(np.float32)
+    y = kb.asarray(np.full(n, -7, np.float32), device=cpu)
+    k = kb.compile(kb.Source(text, lang="cuda", name="k<4>"), cpu)
+    k.launch(blocks, block, (kb.asarray(x, device=cpu), y, 1000, n))
+    return k, y.numpy()
+
+
+@pytest.mark.parametrize("block", [256, 96], ids=str)
+def test_assigned_parameters_are_each_threads_own(cpu, block):
+    plan = _plan(BUMPS)
+    assert plan.runners == {"k<4>": "run_blocks"}, plan.why
+    assert "kb_arg_x" in plan.text and "kb_arg_n" in plan.text and "kb_arg_y" in plan.text
+    assert "kb_arg_stride" not in plan.text  # read only: the call's own
+    loops, y = _launch(cpu, BUMPS, block, 3)
+    fibers, y2 = _launch(cpu, _on_fibers(BUMPS), block, 3)
+    assert not loops.handle.fibers and fibers.handle.fibers
+    np.testing.assert_array_equal(y, y2)
+    assert (y != -7).all()
+
+
+def test_a_reference_parameter_assigned_keeps_fibers():
+    text = """
+__global__ void k(int* y, int n) {
+    __shared__ int s[64];
+    int& r = n;
+    s[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    int* p[1] = {y};
+    p[0] += 1;
+    y[threadIdx.x] = s[63 - threadIdx.x] + r;
+}
+"""
+    assert _plan(text, "k").runners == {"k": "run_fibers"}
+    arr = "__global__ void k(int y[4]) { y += 1; __syncthreads(); y[threadIdx.x] = 1; }"
+    plan = _plan(arr, "k")
+    assert plan.runners == {"k": "run_fibers"}
+    assert "of a type the loop path does not copy per thread" in plan.why["k"]
