@@ -31,6 +31,10 @@ ON_LOOPS = {
     "sgemm_cuda/3_smem:sgemm_shared_mem_block<32>",
     "cuda_samples/histogram64:mergeHistogram64Kernel",
     "cuda_samples/histogram256:mergeHistogram256Kernel",
+    # preprocessor lines in the body: conditionals decided by the build's -D options, pragmas
+    "cuda_samples/convolutionSeparable:convolutionRowsKernel",
+    "cuda_samples/convolutionSeparable:convolutionColumnsKernel",
+    "kernel_tuner/reduction:sum_floats[float,smem]",
 }
 
 

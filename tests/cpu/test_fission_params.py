@@ -87,3 +87,74 @@ __global__ void k(int* y, int n) {
     plan = _plan(arr, "k")
     assert plan.runners == {"k": "run_fibers"}
     assert "of a type the loop path does not copy per thread" in plan.why["k"]
+
+
+# kernel_tuner's shape: the body's conditionals decided by the build's -D options and the file's
+# own #defines (under conditionals of their own); `#pragma unroll` before loops the split moves.
+DIRECTIVES = r"""
+#ifndef use_smem
+#define use_smem 0
+#endif
+#if use_smem == 1
+#define WIDTH (block_size_x / 2)
+#else
+#define WIDTH 16
+#endif
+__global__ void k(const float* x, float* y, int n, int m) {
+    __shared__ float s[block_size_x];
+    int t = threadIdx.x;
+    float v = x[blockIdx.x * block_size_x + t];
+#pragma unroll
+    for (int i = 0; i < 3; i++) v += i;
+#if use_smem == 1 && defined(block_size_x)
+    s[t] = v * 2;
+#elif use_smem == 2
+    s[t] = undefined_here;
+#else
+    s[t] = v;
+#endif
+    __syncthreads();
+    #pragma unroll
+    for (int i = 0; i < 2; i++) v += s[(t + WIDTH + i) % block_size_x];
+    y[blockIdx.x * block_size_x + t] = v;
+}
+"""
+
+
+def _launch_opts(cpu, text: str, options: tuple[str, ...]):
+    x = np.random.default_rng(6).standard_normal(512).astype(np.float32)
+    y = kb.asarray(np.full(512, -7, np.float32), device=cpu)
+    k = kb.compile(kb.Source(text, lang="cuda", name="k", options=options), cpu)
+    k.launch(512 // 128, 128, (kb.asarray(x, device=cpu), y, 512, 0))
+    return k, y.numpy()
+
+
+@pytest.mark.parametrize("smem", ["-Duse_smem=1", "-Duse_smem=0", "-Uuse_smem"])
+def test_conditionals_decided_by_the_builds_defines(cpu, smem):
+    opts = ("-Dblock_size_x=128", smem)
+    src = kb.Source(DIRECTIVES, lang="cuda", name="k", options=opts)
+    plan = analysis.plan_cuda(src, ["k"])
+    assert plan.runners == {"k": "run_blocks"}, plan.why
+    assert plan.text.count("\n") == DIRECTIVES.count("\n") and "undefined_here" not in plan.text
+    loops, y = _launch_opts(cpu, DIRECTIVES, opts)
+    fibers, y2 = _launch_opts(cpu, _on_fibers(DIRECTIVES), opts)
+    assert not loops.handle.fibers and fibers.handle.fibers
+    np.testing.assert_array_equal(y, y2)
+    assert (y != -7).all()
+
+
+@pytest.mark.parametrize(
+    "cond, why",
+    [
+        ("SOME_HEADER_MACRO > 1", "a preprocessor condition the build's defines do not decide (line 16)"),
+        ("use_smem ? 1 : 0", "a preprocessor condition the build's defines do not decide (line 16)"),
+        ("use_smem & 1 == 1", "a preprocessor condition the build's defines do not decide (line 16)"),
+    ],
+)
+def test_conditionals_not_decided_here_keep_fibers(cond, why):
+    text = DIRECTIVES.replace("#if use_smem == 1 && defined(block_size_x)", f"#if {cond}")
+    plan = analysis.plan_cuda(kb.Source(text, lang="cuda", name="k", options=("-Dblock_size_x=128",)), ["k"])
+    assert plan.runners == {"k": "run_fibers"} and why in plan.why["k"], plan.why
+    define = DIRECTIVES.replace("    __syncthreads();", "#define LATE 1\n    __syncthreads();")
+    plan = analysis.plan_cuda(kb.Source(define, lang="cuda", name="k", options=("-Dblock_size_x=128",)), ["k"])
+    assert plan.runners == {"k": "run_fibers"} and "a #define line inside the kernel body" in plan.why["k"]

@@ -39,10 +39,12 @@ The rewrite keeps every line where it was, so diagnostics still point at the use
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
 from kernelbay.csource import Function, strip_comments_and_strings
 
 from .fission_exit import exits, jumps, lambda_beside_return, spins
+from .fission_pp import active_body, defines
 from .fission_ranges import pure_read
 from .fission_scan import closing, line_of, skip_ws, statements
 from .fission_state import CG_METHODS, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite, param_copies
@@ -93,18 +95,29 @@ _DYN_SHARED_PTR = re.compile(
 )
 
 
-def fission(text: str, code: str, fn: Function) -> str | None:
+def fission(
+    text: str, code: str, fn: Function, options: Sequence[str] = (), headers: Mapping[str, str] = {}
+) -> str | None:
     """``text`` with the kernel ``fn`` rewritten for the loop path with barriers and warp
     operations as region boundaries, or None when it does not have the shape handled (see the
-    module docstring). ``code``: ``text`` with comments, literals and directives blanked (same offsets)."""
-    return split(text, code, fn)[0]
+    module docstring). ``code``: ``text`` with comments and literals blanked (same offsets);
+    ``options`` the build's (its ``-D``s decide the body's ``#if`` lines), ``headers`` the source's."""
+    return split(text, code, fn, options, headers)[0]
 
 
-def split(text: str, code: str, fn: Function) -> tuple[str | None, str]:
+def split(
+    text: str, code: str, fn: Function, options: Sequence[str] = (), headers: Mapping[str, str] = {}
+) -> tuple[str | None, str]:
     """:func:`fission`'s text, or None and why the kernel keeps the fiber runner."""
     if fn.body is None:
         return None, "its body was not found"
     a, b = fn.body[0] + 1, fn.body[1]
+    macros = defines(options)
+    if re.search(r"^[ \t]*#", code[a:b], re.M):
+        try:
+            text, code = active_body(text, code, a, b, macros, dict(headers))
+        except Giveup as e:
+            return None, str(e)
     body = code[a:b]
     if not _SPLIT_RE.search(body):
         return None, "it has no barrier or warp operation to split at"
@@ -122,13 +135,13 @@ def split(text: str, code: str, fn: Function) -> tuple[str | None, str]:
             " a thread may wait on another without a barrier"
         )
     try:
-        return _rewrite(text, code, fn, a, b), ""
+        return _rewrite(text, code, fn, a, b, macros), ""
     except Giveup as e:
         return None, str(e) or "its shape is not one the loop path takes"
 
 
-def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
-    rw = Rewrite(text, code, fn, a, b)
+def _rewrite(text: str, code: str, fn: Function, a: int, b: int, macros: dict[str, object]) -> str:
+    rw = Rewrite(text, code, fn, a, b, macros)
     body_code = rw.body_code
     # Each CUDA thread has its own copy of the parameters: one the body assigns is a per-thread local.
     param_copies(rw, fn)

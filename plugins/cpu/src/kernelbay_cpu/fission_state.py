@@ -68,13 +68,16 @@ _INDEX_WORDS = {
 }
 
 
-_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([\w \t()+\-*/%<>&|^~.]*?)[ \t]*$", re.M)
+#: every object-like #define (a function-like one's name is followed by "(" at once), and what
+#: its value may hold to be a constant expression
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(?![\w(])[ \t]*((?:[^\n]|\\\n)*)$", re.M)
+_CONSTANT = re.compile(r"[\w \t()+\-*/%<>&|^~.]*")
 
 
-def constants(text: str, code: str, fn: Function) -> set[str]:
+def constants(text: str, code: str, fn: Function, options: dict[str, object]) -> set[str]:
     """Names every thread reads alike that are no parameter: ``fn``'s template parameters and the
-    object-like macros of ``text`` whose value is a constant expression (``#define BLOCK 256``,
-    ``#define HALF (BLOCK / 2)``)."""
+    object-like macros of ``text`` and of the build's ``-D`` options (``options``) whose value is a
+    constant expression (``#define BLOCK 256``, ``#define HALF (BLOCK / 2)``)."""
     names: set[str] = set()
     m = re.match(r"template\s*<", code[fn.start : fn.parens[0]])
     if m:
@@ -87,13 +90,19 @@ def constants(text: str, code: str, fn: Function) -> set[str]:
                     if got:
                         names.add(got.group(1))
                 break
-    macros = dict(_DEFINE.findall(text))
+    macros: dict[str, list[str]] = {}  # every definition of each (one in a branch not taken too)
+    for k, v in [*((k, v) for k, v in options.items() if isinstance(v, str)), *_DEFINE.findall(text)]:
+        macros.setdefault(k, []).append(v)
     grew = True
     while grew:  # a macro of macros already known
         grew = False
-        for name, value in macros.items():
-            words = set(re.findall(r"\b[A-Za-z_]\w*\b", value))
-            if name not in names and value.strip() and words <= names | _INDEX_WORDS - {"threadIdx"}:
+        for name, values in macros.items():
+            words = set(re.findall(r"\b[A-Za-z_]\w*\b", " ".join(values)))
+            if (
+                name not in names
+                and all(v.strip() and _CONSTANT.fullmatch(v) for v in values)
+                and words <= names | _INDEX_WORDS - {"threadIdx"}
+            ):
                 names.add(name)
                 grew = True
     return names
@@ -139,7 +148,7 @@ class Rewrite:
     """One kernel body ``text[a:b]`` being rewritten (``code``: ``text`` with comments, literals
     and directives blanked, same offsets)."""
 
-    def __init__(self, text: str, code: str, fn: Function, a: int, b: int) -> None:
+    def __init__(self, text: str, code: str, fn: Function, a: int, b: int, options: dict[str, object]) -> None:
         self.text, self.code = text, code
         self.params = params(fn)
         self.structs = plain_structs(code)
@@ -176,7 +185,7 @@ class Rewrite:
                 self.body_code,
             )
         }
-        self.fixed |= constants(text, code, fn)
+        self.fixed |= constants(text, code, fn, options)
         self.region: list[tuple[int, int]] = []  # the statements of the region not yet closed
         #: statements (by start) the loop path turned into nothing a thread runs (a local made
         #: again in each region or once for the block), and those that only read into locals
