@@ -35,6 +35,11 @@ ON_LOOPS = {
     "cuda_samples/convolutionSeparable:convolutionRowsKernel",
     "cuda_samples/convolutionSeparable:convolutionColumnsKernel",
     "kernel_tuner/reduction:sum_floats[float,smem]",
+    # local arrays of constant sizes, each thread's copy in a buffer of the block's
+    "sgemm_cuda/4_1d_blocktiling:sgemm1DBlocktiling<64,64,8,8>",
+    "sgemm_cuda/5_2d_blocktiling:sgemm2DBlocktiling<128,128,8,8,8>",
+    "kernel_tuner/convolution:convolution_kernel",
+    "kernel_tuner/convolution:convolution_kernel[tiled,ldg]",
 }
 
 

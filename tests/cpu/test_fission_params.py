@@ -158,3 +158,55 @@ def test_conditionals_not_decided_here_keep_fibers(cond, why):
     define = DIRECTIVES.replace("    __syncthreads();", "#define LATE 1\n    __syncthreads();")
     plan = analysis.plan_cuda(kb.Source(define, lang="cuda", name="k", options=("-Dblock_size_x=128",)), ["k"])
     assert plan.runners == {"k": "run_fibers"} and "a #define line inside the kernel body" in plan.why["k"]
+
+
+# sgemm's register tiles: local arrays of constant sizes (a template parameter, a macro), zeroed
+# or not initialised, one inside the uniform loop, living across barriers.
+ARRAYS = r"""
+#define TY 2
+template <const int TM>
+__global__ void k(const float* x, float* y, int n, const uint stride) {
+    __shared__ float s[256];
+    const uint t = threadIdx.x;
+    float acc[TY][TM] = {0.0};
+    int idx[TM];
+    for (int i = 0; i < TM; ++i) idx[i] = (t * 7 + i) % blockDim.x;
+    for (int step = 0; step < 3; ++step) {
+        float reg[TM] = {};
+        s[t] = x[blockIdx.x * blockDim.x + t] + step;
+        __syncthreads();
+        for (int i = 0; i < TM; ++i) reg[i] = s[idx[i]];
+        for (int j = 0; j < TY; ++j)
+            for (int i = 0; i < TM; ++i) acc[j][i] += reg[i] * (j + 1);
+        __syncthreads();
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < TY; ++j)
+        for (int i = 0; i < TM; ++i) sum += acc[j][i] * (i + 1);
+    y[blockIdx.x * blockDim.x + t] = sum;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [256, 96], ids=str)
+def test_local_arrays_are_each_threads_own(cpu, block):
+    plan = _plan(ARRAYS)
+    assert plan.runners == {"k<4>": "run_blocks"}, plan.why
+    assert plan.text.count("::kb_cpu::fis::scratch(") == 3
+    loops, y = _launch(cpu, ARRAYS, block, 3)
+    fibers, y2 = _launch(cpu, _on_fibers(ARRAYS), block, 3)
+    assert not loops.handle.fibers and fibers.handle.fibers
+    np.testing.assert_array_equal(y, y2)
+    assert (y != -7).all()
+
+
+@pytest.mark.parametrize(
+    "decl, why",
+    [
+        ("float acc[TY][TM] = {1.0f};", "a local array with an initializer other than zeros"),
+        ("float acc[TY][n];", "a local array whose size is not a constant the loop path reads"),
+    ],
+)
+def test_other_local_arrays_keep_fibers(decl, why):
+    plan = _plan(ARRAYS.replace("float acc[TY][TM] = {0.0};", decl))
+    assert plan.runners == {"k<4>": "run_fibers"} and why in plan.why["k<4>"], plan.why

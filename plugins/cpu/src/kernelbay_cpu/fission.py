@@ -344,7 +344,12 @@ def _assemble(rw: Rewrite, a: int, b: int) -> str:
         pieces.append(seg[pos:k] + "[kb_t]")
         pos = k
     pieces.append(seg[pos:])
-    decls = " ".join(f"{t} {n}[KB_FISSION_MAX_THREADS];" for n, t in rw.arrays.items())
+    decls = " ".join(f"{t} {n}[KB_FISSION_MAX_THREADS];" for n, t in rw.arrays.items() if n not in rw.dims)
+    for slot, (n, dims) in enumerate(rw.dims.items()):  # each thread's copy of a local array
+        decls += (
+            f" using kb_arr_{n} = {rw.arrays[n]}{dims}; kb_arr_{n}* const {n} ="
+            f" reinterpret_cast<kb_arr_{n}*>(::kb_cpu::fis::scratch({slot}, sizeof(kb_arr_{n}) * kb_fb.n));"
+        )
     decls += " " + " ".join(f"{t} {n}{{}};" for n, t in rw.block_vars.items())
     decls += (
         " " + " ".join(f"::kb_cpu::fis::Lanes {n};" for n in sorted(rw.lanes)) + " " + " ".join(rw.hoisted.values())

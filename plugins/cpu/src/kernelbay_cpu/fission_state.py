@@ -185,7 +185,9 @@ class Rewrite:
                 self.body_code,
             )
         }
-        self.fixed |= constants(text, code, fn, options)
+        self.consts = constants(text, code, fn, options)
+        self.fixed |= self.consts
+        self.dims: dict[str, str] = {}  # the per-thread locals that are arrays: name -> their dimensions
         self.region: list[tuple[int, int]] = []  # the statements of the region not yet closed
         #: statements (by start) the loop path turned into nothing a thread runs (a local made
         #: again in each region or once for the block), and those that only read into locals
@@ -318,6 +320,21 @@ class Rewrite:
     def blank(self, s: int, e: int, rep: str = "") -> None:
         self.edits.append((s, e, pad(rep, self.text[s:e])))
 
+    def _local_array(self, name: str, dims: str, init: str | None, line: int) -> list[str]:
+        """A local array ``name`` of constant ``dims``: each thread's copy in a buffer of the
+        block's (include/kb_cpu_fission.h: scratch); what its initializer (none, or zeros) does."""
+        words = set(re.findall(r"\b[A-Za-z_]\w*\b", dims))
+        if not words <= self.consts or re.search(r"\[\s*\]", dims):
+            raise Giveup(f"a local array whose size is not a constant the loop path reads (line {line})")
+        if len(self.dims) == 8:
+            raise Giveup(f"more than 8 local arrays (line {line})")
+        self.dims[name] = " ".join(dims.split())
+        if init is None:
+            return []
+        if not re.fullmatch(r"\s*\{\s*(?:(?:0+\.?0*|\.0+)[fF]?)?\s*\}\s*", init):
+            raise Giveup(f"a local array with an initializer other than zeros (line {line})")
+        return [f"__builtin_memset(&{name}, 0, sizeof({name}))"]
+
     def declare(self, s: int, e: int, d: re.Match[str], subs: list[tuple[int, int, str]], inside_loop: bool) -> None:
         """The declaration ``d`` (of :data:`DECL`) of ``code[s:e]``, its locals sorted and
         ``subs`` (edits inside it) applied."""
@@ -341,18 +358,22 @@ class Rewrite:
         out = []
         pos = rest0
         for part in split_top(code[rest0:semi]):
-            m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*(?:=(.*))?", part, re.S)
+            m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*((?:\[[^\[\]]*\]\s*)+)?(?:=(.*))?", part, re.S)
             if not m:
                 raise Giveup(f"a declaration the loop path does not split (line {line_of(code, s)})")
             name = m.group(1)
             if name in self.arrays or name in self.params or name in self.scalars or name in self.cg:
                 raise Giveup(f"{name} declared twice (line {line_of(code, s)})")
             self.arrays[name] = t
+            if m.group(2):
+                out.extend(self._local_array(name, m.group(2), m.group(3), line_of(code, s)))
+                pos += len(part) + 1
+                continue
             if t in self.structs:  # written member by member, which the tests below do not see
-                if m.group(2) is not None:
-                    out.append(f"{name} ={piece(pos + m.start(2), pos + len(part))}")
-            elif m.group(2) is not None:
-                init = pos + m.start(2)
+                if m.group(3) is not None:
+                    out.append(f"{name} ={piece(pos + m.start(3), pos + len(part))}")
+            elif m.group(3) is not None:
+                init = pos + m.start(3)
                 end = pos + len(part)
                 # (not one that may divide by zero where a return before it is taken: all run it first)
                 if (
