@@ -40,6 +40,10 @@ ON_LOOPS = {
     "sgemm_cuda/5_2d_blocktiling:sgemm2DBlocktiling<128,128,8,8,8>",
     "kernel_tuner/convolution:convolution_kernel",
     "kernel_tuner/convolution:convolution_kernel[tiled,ldg]",
+    # CUDA vector types (uint4), uchar, `T     *p` declarations stored per thread
+    "cuda_samples/scan:uniformUpdate",
+    "cuda_samples/histogram64:histogram64Kernel",
+    "cuda_samples/histogram256:histogram256Kernel",
 }
 
 

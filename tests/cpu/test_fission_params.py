@@ -210,3 +210,39 @@ def test_local_arrays_are_each_threads_own(cpu, block):
 def test_other_local_arrays_keep_fibers(decl, why):
     plan = _plan(ARRAYS.replace("float acc[TY][TM] = {0.0};", decl))
     assert plan.runners == {"k<4>": "run_fibers"} and why in plan.why["k<4>"], plan.why
+
+
+# cuda-samples' locals: CUDA vector types (written member by member, as a struct), `uchar`, and a
+# pointer declared `bool        *p` (no space after the star).
+VECTORS = r"""
+typedef unsigned char uchar;
+template <const int TM>
+__global__ void k(const float* x, float* y, int n, const uint stride) {
+    __shared__ float s[256];
+    __shared__ uchar flags[256];
+    const uint t = threadIdx.x;
+    float4 v = reinterpret_cast<const float4*>(x)[blockIdx.x * blockDim.x + t];
+    float2 w;
+    w.x = v.x + v.y;
+    w.y = v.z * v.w;
+    uchar           *mine = flags + t;
+    *mine = (uchar)(t & 3);
+    s[t] = w.x;
+    __syncthreads();
+    v.x += s[(t + 1) % blockDim.x];
+    w.y -= flags[(t + 5) % blockDim.x];
+    y[blockIdx.x * blockDim.x + t] = v.x + v.w + w.y + *mine;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [256, 96], ids=str)
+def test_vector_type_locals_are_each_threads_own(cpu, block):
+    plan = _plan(VECTORS)
+    assert plan.runners == {"k<4>": "run_blocks"}, plan.why
+    assert "float4 v[KB_FISSION_MAX_THREADS]" in plan.text and "float2 w[KB_FISSION_MAX_THREADS]" in plan.text
+    loops, y = _launch(cpu, VECTORS, block, 3)
+    fibers, y2 = _launch(cpu, _on_fibers(VECTORS), block, 3)
+    assert not loops.handle.fibers and fibers.handle.fibers
+    np.testing.assert_array_equal(y, y2)
+    assert (y != -7).all()

@@ -14,11 +14,14 @@ from .fission_scan import CG_METHODS, line_of, pad, skip_ws, split_top
 
 TYPE = (
     r"(?:(?:const|unsigned|signed|long|short|volatile)\s+)*"
-    r"(?:int|float|double|long|char|bool|short|unsigned|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|uint|ushort|ulong)"
+    r"(?:int|float|double|long|char|bool|short|unsigned|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|uint|ushort|ulong|uchar"
+    r"|(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4])\b"
     r"(?:\s+const)?(?:\s*\*+(?:\s*const)?(?:\s*__restrict__)?)?"
 )
 #: A declaration of locals the loop path stores per thread (a plain arithmetic or pointer type).
-DECL = re.compile(rf"(?P<type>{TYPE})\s+(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
+#: CUDA's vector types (``float4``, ``uint2`` ...): plain data written member by member, as a struct's
+VECTOR = re.compile(r"(?:const\s+)?(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4]")
+DECL = re.compile(rf"(?P<type>{TYPE})(?:\s+|(?<=\*))(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
 #: A struct of plain data the source defines (``struct __align__(8) SumMax { float maxval; float sum; };``):
 #: its locals are stored per thread as those of arithmetic types are, never the block's.
 _STRUCT = re.compile(
@@ -155,7 +158,7 @@ class Rewrite:
         #: a declaration of locals stored per thread: DECL's, or of a struct of plain data
         self.decl = (
             re.compile(
-                rf"(?P<type>{TYPE}|(?:const\s+)?(?:{'|'.join(sorted(self.structs))})(?!\w))\s+(?P<rest>[A-Za-z_][^;]*);\s*$",
+                rf"(?P<type>{TYPE}|(?:const\s+)?(?:{'|'.join(sorted(self.structs))})(?!\w))(?:\s+|(?<=\*))(?P<rest>[A-Za-z_][^;]*);\s*$",
                 re.S,
             )
             if self.structs
@@ -369,7 +372,7 @@ class Rewrite:
                 out.extend(self._local_array(name, m.group(2), m.group(3), line_of(code, s)))
                 pos += len(part) + 1
                 continue
-            if t in self.structs:  # written member by member, which the tests below do not see
+            if t in self.structs or VECTOR.fullmatch(t):  # written member by member, which the tests below do not see
                 if m.group(3) is not None:
                     out.append(f"{name} ={piece(pos + m.start(3), pos + len(part))}")
             elif m.group(3) is not None:
