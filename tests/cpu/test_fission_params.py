@@ -246,3 +246,13 @@ def test_vector_type_locals_are_each_threads_own(cpu, block):
     assert not loops.handle.fibers and fibers.handle.fibers
     np.testing.assert_array_equal(y, y2)
     assert (y != -7).all()
+
+
+def test_a_member_of_a_parameter_written_makes_a_copy_or_keeps_fibers():
+    vec = "__global__ void k(float* y, float4 v) { v.x += threadIdx.x; __syncthreads(); y[threadIdx.x] = v.x; }"
+    plan = _plan(vec, "k")
+    assert plan.runners == {"k": "run_blocks"} and "kb_arg_v" in plan.text, plan.why
+    struct = "struct P { float a; };\n" + vec.replace("float4 v", "P v").replace(".x", ".a")
+    plan = _plan(struct, "k")  # a struct parameter: not copied, so fibers
+    assert plan.runners == {"k": "run_fibers"}
+    assert "of a type the loop path does not copy per thread" in plan.why["k"], plan.why

@@ -21,14 +21,19 @@ pointer type, or of a struct of such members the source defines, become per-thre
 arrays declared at the top level are the block's: local arrays of the call that runs the block;
 ``extern __shared__`` at the top level points at the launch's dynamic shared memory.
 
+A parameter the body assigns is a per-thread local filled from the argument (each CUDA thread
+has its own copy); local arrays of constant sizes are each thread's in a buffer of the block's;
+template parameters and constant macros count as every thread's alike; the body's ``#if`` lines
+are decided by the build's defines first (fission_pp.py).
+
 Early ``return;`` (a flag per thread: the regions after it skip the thread), ``break`` and
 ``continue`` inside a region's statement, ``while``/``do`` loops: fission_exit.py.
 
 Not handled (:func:`split` says which, for the profile note): ``goto``, a ``return`` with a value
 (a lambda's), a ``break``/``continue`` of a loop around split points, warp operations inside
 ``if``, ``while`` or other statements, a warp operation's mask that differs between threads,
-``__match_*``, ``__reduce_*_sync``, ``__activemask``, scans, tiles of more than 32 threads, a
-parameter the body assigns, ``volatile``, and ``while``/``do`` loops (or loops that may ``break``)
+``__match_*``, ``__reduce_*_sync``, ``__activemask``, scans, tiles of more than 32 threads,
+``volatile``, and ``while``/``do`` loops (or loops that may ``break``)
 beside atomics, fences or clocks (a thread may spin on what another thread of its block stores,
 without a barrier: only fibers run both), split points in ``if``/``while``/nested loops, and
 split points reached through other functions or macros.
@@ -44,10 +49,11 @@ from collections.abc import Mapping, Sequence
 from kernelbay.csource import Function, strip_comments_and_strings
 
 from .fission_exit import exits, jumps, lambda_beside_return, spins
+from .fission_params import constants, copy_params, param_copies
 from .fission_pp import active_body, defines
 from .fission_ranges import pure_read
 from .fission_scan import closing, line_of, skip_ws, statements
-from .fission_state import CG_METHODS, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite, param_copies
+from .fission_state import CG_METHODS, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
 from .fission_strided import strided
 from .fission_warps import reduction_loop, warp_calls, warp_statement
 
@@ -141,7 +147,7 @@ def split(
 
 
 def _rewrite(text: str, code: str, fn: Function, a: int, b: int, macros: dict[str, object]) -> str:
-    rw = Rewrite(text, code, fn, a, b, macros)
+    rw = Rewrite(text, code, fn, a, b, constants(text, code, fn, macros))
     body_code = rw.body_code
     # Each CUDA thread has its own copy of the parameters: one the body assigns is a per-thread local.
     param_copies(rw, fn)
@@ -354,7 +360,7 @@ def _assemble(rw: Rewrite, a: int, b: int) -> str:
     decls += (
         " " + " ".join(f"::kb_cpu::fis::Lanes {n};" for n in sorted(rw.lanes)) + " " + " ".join(rw.hoisted.values())
     )
-    head, fill = rw.copy_params(new[:a])
+    head, fill = copy_params(rw, new[:a])
     decls += fill
     if rw.lanes:  # the loops' own locals, outside them for decltype only (a warp operand's type)
         decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, t in rw.cg.items())

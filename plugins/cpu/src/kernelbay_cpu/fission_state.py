@@ -48,7 +48,7 @@ KEYWORD_START = re.compile(r"^(?:if|for|while|do|switch|else|case|default|return
 UNIFORM_WORDS = {
     "blockDim", "gridDim", "blockIdx", "x", "y", "z", "int", "unsigned", "long", "size_t", "const", "warpSize", "uint",
 }  # fmt: skip
-_INDEX_WORDS = {
+INDEX_WORDS = {
     "threadIdx",
     "blockIdx",
     "blockDim",
@@ -71,46 +71,6 @@ _INDEX_WORDS = {
 }
 
 
-#: every object-like #define (a function-like one's name is followed by "(" at once), and what
-#: its value may hold to be a constant expression
-_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(?![\w(])[ \t]*((?:[^\n]|\\\n)*)$", re.M)
-_CONSTANT = re.compile(r"[\w \t()+\-*/%<>&|^~.]*")
-
-
-def constants(text: str, code: str, fn: Function, options: dict[str, object]) -> set[str]:
-    """Names every thread reads alike that are no parameter: ``fn``'s template parameters and the
-    object-like macros of ``text`` and of the build's ``-D`` options (``options``) whose value is a
-    constant expression (``#define BLOCK 256``, ``#define HALF (BLOCK / 2)``)."""
-    names: set[str] = set()
-    m = re.match(r"template\s*<", code[fn.start : fn.parens[0]])
-    if m:
-        k, depth = fn.start + m.end(), 1
-        for j in range(k, fn.parens[0]):
-            depth += {"<": 1, ">": -1}.get(code[j], 0)
-            if depth == 0:
-                for part in split_top(code[k:j]):
-                    got = re.search(r"([A-Za-z_]\w*)\s*(?:=.*)?$", part.strip(), re.S)
-                    if got:
-                        names.add(got.group(1))
-                break
-    macros: dict[str, list[str]] = {}  # every definition of each (one in a branch not taken too)
-    for k, v in [*((k, v) for k, v in options.items() if isinstance(v, str)), *_DEFINE.findall(text)]:
-        macros.setdefault(k, []).append(v)
-    grew = True
-    while grew:  # a macro of macros already known
-        grew = False
-        for name, values in macros.items():
-            words = set(re.findall(r"\b[A-Za-z_]\w*\b", " ".join(values)))
-            if (
-                name not in names
-                and all(v.strip() and _CONSTANT.fullmatch(v) for v in values)
-                and words <= names | _INDEX_WORDS - {"threadIdx"}
-            ):
-                names.add(name)
-                grew = True
-    return names
-
-
 class Giveup(Exception):
     """The kernel has a shape the loop path does not take; the message says which."""
 
@@ -125,33 +85,11 @@ def params(fn: Function) -> set[str]:
     return names
 
 
-def param_copies(rw: Rewrite, fn: Function) -> None:
-    """The kernel parameters the body assigns (sgemm's ``A += BK;``, ``n -= ...``): each CUDA
-    thread has its own copy, so here each thread's is a per-thread local (``rw.arrays``), made
-    from the argument, renamed ``kb_arg_<name>`` in the signature (:meth:`Rewrite.copy_params`)."""
-    body = rw.body_code
-    for p in fn.params:
-        m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", p.text)
-        if not m or m.group(1) not in rw.params:
-            continue
-        name = m.group(1)
-        if not (rw.assigned(name) or re.search(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", body)):
-            continue
-        t = p.text[: m.start()]
-        if re.search(r"[&\[(<]", p.text) or not re.fullmatch(TYPE, t.strip()):
-            raise Giveup(f"it assigns the kernel parameter {name}, of a type the loop path does not copy per thread")
-        t = re.sub(r"\b__restrict__\b", "", t)
-        t = re.sub(r"\*\s*const\b", "*", t) if "*" in t else re.sub(r"\bconst\b", "", t)
-        rw.arrays[name] = " ".join(t.split()).replace(" *", "*")
-        rw.copies.append(name)
-        rw.fixed.discard(name)
-
-
 class Rewrite:
     """One kernel body ``text[a:b]`` being rewritten (``code``: ``text`` with comments, literals
     and directives blanked, same offsets)."""
 
-    def __init__(self, text: str, code: str, fn: Function, a: int, b: int, options: dict[str, object]) -> None:
+    def __init__(self, text: str, code: str, fn: Function, a: int, b: int, consts: set[str]) -> None:
         self.text, self.code = text, code
         self.params = params(fn)
         self.structs = plain_structs(code)
@@ -188,7 +126,7 @@ class Rewrite:
                 self.body_code,
             )
         }
-        self.consts = constants(text, code, fn, options)
+        self.consts = consts  # names every thread reads alike that are no parameter (fission_params.py)
         self.fixed |= self.consts
         self.dims: dict[str, str] = {}  # the per-thread locals that are arrays: name -> their dimensions
         self.region: list[tuple[int, int]] = []  # the statements of the region not yet closed
@@ -213,24 +151,7 @@ class Rewrite:
         self.syncs: list[tuple[int, int, int]] = []
         self.strided_starts: list[int] = []  # where the block-strided loops' regions begin
         self.parens = fn.parens
-        self.copies: list[str] = []  # the parameters each thread has a copy of (param_copies)
-
-    def copy_params(self, head: str) -> tuple[str, str]:
-        """``head`` (the text before the body) with the copied parameters renamed in the
-        signature, and what fills each thread's copies from them."""
-        lo, hi = self.parens
-        renames, pos = [], lo + 1
-        for part in split_top(self.code[lo + 1 : hi]):
-            m = re.search(r"([A-Za-z_]\w*)\s*$", part)
-            if m and m.group(1) in self.copies:
-                renames.append((pos + m.start(1), pos + m.end(1), m.group(1)))
-            pos += len(part) + 1
-        if len(renames) != len(self.copies):
-            raise Giveup("a parameter it assigns was not found in the signature")
-        for s, e, name in reversed(renames):
-            head = head[:s] + f"kb_arg_{name}" + head[e:]
-        fill = " ".join(f"{n}[kb_i] = kb_arg_{n};" for n in self.copies)
-        return head, f" for (unsigned kb_i = 0; kb_i < kb_fb.n; ++kb_i) {{ {fill} }}" if fill else ""
+        self.copies: list[str] = []  # the parameters each thread has a copy of (fission_params.py)
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
@@ -243,7 +164,7 @@ class Rewrite:
         if self.assigned(name) or re.search(r"\(\s*[^)]*\)\s*\(|\[", init):
             return False
         words = set(re.findall(r"\b[A-Za-z_]\w*\b", init))
-        return words <= _INDEX_WORDS | self.fixed | set(self.remat) | set(self.cg) | CG_METHODS | set(self.hoisted)
+        return words <= INDEX_WORDS | self.fixed | set(self.remat) | set(self.cg) | CG_METHODS | set(self.hoisted)
 
     def uniform(self, expr: str) -> bool:
         if re.search(r"[\[{]|->|\+\+|--|(?<![=!<>])=(?!=)", expr) or re.search(r"\b[A-Za-z_]\w*\s*\(", expr):
