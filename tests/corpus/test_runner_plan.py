@@ -44,6 +44,10 @@ ON_LOOPS = {
     "cuda_samples/scan:uniformUpdate",
     "cuda_samples/histogram64:histogram64Kernel",
     "cuda_samples/histogram256:histogram256Kernel",
+    # uniform loops inside uniform loops and blocks; a local declared again in a sibling loop
+    "cuda_samples/bitonicSort:bitonicSortShared",
+    "cuda_samples/bitonicSort:bitonicSortShared1",
+    "cuda_samples/bitonicSort:bitonicMergeShared",
 }
 
 

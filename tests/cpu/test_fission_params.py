@@ -256,3 +256,58 @@ def test_a_member_of_a_parameter_written_makes_a_copy_or_keeps_fibers():
     plan = _plan(struct, "k")  # a struct parameter: not copied, so fibers
     assert plan.runners == {"k": "run_fibers"}
     assert "of a type the loop path does not copy per thread" in plan.why["k"], plan.why
+
+
+# bitonicSort's shape: a uniform loop around a uniform loop of barriers, a block `{ }` around
+# another loop of barriers, the same local declared in both loops (one array serves both), a
+# local named `size` (no cooperative-groups method) computed from the outer loop's variable.
+NESTED = r"""
+#define LIMIT 256U
+template <const int TM>
+__global__ void k(const float* x, float* y, int n, const uint stride0) {
+    __shared__ float s[LIMIT];
+    const uint t = threadIdx.x;
+    s[t] = x[blockIdx.x * blockDim.x + t];
+    for (uint size = 2; size < blockDim.x; size <<= 1) {
+        uint dir = (t & (size / 2)) != 0;
+        for (uint stride = size / 2; stride > 0; stride >>= 1) {
+            __syncthreads();
+            uint pos = (t + stride) % blockDim.x;
+            float a = s[t], b = s[pos];
+            __syncthreads();
+            s[t] = dir ? a + 0.5f * b : a - 0.25f * b;
+        }
+    }
+    {
+        for (uint stride = 1; stride < 4; stride <<= 1) {
+            __syncthreads();
+            uint pos = (t + 3 * stride) % blockDim.x;
+            float a = s[pos];
+            __syncthreads();
+            s[t] += a;
+        }
+    }
+    __syncthreads();
+    y[blockIdx.x * blockDim.x + t] = s[(t + 1) % blockDim.x];
+}
+"""
+
+
+@pytest.mark.parametrize("block", [256, 96], ids=str)
+def test_nested_loops_blocks_and_locals_declared_in_sibling_loops(cpu, block):
+    plan = _plan(NESTED)
+    assert plan.runners == {"k<4>": "run_blocks"}, plan.why
+    assert plan.text.count("pos[KB_FISSION_MAX_THREADS]") == 1
+    loops, y = _launch(cpu, NESTED, block, 3)
+    fibers, y2 = _launch(cpu, _on_fibers(NESTED), block, 3)
+    assert not loops.handle.fibers and fibers.handle.fibers
+    np.testing.assert_array_equal(y, y2)
+    assert (y != -7).all()
+
+
+def test_a_local_shadowing_a_per_thread_one_keeps_fibers():
+    text = NESTED.replace(
+        "    {\n        for (uint stride = 1;", "    uint pos = t;\n    {\n        for (uint stride = 1;"
+    )
+    plan = _plan(text)
+    assert plan.runners == {"k<4>": "run_fibers"} and "pos declared twice" in plan.why["k<4>"], plan.why

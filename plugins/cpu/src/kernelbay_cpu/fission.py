@@ -52,8 +52,8 @@ from .fission_exit import exits, jumps, lambda_beside_return, spins
 from .fission_params import constants, copy_params, param_copies
 from .fission_pp import active_body, defines
 from .fission_ranges import pure_read
-from .fission_scan import closing, line_of, skip_ws, statements
-from .fission_state import CG_METHODS, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
+from .fission_scan import CG_METHODS, closing, line_of, skip_ws, statements
+from .fission_state import KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
 from .fission_strided import strided
 from .fission_warps import reduction_loop, warp_calls, warp_statement
 
@@ -141,13 +141,13 @@ def split(
             " a thread may wait on another without a barrier"
         )
     try:
-        return _rewrite(text, code, fn, a, b, macros), ""
+        return _rewrite(text, code, fn, a, b, constants(text, code, fn, macros, list(headers.values()))), ""
     except Giveup as e:
         return None, str(e) or "its shape is not one the loop path takes"
 
 
-def _rewrite(text: str, code: str, fn: Function, a: int, b: int, macros: dict[str, object]) -> str:
-    rw = Rewrite(text, code, fn, a, b, constants(text, code, fn, macros))
+def _rewrite(text: str, code: str, fn: Function, a: int, b: int, consts: set[str]) -> str:
+    rw = Rewrite(text, code, fn, a, b, consts)
     body_code = rw.body_code
     # Each CUDA thread has its own copy of the parameters: one the body assigns is a per-thread local.
     param_copies(rw, fn)
@@ -160,13 +160,20 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int, macros: dict[st
     # Every other declaration of a per-thread name (a shadowing one) would be renamed too.
     for name in [*rw.arrays, *rw.remat]:
         # (`T<U> name`, not a comparison `a > name)`)
-        if len(re.findall(rf"(?:(?:{TYPE}|\w)\s+\**{name}\s*[=;,\[)]|>\s+\**{name}\s*[=;,\[])", body_code)) > 1:
+        found = re.findall(rf"(?:(?:{TYPE}|\w)\s+\**{name}\s*[=;,\[)]|>\s+\**{name}\s*[=;,\[])", body_code)
+        if len(found) > 1 + rw.redeclared.get(name, 0):
             raise Giveup(f"{name} declared twice")
     return _assemble(rw, a, b)
 
 
 def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
     """Rewrite the statements of ``code[lo:hi]``, a top level (the body's or a uniform loop's)."""
+    rw.scope.append(lo)
+    _statements(rw, lo, hi, inside_loop)
+    rw.scope.pop()
+
+
+def _statements(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
     text, code, cg = rw.text, rw.code, rw.cg
     stmts = statements(code, lo, hi)
     if stmts is None:
@@ -225,10 +232,12 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
         if re.match(r"for\s*\(", st) and _SPLIT_RE.search(st):
             if not inside_loop and reduction_loop(rw, s, e):
                 continue
-            if inside_loop:
-                raise Giveup(f"a barrier or warp operation in a nested loop ({where})")
             rw.flush()
-            _uniform_for(rw, s, e)
+            _uniform_for(rw, s, e)  # (inside another: nested, the outermost's start kept)
+            continue
+        if st.startswith("{") and _SPLIT_RE.search(st):
+            rw.flush()  # a block of split points: its statements a top level of their own
+            _level(rw, s + 1, e - 1, inside_loop)
             continue
         calls = warp_calls(rw, s, e)
         if calls:

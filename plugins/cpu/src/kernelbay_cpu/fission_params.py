@@ -17,9 +17,9 @@ _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(?![\w(])[ \t]*((
 _CONSTANT = re.compile(r"[\w \t()+\-*/%<>&|^~.]*")
 
 
-def constants(text: str, code: str, fn: Function, options: dict[str, object]) -> set[str]:
+def constants(text: str, code: str, fn: Function, options: dict[str, object], headers: list[str]) -> set[str]:
     """Names every thread reads alike that are no parameter: ``fn``'s template parameters and the
-    object-like macros of ``text`` and of the build's ``-D`` options (``options``) whose value is a
+    object-like macros of ``text``, its ``headers`` and the build's ``-D`` options (``options``) whose value is a
     constant expression (``#define BLOCK 256``, ``#define HALF (BLOCK / 2)``)."""
     names: set[str] = set()
     m = re.match(r"template\s*<", code[fn.start : fn.parens[0]])
@@ -34,7 +34,10 @@ def constants(text: str, code: str, fn: Function, options: dict[str, object]) ->
                         names.add(got.group(1))
                 break
     macros: dict[str, list[str]] = {}  # every definition of each (one in a branch not taken too)
-    for k, v in [*((k, v) for k, v in options.items() if isinstance(v, str)), *_DEFINE.findall(text)]:
+    for k, v in [
+        *((k, v) for k, v in options.items() if isinstance(v, str)),
+        *(d for t in [text, *headers] for d in _DEFINE.findall(t)),
+    ]:
         macros.setdefault(k, []).append(v)
     grew = True
     while grew:  # a macro of macros already known

@@ -10,7 +10,7 @@ import re
 from kernelbay.csource import Function
 
 from .fission_ranges import Region, ranges
-from .fission_scan import CG_METHODS, line_of, pad, skip_ws, split_top
+from .fission_scan import line_of, pad, skip_ws, split_top
 
 TYPE = (
     r"(?:(?:const|unsigned|signed|long|short|volatile)\s+)*"
@@ -128,6 +128,11 @@ class Rewrite:
         }
         self.consts = consts  # names every thread reads alike that are no parameter (fission_params.py)
         self.fixed |= self.consts
+        #: the top levels being rewritten (each an id, the innermost last), where each per-thread
+        #: local was last declared, and how many times one was declared again beside its first
+        self.scope: list[int] = []
+        self.scopes: dict[str, list[int]] = {}
+        self.redeclared: dict[str, int] = {}
         self.dims: dict[str, str] = {}  # the per-thread locals that are arrays: name -> their dimensions
         self.region: list[tuple[int, int]] = []  # the statements of the region not yet closed
         #: statements (by start) the loop path turned into nothing a thread runs (a local made
@@ -163,14 +168,15 @@ class Rewrite:
     def rematerializable(self, name: str, init: str) -> bool:
         if self.assigned(name) or re.search(r"\(\s*[^)]*\)\s*\(|\[", init):
             return False
-        words = set(re.findall(r"\b[A-Za-z_]\w*\b", init))
-        return words <= INDEX_WORDS | self.fixed | set(self.remat) | set(self.cg) | CG_METHODS | set(self.hoisted)
+        # (members and methods apart: a local named `x` or `size` is no `threadIdx.x`, no `tile.size()`)
+        words = set(re.findall(r"\b[A-Za-z_]\w*\b", re.sub(r"\.\s*[A-Za-z_]\w*", " ", init)))
+        return words <= INDEX_WORDS - {"x", "y", "z"} | self.fixed | set(self.remat) | set(self.cg) | set(self.hoisted)
 
     def uniform(self, expr: str) -> bool:
         if re.search(r"[\[{]|->|\+\+|--|(?<![=!<>])=(?!=)", expr) or re.search(r"\b[A-Za-z_]\w*\s*\(", expr):
             return False
-        words = set(re.findall(r"\b[A-Za-z_]\w*\b", expr))
-        return words <= UNIFORM_WORDS | self.fixed | self.scalars | set(self.hoisted)
+        words = set(re.findall(r"\b[A-Za-z_]\w*\b", re.sub(r"\.\s*[A-Za-z_]\w*", " ", expr)))
+        return words <= UNIFORM_WORDS - {"x", "y", "z"} | self.fixed | self.scalars | set(self.hoisted)
 
     def again(self) -> str:
         """What a region makes again at its top: the cooperative_groups objects and the locals
@@ -286,8 +292,19 @@ class Rewrite:
             if not m:
                 raise Giveup(f"a declaration the loop path does not split (line {line_of(code, s)})")
             name = m.group(1)
-            if name in self.arrays or name in self.params or name in self.scalars or name in self.cg:
+            was = self.scopes.get(name)
+            if (  # again in a scope beside the first's (sibling loops): one array serves both
+                name in self.arrays
+                and was is not None
+                and self.scope[: len(was)] != was
+                and self.arrays[name] == t
+                and name not in self.dims
+                and not m.group(2)
+            ):
+                self.redeclared[name] = self.redeclared.get(name, 0) + 1
+            elif name in self.arrays or name in self.params or name in self.scalars or name in self.cg:
                 raise Giveup(f"{name} declared twice (line {line_of(code, s)})")
+            self.scopes[name] = list(self.scope)
             self.arrays[name] = t
             if m.group(2):
                 out.extend(self._local_array(name, m.group(2), m.group(3), line_of(code, s)))
