@@ -48,6 +48,10 @@ ON_LOOPS = {
     "cuda_samples/bitonicSort:bitonicSortShared",
     "cuda_samples/bitonicSort:bitonicSortShared1",
     "cuda_samples/bitonicSort:bitonicMergeShared",
+    # a region's loops declaring a per-thread local's name again (renamed in their scope)
+    "sgemm_cuda/6_vectorize:sgemmVectorize<128,128,8,8,8>",
+    "dev_blog/finite-difference:derivative_y_lPencils",
+    "dev_blog/finite-difference:derivative_z_lPencils",
 }
 
 

@@ -311,3 +311,44 @@ def test_a_local_shadowing_a_per_thread_one_keeps_fibers():
     )
     plan = _plan(text)
     assert plan.runners == {"k<4>": "run_fibers"} and "pos declared twice" in plan.why["k<4>"], plan.why
+
+
+# finite-difference's lPencils shape: a region's loops declare `sj` again (their own scope) under
+# the name of a per-thread local of the kernel; renamed there, the per-thread one untouched.
+SHADOW = r"""
+template <const int TM>
+__global__ void k(const float* x, float* y, int n, const uint stride) {
+    __shared__ float s[256 + 8];
+    const uint t = threadIdx.x;
+    int sj = t + 4;
+    for (int j = t; j < 256; j += blockDim.x) {
+        int sj = j + 4;
+        s[sj] = x[blockIdx.x * 256 + j];
+    }
+    sj += (int)(t % 3);
+    __syncthreads();
+    for (int j = t; j < 256; j += blockDim.x) {
+        int sj = j + 4;
+        { float sj2 = s[sj]; y[blockIdx.x * 256 + j] = sj2 + s[(sj + 1) % 256 + 4]; }
+    }
+    __syncthreads();
+    for (int sj = 0; sj < 1; ++sj) y[blockIdx.x * 256 + t] += (float)sj;
+    y[blockIdx.x * 256 + t] += s[sj % 256 + 4] * 0.5f;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [256, 96], ids=str)
+def test_a_local_declared_again_inside_a_regions_loop_is_its_own(cpu, block):
+    plan = _plan(SHADOW)
+    assert plan.runners == {"k<4>": "run_blocks"}, plan.why
+    assert "sj_kb_in" in plan.text and "int sj[KB_FISSION_MAX_THREADS]" in plan.text
+    x = np.random.default_rng(8).standard_normal(3 * 256).astype(np.float32)
+    out = []
+    for text in (SHADOW, _on_fibers(SHADOW)):
+        y = kb.asarray(np.full(3 * 256, -7, np.float32), device=cpu)
+        k = kb.compile(kb.Source(text, lang="cuda", name="k<4>"), cpu)
+        k.launch(3, block, (kb.asarray(x, device=cpu), y, 0, 0))
+        out.append((k.handle.fibers, y.numpy()))
+    assert not out[0][0] and out[1][0]
+    np.testing.assert_array_equal(out[0][1], out[1][1])

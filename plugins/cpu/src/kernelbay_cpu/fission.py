@@ -53,6 +53,7 @@ from .fission_params import constants, copy_params, param_copies
 from .fission_pp import active_body, defines
 from .fission_ranges import pure_read
 from .fission_scan import CG_METHODS, closing, line_of, skip_ws, statements
+from .fission_shadow import rename_shadows
 from .fission_state import KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
 from .fission_strided import strided
 from .fission_warps import reduction_loop, warp_calls, warp_statement
@@ -157,8 +158,11 @@ def _rewrite(text: str, code: str, fn: Function, a: int, b: int, consts: set[str
     _check_groups(rw)
     rw.finish()
     exits(rw)
-    # Every other declaration of a per-thread name (a shadowing one) would be renamed too.
-    for name in [*rw.arrays, *rw.remat]:
+    # A declaration of a per-thread array's name in a region's statement: renamed in its scope
+    # (fission_shadow.py); one anywhere else keeps fibers. (A local made again in each region,
+    # or once for the block, may be shadowed: it is not renamed.)
+    rename_shadows(rw)
+    for name in rw.arrays:
         # (`T<U> name`, not a comparison `a > name)`)
         found = re.findall(rf"(?:(?:{TYPE}|\w)\s+\**{name}\s*[=;,\[)]|>\s+\**{name}\s*[=;,\[])", body_code)
         if len(found) > 1 + rw.redeclared.get(name, 0):

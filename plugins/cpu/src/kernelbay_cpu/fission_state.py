@@ -140,7 +140,8 @@ class Rewrite:
         #: (start -> the names they assign): what a region of only some threads may skip
         self.inert: set[int] = set()
         self.pure: dict[int, list[str]] = {}
-        self.body_end = b
+        self.body_start, self.body_end = a, b
+        self.decl_spans: list[tuple[int, int]] = []  # the declarations of per-thread locals (declare)
         self.loop_start = -1  # where the outermost uniform loop's body begins, inside one
         self.regions: list[Region] = []  # the regions closed so far, in order
         #: per-thread locals every write of which so far is a statement at a top level with a
@@ -302,7 +303,7 @@ class Rewrite:
                 and not m.group(2)
             ):
                 self.redeclared[name] = self.redeclared.get(name, 0) + 1
-            elif name in self.arrays or name in self.params or name in self.scalars or name in self.cg:
+            elif name in {*self.arrays, *self.params, *self.scalars, *self.cg, *self.remat, *self.hoisted}:
                 raise Giveup(f"{name} declared twice (line {line_of(code, s)})")
             self.scopes[name] = list(self.scope)
             self.arrays[name] = t
@@ -341,4 +342,5 @@ class Rewrite:
         stmt = ("(void)0" if not out else ", ".join(out)) + ";"
         if not out and not subs:
             self.inert.add(s)
+        self.decl_spans.append((s, e))
         self.edits.append((s, e, pad(stmt, text[s:e])))
