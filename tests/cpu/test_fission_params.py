@@ -352,3 +352,35 @@ def test_a_local_declared_again_inside_a_regions_loop_is_its_own(cpu, block):
         out.append((k.handle.fibers, y.numpy()))
     assert not out[0][0] and out[1][0]
     np.testing.assert_array_equal(out[0][1], out[1][1])
+
+
+# kernel_tuner matmul's shape: the loop around barriers counts a local declared before it.
+OUTER_VAR = r"""
+template <const int TM>
+__global__ void k(const float* x, float* y, int n, const uint stride) {
+    __shared__ float s[256];
+    const uint t = threadIdx.x;
+    int step, j;
+    float acc = 0.0f;
+    for (step = 0; step < 3; step++) {
+        s[t] = x[blockIdx.x * blockDim.x + t] + step;
+        __syncthreads();
+        for (j = 0; j < 2; j++) acc += s[(t + j + step) % blockDim.x];
+        __syncthreads();
+    }
+    y[blockIdx.x * blockDim.x + t] = acc + step + j;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [256, 96], ids=str)
+def test_a_loop_counting_a_local_declared_before_it(cpu, block):
+    plan = _plan(OUTER_VAR)
+    assert plan.runners == {"k<4>": "run_blocks"}, plan.why
+    assert "int step{};" in plan.text and "int j[KB_FISSION_MAX_THREADS]" in plan.text
+    loops, y = _launch(cpu, OUTER_VAR, block, 3)
+    fibers, y2 = _launch(cpu, _on_fibers(OUTER_VAR), block, 3)
+    assert not loops.handle.fibers and fibers.handle.fibers
+    np.testing.assert_array_equal(y, y2)
+    written = OUTER_VAR.replace("float acc = 0.0f;", "float acc = 0.0f; if (t == 3) step = 1;")
+    assert "without its own variable" in _plan(written).why["k<4>"]

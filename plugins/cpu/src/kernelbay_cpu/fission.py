@@ -301,12 +301,17 @@ def _uniform_for(rw: Rewrite, s: int, e: int) -> None:
     if len(parts) != 3:
         raise Giveup(f"a for loop around a barrier or warp operation that is not counted ({where})")
     init = re.match(rf"\s*(?:{TYPE})\s+([A-Za-z_]\w*)\s*=", parts[0])
-    if not init:
+    outside = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=).*", parts[0], re.S)
+    own = init or outside
+    if own is None or (not init and not _loop_only(rw, own.group(1), paren, close)):
         raise Giveup(f"a for loop around a barrier or warp operation without its own variable ({where})")
-    var = init.group(1)
-    words = set(re.findall(r"\b[A-Za-z_]\w*\b", header))
-    if not words <= UNIFORM_WORDS | rw.fixed | {var} | rw.scalars | set(rw.hoisted):
+    var = own.group(1)
+    words = set(re.findall(r"\b[A-Za-z_]\w*\b", re.sub(r"\.\s*[A-Za-z_]\w*", " ", header)))
+    if not words <= UNIFORM_WORDS - {"x", "y", "z"} | rw.fixed | {var} | rw.scalars | set(rw.hoisted):
         raise Giveup(f"a for loop around a barrier or warp operation whose trip count may differ ({where})")
+    if not init:  # declared before (`int k; ... for (k = 0; ...)`): the block's, as the loop's
+        rw.block_vars[var] = rw.arrays.pop(var)
+        rw.uniform_writes.pop(var, None)
     rw.scalars.add(var)
     j = skip_ws(code, close + 1, e)
     outer = rw.loop_start < 0
@@ -320,6 +325,18 @@ def _uniform_for(rw: Rewrite, s: int, e: int) -> None:
         rw.edits.append((e, e, "}"))
     if outer:
         rw.loop_start = -1
+
+
+def _loop_only(rw: Rewrite, var: str, lo: int, hi: int) -> bool:
+    """Whether ``var`` is a per-thread local declared without a value whose every write is in
+    ``code[lo:hi]`` (a for loop's header)."""
+    if var not in rw.arrays or var in rw.dims or var not in rw.uniform_writes or rw.uniform_writes[var]:
+        return False
+    writes = (
+        rf"(?<![\w.])(?<!->){var}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|(?:\+\+|--|(?<!&)&)\s*{var}\b|\b{var}\s*(?:\+\+|--)"
+    )
+    a, b = rw.body_start, rw.body_end
+    return all(lo <= a + m.start() < hi for m in re.finditer(writes, rw.code[a:b]))
 
 
 def _check_groups(rw: Rewrite) -> None:

@@ -13,6 +13,7 @@ body (``#define``, ``#include`` ...), keeps the kernel on fibers (:class:`Giveup
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from kernelbay.csource import strip_comments_and_strings
 
@@ -24,7 +25,7 @@ _UNKNOWN = object()  # a macro defined under a condition not decided: its value 
 _FUNCTION = object()  # a function-like macro: never expanded here
 
 
-def defines(options: tuple[str, ...] | list[str]) -> dict[str, object]:
+def defines(options: Sequence[str]) -> dict[str, object]:
     """The macros ``-DNAME[=VALUE]`` options define (``-UNAME`` removes one), in order."""
     out: dict[str, object] = {}
     opts = list(options)
