@@ -54,6 +54,8 @@ ON_LOOPS = {
     "dev_blog/finite-difference:derivative_z_lPencils",
     # a loop around barriers counting a local declared before it (the block's variable)
     "kernel_tuner/matmul:matmul_kernel",
+    # a vote in an if's condition; `extern float __shared__` (the type first)
+    "cuda_samples/simpleVote:VoteAnyKernel3",
 }
 
 

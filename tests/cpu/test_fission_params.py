@@ -384,3 +384,43 @@ def test_a_loop_counting_a_local_declared_before_it(cpu, block):
     np.testing.assert_array_equal(y, y2)
     written = OUTER_VAR.replace("float acc = 0.0f;", "float acc = 0.0f; if (t == 3) step = 1;")
     assert "without its own variable" in _plan(written).why["k<4>"]
+
+
+# simpleVote's VoteAnyKernel3 shape: a vote in an if's condition (every thread that reaches the
+# if votes; the branch is the thread's own), a `bool        *p` local; the shared array declared
+# `extern float __shared__` (the type first).
+VOTE_IF = r"""
+template <const int TM>
+__global__ void k(const float* x, float* y, int n, const uint stride) {
+    extern float __shared__ s[];
+    const uint t = threadIdx.x;
+    float v = x[blockIdx.x * blockDim.x + t];
+    s[t] = v;
+    __syncthreads();
+    if (__all_sync(0xffffffffu, v > -1.5f)) {
+        v += 10.0f;
+    } else if (t % 2) {
+        v -= 1.0f;
+    }
+    if (__any_sync(0xffffffffu, s[(t + 1) % blockDim.x] > 2.0f) && t % 3 == 0) v *= 2.0f;
+    y[blockIdx.x * blockDim.x + t] = v;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [256, 96], ids=str)
+def test_a_vote_in_an_if_condition_and_extern_type_shared(cpu, block):
+    plan = _plan(VOTE_IF)
+    assert plan.runners == {"k<4>": "run_blocks"}, plan.why
+    x = np.random.default_rng(9).standard_normal(3 * block).astype(np.float32)
+    out = []
+    for text in (VOTE_IF, _on_fibers(VOTE_IF)):
+        y = kb.asarray(np.full(3 * block, -7, np.float32), device=cpu)
+        k = kb.compile(kb.Source(text, lang="cuda", name="k<4>"), cpu)
+        k.launch(3, block, (kb.asarray(x, device=cpu), y, 0, 0), shared_mem=block * 4)
+        out.append((k.handle.fibers, y.numpy()))
+    assert not out[0][0] and out[1][0]
+    np.testing.assert_array_equal(out[0][1], out[1][1])
+    assert (out[0][1] != -7).all()
+    in_body = VOTE_IF.replace("        v -= 1.0f;", "        v -= __any_sync(0xffffffffu, v > 0.0f);")
+    assert "a warp operation inside if, switch or a block" in _plan(in_body).why["k<4>"]

@@ -75,7 +75,7 @@ _FORBIDDEN = [
     ),
     (r"\.\s*(?:match_\w+|meta_group\w*_sync)\s*\(", "a tile's match_any/match_all"),
     (r"\bdyn_shared\b(?!\s*\(\s*\)\s*\)\s*;)", "dynamic shared memory outside a top-level extern __shared__"),
-    (r"\bextern\b(?!\s+__shared__)", "an extern declaration"),
+    (r"\bextern\b(?!\s+__shared__)(?!\s+[A-Za-z_][\w:\s]*?\s__shared__\s)", "an extern declaration"),
 ]
 _FORBIDDEN_RE = [(re.compile(p), why) for p, why in _FORBIDDEN]
 #: A statement that must be a split point or stand where one may (anything else holding it gives up).
@@ -92,9 +92,9 @@ _CG_TILE_DECL = re.compile(
     rf"{_CG}tiled_partition\s*<\s*(?P<n2>\d+)\s*>\s*\(\s*(?P<parent>[A-Za-z_]\w*)\s*\)\s*;"
 )
 _NAMESPACE_ALIAS = re.compile(r"namespace\s+[A-Za-z_]\w*\s*=\s*[\w:\s]+;")
-_EXTERN_SHARED = re.compile(
-    r"extern\s+__shared__\s+(?:(?:alignas|__align__)\s*\(\s*\w+\s*\)\s+)?(?P<type>[A-Za-z_][\w:\s]*?[\w])"
-    r"\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
+_EXTERN_SHARED = re.compile(  # (`extern float __shared__ smem[];` too, the type first)
+    r"extern\s+(?:__shared__\s+(?:(?:alignas|__align__)\s*\(\s*\w+\s*\)\s+)?(?P<type>[A-Za-z_][\w:\s]*?[\w])"
+    r"|(?P<type2>[A-Za-z_][\w:\s]*?[\w])\s+__shared__)\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
 )
 _DYN_SHARED_PTR = re.compile(
     r"(?P<type>[A-Za-z_][\w:\s]*?)\s*\*\s*const\s+(?P<name>[A-Za-z_]\w*)\s*=\s*reinterpret_cast\s*<[^<>;]*>\s*"
@@ -226,7 +226,7 @@ def _statements(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             if inside_loop:
                 raise Giveup(f"extern __shared__ inside a loop ({where})")
             rw.flush()
-            t = " ".join(m.group("type").split())
+            t = " ".join((m.group("type") or m.group("type2")).split())
             rw.blank(s, e, f"{t}* const {m.group('name')} = reinterpret_cast<{t}*>(::kb_cpu::dyn_shared());")
             continue
         m = _CG_BLOCK_DECL.fullmatch(st) or _CG_TILE_DECL.fullmatch(st)
@@ -245,8 +245,12 @@ def _statements(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             continue
         calls = warp_calls(rw, s, e)
         if calls:
-            if KEYWORD_START.match(st) or st.startswith("{"):
+            head = re.match(r"if\s*\(", st)  # in an if's condition every thread that reaches it votes
+            cond = closing(code, s + head.end() - 1) if head else -1
+            if (KEYWORD_START.match(st) or st.startswith("{")) and not all(s < c.start() < cond for c in calls):
                 raise Giveup(f"a warp operation inside if, switch or a block ({where})")
+            if inside_loop and jumps(rw, s, e) >= 0:
+                raise Giveup(f"a break or continue of a loop around a barrier or warp operation ({where})")
             warp_statement(rw, s, e, calls)
             continue
         if _SPLIT_RE.search(st):
