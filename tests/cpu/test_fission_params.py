@@ -424,3 +424,15 @@ def test_a_vote_in_an_if_condition_and_extern_type_shared(cpu, block):
     assert (out[0][1] != -7).all()
     in_body = VOTE_IF.replace("        v -= 1.0f;", "        v -= __any_sync(0xffffffffu, v > 0.0f);")
     assert "a warp operation inside if, switch or a block" in _plan(in_body).why["k<4>"]
+
+
+def test_a_use_that_reads_like_a_declaration_is_not_renamed():
+    # `else sj = 3;` and `a > sj;` inside a region's loop are the per-thread local's own uses
+    for use in ("if (j) y[0] = 1; else sj = 3;", "int q = j > sj; y[q] = 1;"):
+        text = (
+            "__global__ void k(float* y) { __shared__ float s[64]; int sj = threadIdx.x; sj += 1;"
+            " __syncthreads(); for (int j = 0; j < 2; j++) { " + use + " } y[threadIdx.x] = s[sj % 64]; }"
+        )
+        plan = _plan(text, "k")
+        assert "sj_kb_in" not in plan.text
+        assert plan.runners == {"k": "run_fibers"} and "sj declared twice" in plan.why["k"], plan.why

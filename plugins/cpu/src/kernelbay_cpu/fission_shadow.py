@@ -10,6 +10,10 @@ import re
 from .fission_scan import closing, skip_ws, statement_end
 from .fission_state import TYPE, Giveup, Rewrite
 
+#: a type named otherwise than TYPE: `Foo`, `ns::Foo`, `Foo<T>`
+_NAMED = r"[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*(?:\s*<[^<>;]*>)?"
+_KEYWORDS = {"else", "return", "case", "do", "goto", "sizeof", "new", "delete", "throw", "typedef", "using"}
+
 
 def _scope(code: str, lo: int, k: int, hi: int) -> int:
     """Where the scope of the declaration at ``k`` (inside ``code[lo:hi]``) ends."""
@@ -34,11 +38,14 @@ def rename_shadows(rw: Rewrite) -> None:
     """Rename the inner declarations of the per-thread arrays' names and their uses (see above)."""
     code, a, b = rw.code, rw.body_start, rw.body_end
     for name in rw.arrays:
-        decl = re.compile(rf"(?:(?:{TYPE}|\w)\s+\**{name}\s*[=;,\[)]|>\s+\**{name}\s*[=;,\[])")
+        decl = re.compile(rf"(?<![\w:])(?:const\s+)?(?P<type>{TYPE}|{_NAMED})\s*[*&]*\s+[*&]*{name}\s*[=;,\[)]")
         spans = []
         for m in decl.finditer(code, a, b):
             if any(s <= m.start() < e for s, e in rw.decl_spans):
                 continue  # a top level's: the per-thread local itself
+            before = code[a : m.start()].rstrip()
+            if m.group("type").split()[0] in _KEYWORDS or (before and before[-1] not in ";{}("):
+                continue  # a statement that uses it (`else sj = 3;`, `a > sj;`), no declaration
             end = _scope(code, a, m.start(), b)
             if end < 0:
                 raise Giveup(f"{name} declared twice")
