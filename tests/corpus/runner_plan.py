@@ -31,14 +31,21 @@ class Row:
         return self.why.split("not as loops: ", 1)[1] if "not as loops: " in self.why else self.why
 
 
-def plan_rows(text: str, headers: dict[str, str], names: list[str], where: str) -> list[Row]:
-    """The rows of the entries ``names`` of one cuda source."""
+def plan_rows(
+    text: str, headers: dict[str, str], names: list[str], where: str, options: tuple[str, ...] = ()
+) -> list[Row]:
+    """The rows of the entries ``names`` of one cuda source, built with ``options``."""
     import kernelbay as kb
     from kernelbay.errors import CompileError
     from kernelbay_cpu.build import cuda_plan
 
     src = kb.Source(
-        text, lang="cuda", name=names[0], name_expressions=tuple(n for n in names if "<" in n), headers=headers
+        text,
+        lang="cuda",
+        name=names[0],
+        name_expressions=tuple(n for n in names if "<" in n),
+        headers=headers,
+        options=options,
     )
     try:
         _, plan = cuda_plan(src, names)
@@ -53,7 +60,7 @@ def corpus_rows() -> list[Row]:
 
     out = []
     for c in CASES:
-        (row,) = plan_rows(c.source_text(), c.header_texts(), [c.kernel], c.path)
+        (row,) = plan_rows(c.source_text(), c.header_texts(), [c.kernel], c.path, tuple(c.options))
         out.append(Row(c.id, row.kernel, row.runner, row.why))
     return out
 

@@ -26,6 +26,36 @@ ON_LOOPS = {
     "cuda_samples/shfl_scan:uniform_add",
     # break and continue inside a region's own loops
     "learn_cuda/convolution:convolution_kernel_v3",
+    # parameters the body assigns, a copy per thread (sgemm's `A += ...`); loops bounded by
+    # template parameters and constant macros; `uint` locals
+    "sgemm_cuda/3_smem:sgemm_shared_mem_block<32>",
+    "cuda_samples/histogram64:mergeHistogram64Kernel",
+    "cuda_samples/histogram256:mergeHistogram256Kernel",
+    # preprocessor lines in the body: conditionals decided by the build's -D options, pragmas
+    "cuda_samples/convolutionSeparable:convolutionRowsKernel",
+    "cuda_samples/convolutionSeparable:convolutionColumnsKernel",
+    "kernel_tuner/reduction:sum_floats[float,smem]",
+    # local arrays of constant sizes, each thread's copy in a buffer of the block's
+    "sgemm_cuda/4_1d_blocktiling:sgemm1DBlocktiling<64,64,8,8>",
+    "sgemm_cuda/5_2d_blocktiling:sgemm2DBlocktiling<128,128,8,8,8>",
+    "kernel_tuner/convolution:convolution_kernel",
+    "kernel_tuner/convolution:convolution_kernel[tiled,ldg]",
+    # CUDA vector types (uint4), uchar, `T     *p` declarations stored per thread
+    "cuda_samples/scan:uniformUpdate",
+    "cuda_samples/histogram64:histogram64Kernel",
+    "cuda_samples/histogram256:histogram256Kernel",
+    # uniform loops inside uniform loops and blocks; a local declared again in a sibling loop
+    "cuda_samples/bitonicSort:bitonicSortShared",
+    "cuda_samples/bitonicSort:bitonicSortShared1",
+    "cuda_samples/bitonicSort:bitonicMergeShared",
+    # a region's loops declaring a per-thread local's name again (renamed in their scope)
+    "sgemm_cuda/6_vectorize:sgemmVectorize<128,128,8,8,8>",
+    "dev_blog/finite-difference:derivative_y_lPencils",
+    "dev_blog/finite-difference:derivative_z_lPencils",
+    # a loop around barriers counting a local declared before it (the block's variable)
+    "kernel_tuner/matmul:matmul_kernel",
+    # a vote in an if's condition; `extern float __shared__` (the type first)
+    "cuda_samples/simpleVote:VoteAnyKernel3",
 }
 
 

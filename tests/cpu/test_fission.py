@@ -96,8 +96,6 @@ def test_the_rewrite_keeps_line_numbers_and_diagnostics_point_at_the_users_line(
         "auto v = threadIdx.x; __syncthreads(); y[threadIdx.x] = v;",
         # a loop whose trip count differs between threads
         "for (int j = 0; j < threadIdx.x; ++j) { __syncthreads(); } y[threadIdx.x] = 1;",
-        # a parameter changed by each thread (each has its own copy on a GPU)
-        "int v = threadIdx.x; __syncthreads(); y += 1; y[v] = 1;",
         # a warp operation inside a branch
         "__syncthreads(); if (threadIdx.x < 16) y[threadIdx.x] = __shfl_sync(0xffffu, 1, 0);",
         # a warp operation whose mask differs between threads

@@ -257,7 +257,9 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
             elif r.builtins_outside:
                 refusal = "a function it calls reads threadIdx"
             else:
-                refusal = split_at_barriers(source.text, strip_comments_and_strings(source.text), fn)[1]
+                refusal = split_at_barriers(
+                    source.text, strip_comments_and_strings(source.text), fn, source.options, source.headers
+                )[1]
         if r.block and not refusal:
             runners[n], why[n] = "run_blocks", f"barriers and warp operations as loop boundaries: {r.why}"
             split_at.add(at)
@@ -287,7 +289,7 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
     for i, orig in enumerate(order):
         if orig in split_at:
             k = [k for k in find_kernels(text) if k.body is not None][i]
-            split = fission(text, strip_comments_and_strings(text), k)
+            split = fission(text, strip_comments_and_strings(text), k, source.options, source.headers)
             if split is None:  # cannot happen: the same shape was accepted above
                 raise CompileError(f"internal error: barrier loop fission of {k.name} failed on the rewritten text")
             text = split

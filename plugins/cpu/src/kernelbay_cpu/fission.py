@@ -21,14 +21,19 @@ pointer type, or of a struct of such members the source defines, become per-thre
 arrays declared at the top level are the block's: local arrays of the call that runs the block;
 ``extern __shared__`` at the top level points at the launch's dynamic shared memory.
 
+A parameter the body assigns is a per-thread local filled from the argument (each CUDA thread
+has its own copy); local arrays of constant sizes are each thread's in a buffer of the block's;
+template parameters and constant macros count as every thread's alike; the body's ``#if`` lines
+are decided by the build's defines first (fission_pp.py).
+
 Early ``return;`` (a flag per thread: the regions after it skip the thread), ``break`` and
 ``continue`` inside a region's statement, ``while``/``do`` loops: fission_exit.py.
 
 Not handled (:func:`split` says which, for the profile note): ``goto``, a ``return`` with a value
 (a lambda's), a ``break``/``continue`` of a loop around split points, warp operations inside
 ``if``, ``while`` or other statements, a warp operation's mask that differs between threads,
-``__match_*``, ``__reduce_*_sync``, ``__activemask``, scans, tiles of more than 32 threads, a
-parameter the body assigns, ``volatile``, and ``while``/``do`` loops (or loops that may ``break``)
+``__match_*``, ``__reduce_*_sync``, ``__activemask``, scans, tiles of more than 32 threads,
+``volatile``, and ``while``/``do`` loops (or loops that may ``break``)
 beside atomics, fences or clocks (a thread may spin on what another thread of its block stores,
 without a barrier: only fibers run both), split points in ``if``/``while``/nested loops, and
 split points reached through other functions or macros.
@@ -39,13 +44,17 @@ The rewrite keeps every line where it was, so diagnostics still point at the use
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
 from kernelbay.csource import Function, strip_comments_and_strings
 
 from .fission_exit import exits, jumps, lambda_beside_return, spins
+from .fission_params import constants, copy_params, param_copies
+from .fission_pp import active_body, defines
 from .fission_ranges import pure_read
-from .fission_scan import closing, line_of, skip_ws, statements
-from .fission_state import CG_METHODS, KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
+from .fission_scan import CG_METHODS, closing, line_of, skip_ws, statements
+from .fission_shadow import rename_shadows
+from .fission_state import KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
 from .fission_strided import strided
 from .fission_warps import reduction_loop, warp_calls, warp_statement
 
@@ -66,7 +75,7 @@ _FORBIDDEN = [
     ),
     (r"\.\s*(?:match_\w+|meta_group\w*_sync)\s*\(", "a tile's match_any/match_all"),
     (r"\bdyn_shared\b(?!\s*\(\s*\)\s*\)\s*;)", "dynamic shared memory outside a top-level extern __shared__"),
-    (r"\bextern\b(?!\s+__shared__)", "an extern declaration"),
+    (r"\bextern\b(?!\s+__shared__)(?!\s+[A-Za-z_][\w:\s]*?\s__shared__\s)", "an extern declaration"),
 ]
 _FORBIDDEN_RE = [(re.compile(p), why) for p, why in _FORBIDDEN]
 #: A statement that must be a split point or stand where one may (anything else holding it gives up).
@@ -83,9 +92,9 @@ _CG_TILE_DECL = re.compile(
     rf"{_CG}tiled_partition\s*<\s*(?P<n2>\d+)\s*>\s*\(\s*(?P<parent>[A-Za-z_]\w*)\s*\)\s*;"
 )
 _NAMESPACE_ALIAS = re.compile(r"namespace\s+[A-Za-z_]\w*\s*=\s*[\w:\s]+;")
-_EXTERN_SHARED = re.compile(
-    r"extern\s+__shared__\s+(?:(?:alignas|__align__)\s*\(\s*\w+\s*\)\s+)?(?P<type>[A-Za-z_][\w:\s]*?[\w])"
-    r"\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
+_EXTERN_SHARED = re.compile(  # (`extern float __shared__ smem[];` too, the type first)
+    r"extern\s+(?:__shared__\s+(?:(?:alignas|__align__)\s*\(\s*\w+\s*\)\s+)?(?P<type>[A-Za-z_][\w:\s]*?[\w])"
+    r"|(?P<type2>[A-Za-z_][\w:\s]*?[\w])\s+__shared__)\s+(?P<name>[A-Za-z_]\w*)\s*\[\s*\]\s*;"
 )
 _DYN_SHARED_PTR = re.compile(
     r"(?P<type>[A-Za-z_][\w:\s]*?)\s*\*\s*const\s+(?P<name>[A-Za-z_]\w*)\s*=\s*reinterpret_cast\s*<[^<>;]*>\s*"
@@ -93,18 +102,29 @@ _DYN_SHARED_PTR = re.compile(
 )
 
 
-def fission(text: str, code: str, fn: Function) -> str | None:
+def fission(
+    text: str, code: str, fn: Function, options: Sequence[str] = (), headers: Mapping[str, str] = {}
+) -> str | None:
     """``text`` with the kernel ``fn`` rewritten for the loop path with barriers and warp
     operations as region boundaries, or None when it does not have the shape handled (see the
-    module docstring). ``code``: ``text`` with comments, literals and directives blanked (same offsets)."""
-    return split(text, code, fn)[0]
+    module docstring). ``code``: ``text`` with comments and literals blanked (same offsets);
+    ``options`` the build's (its ``-D``s decide the body's ``#if`` lines), ``headers`` the source's."""
+    return split(text, code, fn, options, headers)[0]
 
 
-def split(text: str, code: str, fn: Function) -> tuple[str | None, str]:
+def split(
+    text: str, code: str, fn: Function, options: Sequence[str] = (), headers: Mapping[str, str] = {}
+) -> tuple[str | None, str]:
     """:func:`fission`'s text, or None and why the kernel keeps the fiber runner."""
     if fn.body is None:
         return None, "its body was not found"
     a, b = fn.body[0] + 1, fn.body[1]
+    macros = defines(options)
+    if re.search(r"^[ \t]*#", code[a:b], re.M):
+        try:
+            text, code = active_body(text, code, a, b, macros, dict(headers))
+        except Giveup as e:
+            return None, str(e)
     body = code[a:b]
     if not _SPLIT_RE.search(body):
         return None, "it has no barrier or warp operation to split at"
@@ -122,36 +142,42 @@ def split(text: str, code: str, fn: Function) -> tuple[str | None, str]:
             " a thread may wait on another without a barrier"
         )
     try:
-        return _rewrite(text, code, fn, a, b), ""
+        return _rewrite(text, code, fn, a, b, constants(text, code, fn, macros, list(headers.values()))), ""
     except Giveup as e:
         return None, str(e) or "its shape is not one the loop path takes"
 
 
-def _rewrite(text: str, code: str, fn: Function, a: int, b: int) -> str:
-    rw = Rewrite(text, code, fn, a, b)
+def _rewrite(text: str, code: str, fn: Function, a: int, b: int, consts: set[str]) -> str:
+    rw = Rewrite(text, code, fn, a, b, consts)
     body_code = rw.body_code
-    # Each CUDA thread has its own copy of the parameters; here the regions share the call's.
-    if any(
-        rw.assigned(p) or re.search(rf"(?<![\w.])(?<!->){p}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", body_code)
-        for p in rw.params
-    ):
-        raise Giveup("it assigns a kernel parameter (each thread has its own copy on a GPU)")
+    # Each CUDA thread has its own copy of the parameters: one the body assigns is a per-thread local.
+    param_copies(rw, fn)
     _level(rw, a, b, False)
     if not rw.arrays and not rw.remat and not rw.edits:
         raise Giveup("nothing to split")
     _check_groups(rw)
     rw.finish()
     exits(rw)
-    # Every other declaration of a per-thread name (a shadowing one) would be renamed too.
-    for name in [*rw.arrays, *rw.remat]:
+    # A declaration of a per-thread array's name in a region's statement: renamed in its scope
+    # (fission_shadow.py); one anywhere else keeps fibers. (A local made again in each region,
+    # or once for the block, may be shadowed: it is not renamed.)
+    rename_shadows(rw)
+    for name in rw.arrays:
         # (`T<U> name`, not a comparison `a > name)`)
-        if len(re.findall(rf"(?:(?:{TYPE}|\w)\s+\**{name}\s*[=;,\[)]|>\s+\**{name}\s*[=;,\[])", body_code)) > 1:
+        found = re.findall(rf"(?:(?:{TYPE}|\w)\s+\**{name}\s*[=;,\[)]|>\s+\**{name}\s*[=;,\[])", body_code)
+        if len(found) > 1 + rw.redeclared.get(name, 0):
             raise Giveup(f"{name} declared twice")
     return _assemble(rw, a, b)
 
 
 def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
     """Rewrite the statements of ``code[lo:hi]``, a top level (the body's or a uniform loop's)."""
+    rw.scope.append(lo)
+    _statements(rw, lo, hi, inside_loop)
+    rw.scope.pop()
+
+
+def _statements(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
     text, code, cg = rw.text, rw.code, rw.cg
     stmts = statements(code, lo, hi)
     if stmts is None:
@@ -200,7 +226,7 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             if inside_loop:
                 raise Giveup(f"extern __shared__ inside a loop ({where})")
             rw.flush()
-            t = " ".join(m.group("type").split())
+            t = " ".join((m.group("type") or m.group("type2")).split())
             rw.blank(s, e, f"{t}* const {m.group('name')} = reinterpret_cast<{t}*>(::kb_cpu::dyn_shared());")
             continue
         m = _CG_BLOCK_DECL.fullmatch(st) or _CG_TILE_DECL.fullmatch(st)
@@ -210,15 +236,21 @@ def _level(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
         if re.match(r"for\s*\(", st) and _SPLIT_RE.search(st):
             if not inside_loop and reduction_loop(rw, s, e):
                 continue
-            if inside_loop:
-                raise Giveup(f"a barrier or warp operation in a nested loop ({where})")
             rw.flush()
-            _uniform_for(rw, s, e)
+            _uniform_for(rw, s, e)  # (inside another: nested, the outermost's start kept)
+            continue
+        if st.startswith("{") and _SPLIT_RE.search(st):
+            rw.flush()  # a block of split points: its statements a top level of their own
+            _level(rw, s + 1, e - 1, inside_loop)
             continue
         calls = warp_calls(rw, s, e)
         if calls:
-            if KEYWORD_START.match(st) or st.startswith("{"):
+            head = re.match(r"if\s*\(", st)  # in an if's condition every thread that reaches it votes
+            cond = closing(code, s + head.end() - 1) if head else -1
+            if (KEYWORD_START.match(st) or st.startswith("{")) and not all(s < c.start() < cond for c in calls):
                 raise Giveup(f"a warp operation inside if, switch or a block ({where})")
+            if inside_loop and jumps(rw, s, e) >= 0:
+                raise Giveup(f"a break or continue of a loop around a barrier or warp operation ({where})")
             warp_statement(rw, s, e, calls)
             continue
         if _SPLIT_RE.search(st):
@@ -273,12 +305,17 @@ def _uniform_for(rw: Rewrite, s: int, e: int) -> None:
     if len(parts) != 3:
         raise Giveup(f"a for loop around a barrier or warp operation that is not counted ({where})")
     init = re.match(rf"\s*(?:{TYPE})\s+([A-Za-z_]\w*)\s*=", parts[0])
-    if not init:
+    outside = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=).*", parts[0], re.S)
+    own = init or outside
+    if own is None or (not init and not _loop_only(rw, own.group(1), paren, close)):
         raise Giveup(f"a for loop around a barrier or warp operation without its own variable ({where})")
-    var = init.group(1)
-    words = set(re.findall(r"\b[A-Za-z_]\w*\b", header))
-    if not words <= UNIFORM_WORDS | rw.params | {var} | rw.scalars | set(rw.hoisted):
+    var = own.group(1)
+    words = set(re.findall(r"\b[A-Za-z_]\w*\b", re.sub(r"\.\s*[A-Za-z_]\w*", " ", header)))
+    if not words <= UNIFORM_WORDS - {"x", "y", "z"} | rw.fixed | {var} | rw.scalars | set(rw.hoisted):
         raise Giveup(f"a for loop around a barrier or warp operation whose trip count may differ ({where})")
+    if not init:  # declared before (`int k; ... for (k = 0; ...)`): the block's, as the loop's
+        rw.block_vars[var] = rw.arrays.pop(var)
+        rw.uniform_writes.pop(var, None)
     rw.scalars.add(var)
     j = skip_ws(code, close + 1, e)
     outer = rw.loop_start < 0
@@ -292,6 +329,18 @@ def _uniform_for(rw: Rewrite, s: int, e: int) -> None:
         rw.edits.append((e, e, "}"))
     if outer:
         rw.loop_start = -1
+
+
+def _loop_only(rw: Rewrite, var: str, lo: int, hi: int) -> bool:
+    """Whether ``var`` is a per-thread local declared without a value whose every write is in
+    ``code[lo:hi]`` (a for loop's header)."""
+    if var not in rw.arrays or var in rw.dims or var not in rw.uniform_writes or rw.uniform_writes[var]:
+        return False
+    writes = (
+        rf"(?<![\w.])(?<!->){var}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|(?:\+\+|--|(?<!&)&)\s*{var}\b|\b{var}\s*(?:\+\+|--)"
+    )
+    a, b = rw.body_start, rw.body_end
+    return all(lo <= a + m.start() < hi for m in re.finditer(writes, rw.code[a:b]))
 
 
 def _check_groups(rw: Rewrite) -> None:
@@ -335,15 +384,22 @@ def _assemble(rw: Rewrite, a: int, b: int) -> str:
         pieces.append(seg[pos:k] + "[kb_t]")
         pos = k
     pieces.append(seg[pos:])
-    decls = " ".join(f"{t} {n}[KB_FISSION_MAX_THREADS];" for n, t in rw.arrays.items())
+    decls = " ".join(f"{t} {n}[KB_FISSION_MAX_THREADS];" for n, t in rw.arrays.items() if n not in rw.dims)
+    for slot, (n, dims) in enumerate(rw.dims.items()):  # each thread's copy of a local array
+        decls += (
+            f" using kb_arr_{n} = {rw.arrays[n]}{dims}; kb_arr_{n}* const {n} ="
+            f" reinterpret_cast<kb_arr_{n}*>(::kb_cpu::fis::scratch({slot}, sizeof(kb_arr_{n}) * kb_fb.n));"
+        )
     decls += " " + " ".join(f"{t} {n}{{}};" for n, t in rw.block_vars.items())
     decls += (
         " " + " ".join(f"::kb_cpu::fis::Lanes {n};" for n in sorted(rw.lanes)) + " " + " ".join(rw.hoisted.values())
     )
+    head, fill = copy_params(rw, new[:a])
+    decls += fill
     if rw.lanes:  # the loops' own locals, outside them for decltype only (a warp operand's type)
         decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, t in rw.cg.items())
         decls += " " + " ".join(f"[[maybe_unused]] {t} {n}{{}};" for n, (t, _) in rw.remat.items())
     begin = " KB_FISSION_BEGIN_WARPS " if rw.lanes else " KB_FISSION_BEGIN "  # kb_t an int or an unsigned
     if rw.live:
         begin += "KB_FISSION_LIVE "
-    return new[:a] + begin + decls + "".join(pieces) + new[nb:]
+    return head + begin + decls + "".join(pieces) + new[nb:]

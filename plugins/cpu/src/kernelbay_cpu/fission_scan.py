@@ -54,6 +54,11 @@ def statements(code: str, a: int, b: int) -> list[tuple[int, int]] | None:
     return out
 
 
+def statement_end(code: str, i: int, b: int) -> int:
+    """The end of the statement that begins at ``i`` (inside ``code[:b]``), or -1."""
+    return _statement(code, i, b)
+
+
 def _statement(code: str, i: int, b: int) -> int:
     if code[i] == "{":
         k = closing(code, i)

@@ -10,15 +10,18 @@ import re
 from kernelbay.csource import Function
 
 from .fission_ranges import Region, ranges
-from .fission_scan import CG_METHODS, line_of, pad, skip_ws, split_top
+from .fission_scan import line_of, pad, skip_ws, split_top
 
 TYPE = (
     r"(?:(?:const|unsigned|signed|long|short|volatile)\s+)*"
-    r"(?:int|float|double|long|char|bool|short|unsigned|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t)"
+    r"(?:int|float|double|long|char|bool|short|unsigned|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|uint|ushort|ulong|uchar"
+    r"|(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4])\b"
     r"(?:\s+const)?(?:\s*\*+(?:\s*const)?(?:\s*__restrict__)?)?"
 )
 #: A declaration of locals the loop path stores per thread (a plain arithmetic or pointer type).
-DECL = re.compile(rf"(?P<type>{TYPE})\s+(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
+#: CUDA's vector types (``float4``, ``uint2`` ...): plain data written member by member, as a struct's
+VECTOR = re.compile(r"(?:const\s+)?(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4]")
+DECL = re.compile(rf"(?P<type>{TYPE})(?:\s+|(?<=\*))(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
 #: A struct of plain data the source defines (``struct __align__(8) SumMax { float maxval; float sum; };``):
 #: its locals are stored per thread as those of arithmetic types are, never the block's.
 _STRUCT = re.compile(
@@ -43,9 +46,9 @@ def plain_structs(code: str) -> set[str]:
 LOOKS_DECL = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:[=;,\[({]|$)")
 KEYWORD_START = re.compile(r"^(?:if|for|while|do|switch|else|case|default|return|__shared__|static|typedef)\b")
 UNIFORM_WORDS = {
-    "blockDim", "gridDim", "blockIdx", "x", "y", "z", "int", "unsigned", "long", "size_t", "const", "warpSize",
+    "blockDim", "gridDim", "blockIdx", "x", "y", "z", "int", "unsigned", "long", "size_t", "const", "warpSize", "uint",
 }  # fmt: skip
-_INDEX_WORDS = {
+INDEX_WORDS = {
     "threadIdx",
     "blockIdx",
     "blockDim",
@@ -64,6 +67,7 @@ _INDEX_WORDS = {
     "size_t",
     "const",
     "warpSize",
+    "uint",
 }
 
 
@@ -85,14 +89,14 @@ class Rewrite:
     """One kernel body ``text[a:b]`` being rewritten (``code``: ``text`` with comments, literals
     and directives blanked, same offsets)."""
 
-    def __init__(self, text: str, code: str, fn: Function, a: int, b: int) -> None:
+    def __init__(self, text: str, code: str, fn: Function, a: int, b: int, consts: set[str]) -> None:
         self.text, self.code = text, code
         self.params = params(fn)
         self.structs = plain_structs(code)
         #: a declaration of locals stored per thread: DECL's, or of a struct of plain data
         self.decl = (
             re.compile(
-                rf"(?P<type>{TYPE}|(?:const\s+)?(?:{'|'.join(sorted(self.structs))})(?!\w))\s+(?P<rest>[A-Za-z_][^;]*);\s*$",
+                rf"(?P<type>{TYPE}|(?:const\s+)?(?:{'|'.join(sorted(self.structs))})(?!\w))(?:\s+|(?<=\*))(?P<rest>[A-Za-z_][^;]*);\s*$",
                 re.S,
             )
             if self.structs
@@ -122,13 +126,22 @@ class Rewrite:
                 self.body_code,
             )
         }
+        self.consts = consts  # names every thread reads alike that are no parameter (fission_params.py)
+        self.fixed |= self.consts
+        #: the top levels being rewritten (each an id, the innermost last), where each per-thread
+        #: local was last declared, and how many times one was declared again beside its first
+        self.scope: list[int] = []
+        self.scopes: dict[str, list[int]] = {}
+        self.redeclared: dict[str, int] = {}
+        self.dims: dict[str, str] = {}  # the per-thread locals that are arrays: name -> their dimensions
         self.region: list[tuple[int, int]] = []  # the statements of the region not yet closed
         #: statements (by start) the loop path turned into nothing a thread runs (a local made
         #: again in each region or once for the block), and those that only read into locals
         #: (start -> the names they assign): what a region of only some threads may skip
         self.inert: set[int] = set()
         self.pure: dict[int, list[str]] = {}
-        self.body_end = b
+        self.body_start, self.body_end = a, b
+        self.decl_spans: list[tuple[int, int]] = []  # the declarations of per-thread locals (declare)
         self.loop_start = -1  # where the outermost uniform loop's body begins, inside one
         self.regions: list[Region] = []  # the regions closed so far, in order
         #: per-thread locals every write of which so far is a statement at a top level with a
@@ -143,6 +156,8 @@ class Rewrite:
         #: the barriers and tile syncs: (their edit, the tile's threads or 0 for the block's, line)
         self.syncs: list[tuple[int, int, int]] = []
         self.strided_starts: list[int] = []  # where the block-strided loops' regions begin
+        self.parens = fn.parens
+        self.copies: list[str] = []  # the parameters each thread has a copy of (fission_params.py)
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
@@ -154,14 +169,15 @@ class Rewrite:
     def rematerializable(self, name: str, init: str) -> bool:
         if self.assigned(name) or re.search(r"\(\s*[^)]*\)\s*\(|\[", init):
             return False
-        words = set(re.findall(r"\b[A-Za-z_]\w*\b", init))
-        return words <= _INDEX_WORDS | self.fixed | set(self.remat) | set(self.cg) | CG_METHODS | set(self.hoisted)
+        # (members and methods apart: a local named `x` or `size` is no `threadIdx.x`, no `tile.size()`)
+        words = set(re.findall(r"\b[A-Za-z_]\w*\b", re.sub(r"\.\s*[A-Za-z_]\w*", " ", init)))
+        return words <= INDEX_WORDS - {"x", "y", "z"} | self.fixed | set(self.remat) | set(self.cg) | set(self.hoisted)
 
     def uniform(self, expr: str) -> bool:
         if re.search(r"[\[{]|->|\+\+|--|(?<![=!<>])=(?!=)", expr) or re.search(r"\b[A-Za-z_]\w*\s*\(", expr):
             return False
-        words = set(re.findall(r"\b[A-Za-z_]\w*\b", expr))
-        return words <= UNIFORM_WORDS | self.fixed | self.scalars | set(self.hoisted)
+        words = set(re.findall(r"\b[A-Za-z_]\w*\b", re.sub(r"\.\s*[A-Za-z_]\w*", " ", expr)))
+        return words <= UNIFORM_WORDS - {"x", "y", "z"} | self.fixed | self.scalars | set(self.hoisted)
 
     def again(self) -> str:
         """What a region makes again at its top: the cooperative_groups objects and the locals
@@ -235,6 +251,21 @@ class Rewrite:
     def blank(self, s: int, e: int, rep: str = "") -> None:
         self.edits.append((s, e, pad(rep, self.text[s:e])))
 
+    def _local_array(self, name: str, dims: str, init: str | None, line: int) -> list[str]:
+        """A local array ``name`` of constant ``dims``: each thread's copy in a buffer of the
+        block's (include/kb_cpu_fission.h: scratch); what its initializer (none, or zeros) does."""
+        words = set(re.findall(r"\b[A-Za-z_]\w*\b", dims))
+        if not words <= self.consts or re.search(r"\[\s*\]", dims):
+            raise Giveup(f"a local array whose size is not a constant the loop path reads (line {line})")
+        if len(self.dims) == 8:
+            raise Giveup(f"more than 8 local arrays (line {line})")
+        self.dims[name] = " ".join(dims.split())
+        if init is None:
+            return []
+        if not re.fullmatch(r"\s*\{\s*(?:(?:0+\.?0*|\.0+)[fF]?)?\s*\}\s*", init):
+            raise Giveup(f"a local array with an initializer other than zeros (line {line})")
+        return [f"__builtin_memset(&{name}, 0, sizeof({name}))"]
+
     def declare(self, s: int, e: int, d: re.Match[str], subs: list[tuple[int, int, str]], inside_loop: bool) -> None:
         """The declaration ``d`` (of :data:`DECL`) of ``code[s:e]``, its locals sorted and
         ``subs`` (edits inside it) applied."""
@@ -258,18 +289,33 @@ class Rewrite:
         out = []
         pos = rest0
         for part in split_top(code[rest0:semi]):
-            m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*(?:=(.*))?", part, re.S)
+            m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*((?:\[[^\[\]]*\]\s*)+)?(?:=(.*))?", part, re.S)
             if not m:
                 raise Giveup(f"a declaration the loop path does not split (line {line_of(code, s)})")
             name = m.group(1)
-            if name in self.arrays or name in self.params or name in self.scalars or name in self.cg:
+            was = self.scopes.get(name)
+            if (  # again in a scope beside the first's (sibling loops): one array serves both
+                name in self.arrays
+                and was is not None
+                and self.scope[: len(was)] != was
+                and self.arrays[name] == t
+                and name not in self.dims
+                and not m.group(2)
+            ):
+                self.redeclared[name] = self.redeclared.get(name, 0) + 1
+            elif name in {*self.arrays, *self.params, *self.scalars, *self.cg, *self.remat, *self.hoisted}:
                 raise Giveup(f"{name} declared twice (line {line_of(code, s)})")
+            self.scopes[name] = list(self.scope)
             self.arrays[name] = t
-            if t in self.structs:  # written member by member, which the tests below do not see
-                if m.group(2) is not None:
-                    out.append(f"{name} ={piece(pos + m.start(2), pos + len(part))}")
-            elif m.group(2) is not None:
-                init = pos + m.start(2)
+            if m.group(2):
+                out.extend(self._local_array(name, m.group(2), m.group(3), line_of(code, s)))
+                pos += len(part) + 1
+                continue
+            if t in self.structs or VECTOR.fullmatch(t):  # written member by member, which the tests below do not see
+                if m.group(3) is not None:
+                    out.append(f"{name} ={piece(pos + m.start(3), pos + len(part))}")
+            elif m.group(3) is not None:
+                init = pos + m.start(3)
                 end = pos + len(part)
                 # (not one that may divide by zero where a return before it is taken: all run it first)
                 if (
@@ -296,4 +342,5 @@ class Rewrite:
         stmt = ("(void)0" if not out else ", ".join(out)) + ";"
         if not out and not subs:
             self.inert.add(s)
+        self.decl_spans.append((s, e))
         self.edits.append((s, e, pad(stmt, text[s:e])))

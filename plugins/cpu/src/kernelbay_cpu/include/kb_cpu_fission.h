@@ -549,6 +549,32 @@ struct tile {
     unsigned meta_group_size() const { return (bd.x * bd.y * bd.z + KbN - 1) / KbN; }
 };
 
+// Each thread's copy of a local array of a fissioned kernel (`float acc[TM * TN]`): the block's
+// copies in one buffer per array (slot), kept by the OS thread and grown as needed -- not on the
+// stack, where 1024 threads' copies of a larger array would not fit. A block runs to its end on
+// its OS thread (the loop path never yields), so one buffer a slot serves every kernel there.
+#define KB_FISSION_MAX_ARRAYS 8
+struct Scratch {
+    void* p[KB_FISSION_MAX_ARRAYS] = {};
+    size_t n[KB_FISSION_MAX_ARRAYS] = {};
+    ~Scratch() {
+        for (void* q : p) free(q);
+    }
+};
+inline void* scratch(unsigned slot, size_t bytes) {
+    static thread_local Scratch s;
+    if (s.n[slot] < bytes) {
+        free(s.p[slot]);
+        s.p[slot] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        if (s.p[slot] == nullptr) {
+            fprintf(stderr, "kernelbay: out of memory for %zu bytes of a kernel's per-thread local arrays\n", bytes);
+            abort();
+        }
+        s.n[slot] = bytes;
+    }
+    return s.p[slot];
+}
+
 }  // namespace fis
 }  // namespace kb_cpu
 
