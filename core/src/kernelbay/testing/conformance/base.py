@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import kernelbay as kb
+from kernelbay import cache
 from kernelbay.argrules import DTYPES, DType
 
 from ..plugin import require_device
@@ -44,8 +45,6 @@ def rule(name: str, text: str) -> str:
 
 def compile_watching_cache(src: Any, device: kb.Device) -> tuple[kb.Kernel, list[bool]]:
     """``kb.compile(src)`` and the disk-cache lookups it made, in order (``True``: a hit)."""
-    from kernelbay import cache
-
     found: list[bool] = []
     before = cache.observer
     cache.observer = lambda _key, hit: found.append(hit)
