@@ -56,6 +56,10 @@ ON_LOOPS = {
     "kernel_tuner/matmul:matmul_kernel",
     # a vote in an if's condition; `extern float __shared__` (the type first)
     "cuda_samples/simpleVote:VoteAnyKernel3",
+    # SharedMemory<T>'s extern __shared__ in a member; `T *sdata` (T a template parameter) per thread
+    "cuda_samples/reduction:reduce0<int>",
+    "cuda_samples/reduction:reduce1<int>",
+    "cuda_samples/reduction:reduce2<int>",
 }
 
 

@@ -277,8 +277,9 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
     split_at -= fiber_at | wrap_at
     order = [k.body[0] for k in kernels if k.body is not None]
     text = source.text
-    if fiber_at:
+    if fiber_at or split_at:  # (a helper's extern __shared__, cuda-samples' SharedMemory<T>, on loops too)
         text = rewrite_extern_shared(text)
+    if fiber_at:
         clean = strip_comments_and_strings(text)
         # No ticks in the loops of kernels on the other runners: nothing to yield to there.
         bodies = [k.body for k in find_kernels(text) if k.body is not None]

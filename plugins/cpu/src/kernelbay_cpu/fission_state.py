@@ -42,6 +42,13 @@ def plain_structs(code: str) -> set[str]:
     }
 
 
+def template_types(head: str) -> list[str]:
+    """The type parameters (``class T``, ``typename T``) of the template a function's ``head``
+    (its text before the parameter list) begins with."""
+    m = re.match(r"\s*template\s*<([^<>]*)>", head)
+    return re.findall(r"\b(?:class|typename)\s+([A-Za-z_]\w*)", m.group(1)) if m else []
+
+
 #: What reads as a declaration of some other type.
 LOOKS_DECL = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]*\s+[*&]*\s*[A-Za-z_]\w*\s*(?:[=;,\[({]|$)")
 KEYWORD_START = re.compile(r"^(?:if|for|while|do|switch|else|case|default|return|__shared__|static|typedef)\b")
@@ -93,13 +100,15 @@ class Rewrite:
         self.text, self.code = text, code
         self.params = params(fn)
         self.structs = plain_structs(code)
-        #: a declaration of locals stored per thread: DECL's, or of a struct of plain data
+        #: a declaration of locals stored per thread: DECL's, of a struct of plain data, or a
+        #: pointer to a type parameter of the kernel's template (``T *sdata = SharedMemory<T>();``)
+        others = [rf"(?:const\s+)?(?:{'|'.join(sorted(self.structs))})(?!\w)"] if self.structs else []
+        tparams = template_types(code[fn.start : fn.parens[0]]) if fn.template else []
+        if tparams:
+            others.append(rf"(?:const\s+)?(?:{'|'.join(tparams)})\s*\*+(?:\s*const)?(?:\s*__restrict__)?")
         self.decl = (
-            re.compile(
-                rf"(?P<type>{TYPE}|(?:const\s+)?(?:{'|'.join(sorted(self.structs))})(?!\w))(?:\s+|(?<=\*))(?P<rest>[A-Za-z_][^;]*);\s*$",
-                re.S,
-            )
-            if self.structs
+            re.compile(rf"(?P<type>{TYPE}|{'|'.join(others)})(?:\s+|(?<=\*))(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
+            if others
             else DECL
         )
         self.edits: list[tuple[int, int, str]] = []  # (start, end, replacement) on text offsets

@@ -6,7 +6,9 @@ block reduction no longer sends every elementwise kernel of a project to the fib
 
 Pure text work, with kernelbay.csource's readers. Where the text hides what a kernel may run
 (block operations inside a class's member functions, which a call cannot be traced to), every
-kernel of the source is judged by the whole text, as before.
+kernel of the source is judged by the whole text, as before; but a class whose only block
+operation is ``extern __shared__ T name[];`` (cuda-samples' ``SharedMemory<T>``) no longer sends
+kernels with barriers of their own to the fibers.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ _DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)((?:[^\n]*\\\n
 _DIRECTIVE_RE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.MULTILINE)
 _CLASS_HEAD_RE = re.compile(r"\b(?:struct|class|union)\b[^;{}()]*$")
 _SHARED_DECL_RE = re.compile(r"\b__shared__\b[^;{}]*?\b([A-Za-z_]\w*)\s*(?:\[[^;{}]*\])?\s*(?:=[^;{}]*)?;")
+#: A statement that only declares the launch's dynamic shared memory (``extern __shared__ T n[];``).
+_EXTERN_SHARED_RE = re.compile(
+    r"\s*extern\s+(?:__shared__\s+(?:(?:alignas|__align__)\s*\(\s*\w+\s*\)\s+)?[A-Za-z_][\w:\s]*?\w"
+    r"|[A-Za-z_][\w:\s]*?\w\s+__shared__)\s+[A-Za-z_]\w*\s*\[\s*\]\s*;"
+)
 _KEYWORDS = frozenset(
     [
         "if",
@@ -94,6 +101,9 @@ class Program:
         #: per file, names that may be a function defined at namespace scope (a superset)
         self.defined: dict[str, set[str]] = {}
         self.opaque = ""  # a block operation outside any free function's body, when one is found
+        #: a class member's `extern __shared__ T name[];`, when one is found (and no other block
+        #: operation in a class)
+        self.dyn_class = ""
         for f, c in self.code.items():
             self._scan_file_scope(f, c)
         self._funcs: dict[str, list[tuple[str, Function]]] = {}
@@ -125,8 +135,15 @@ class Program:
                     self.shared_vars.add(d.group(1))
             last = i + 1
             if "class" in stack and not self.opaque:
-                b = BLOCK_RE.search(code, last, _next_bound(code, last))
-                if b:
+                end = _next_bound(code, last)
+                b = BLOCK_RE.search(code, last, end)
+                # `extern __shared__ T name[];` in a member (cuda-samples' SharedMemory<T>) only
+                # names the launch's dynamic shared memory: no barrier (see reach()).
+                if b and _EXTERN_SHARED_RE.fullmatch(code, last, end + 1):
+                    self.dyn_class = (
+                        self.dyn_class or f"extern __shared__ in a class at {fname}:{_line(code, b.start())}"
+                    )
+                elif b:
                     self.opaque = f"{b.group(0).strip()} in a class at {fname}:{_line(code, b.start())}"
 
     def _functions(self, name: str) -> list[tuple[str, Function]]:
@@ -196,6 +213,11 @@ class Program:
             outside = True
             if not block:
                 block, why = True, f"{self.opaque} (a call into a class cannot be followed)"
+        elif self.dyn_class and not block:
+            # A kernel with no block operation of its own may still use the class's dynamic
+            # shared memory: it keeps the fibers. One with a barrier in its own body runs split
+            # at it, the declaration served as the kernel's own (analysis.rewrite_extern_shared).
+            outside, block, why = True, True, f"{self.dyn_class} (a call into a class cannot be followed)"
         return Reach(block, builtins, why, outside)
 
 
