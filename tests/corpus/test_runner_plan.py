@@ -60,6 +60,8 @@ ON_LOOPS = {
     "cuda_samples/reduction:reduce0<int>",
     "cuda_samples/reduction:reduce1<int>",
     "cuda_samples/reduction:reduce2<int>",
+    # `T mySum` where the entry makes T an arithmetic type
+    "cuda_samples/reduction:reduce3<int>",
 }
 
 

@@ -2,7 +2,8 @@
 cuda-samples' reduction kernels (``T *sdata = SharedMemory<T>();``, whose member holds
 ``extern __shared__ int __smem[];``), the corpus file unchanged, run on the loop path and, kept
 on fibers by a ``volatile`` local (which the loop path never takes), on the fiber runner, with
-the same bits (float sums: the order of the additions shows)."""
+the same bits (float sums: the order of the additions shows). reduce3's ``T mySum`` is stored
+per thread because its entry makes T an arithmetic type."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _on_fibers(text: str, kernel: str) -> str:
 
 
 def _launch(cpu, text: str, name: str, block: int, blocks: int):
-    n = block * blocks
+    n = block * blocks * (2 if name.startswith("reduce3") else 1)  # reduce3: two elements a thread
     x = np.random.default_rng(7).standard_normal(n).astype(np.float32)
     y = kb.asarray(np.full(blocks, -7, np.float32), device=cpu)
     k = kb.compile(kb.Source(text, lang="cuda", name=name), cpu)
@@ -31,7 +32,7 @@ def _launch(cpu, text: str, name: str, block: int, blocks: int):
     return k, y.numpy(), x
 
 
-@pytest.mark.parametrize("kernel", ["reduce0", "reduce1", "reduce2"])
+@pytest.mark.parametrize("kernel", ["reduce0", "reduce1", "reduce2", "reduce3"])
 @pytest.mark.parametrize("block", [256, 64], ids=str)
 def test_shared_memory_helper_runs_as_loops(cpu, kernel, block):
     name = f"{kernel}<float>"
@@ -41,7 +42,7 @@ def test_shared_memory_helper_runs_as_loops(cpu, kernel, block):
     fibers, y2, _ = _launch(cpu, _on_fibers(REDUCTION, kernel), name, block, 5)
     assert not loops.handle.fibers and fibers.handle.fibers
     np.testing.assert_array_equal(y, y2)
-    np.testing.assert_allclose(y, x.reshape(5, block).sum(axis=1), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(y, x.reshape(5, -1).sum(axis=1), rtol=1e-4, atol=1e-4)
 
 
 def test_a_barrier_in_a_class_still_keeps_fibers():
@@ -78,3 +79,28 @@ __global__ void k(float* y) {
 """
     plan = analysis.plan_cuda(kb.Source(text, lang="cuda", name="k"), ["k"])
     assert plan.runners == {"k": "run_fibers"}, plan.why
+
+
+def test_type_parameters_made_arithmetic_by_the_entry():
+    head = "template <class T, unsigned int blockSize, typename U = int>"
+    assert analysis.arithmetic_types(head, "k<float,256,unsigned int>") == {"T", "U"}
+    assert analysis.arithmetic_types(head, "k<Pair, 256, double>") == {"U"}
+    assert analysis.arithmetic_types(head, "k<std::pair<int, int>, 256>") == set()
+
+
+PAIR = """
+struct Pair { float a, b; __device__ Pair(float x) : a(x), b(x) {} };
+template <class T> __global__ void k(float* y) {
+    __shared__ float s[64];
+    T v = T(y[threadIdx.x]);
+    s[threadIdx.x] = v.a;
+    __syncthreads();
+    y[threadIdx.x] = s[(threadIdx.x + 1) % 64] + v.b;
+}
+"""
+
+
+def test_a_local_of_a_class_type_argument_keeps_fibers():
+    # (no default constructor: a per-thread array of Pair would not compile)
+    plan = analysis.plan_cuda(kb.Source(PAIR, lang="cuda", name="k<Pair>"), ["k<Pair>"])
+    assert plan.runners == {"k<Pair>": "run_fibers"}, plan.why

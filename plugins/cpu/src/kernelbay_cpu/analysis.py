@@ -15,6 +15,7 @@ from . import _loops
 from .fission import fission
 from .fission import split as split_at_barriers
 from .fission_inline import inline_helpers
+from .fission_state import template_params
 from .reach import Program
 
 FILES = {"cuda": "kernel.cu", "c++": "kernel.cpp"}
@@ -237,6 +238,7 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
     fiber_at: set[int] = set()  # body offsets of kernels run as fibers
     wrap_at: set[int] = set()  # body offsets of kernels run on the loop path
     split_at: set[int] = set()  # body offsets of kernels run on the loop path, split at barriers
+    values_at: dict[int, frozenset[str]] = {}  # their template's type parameters made arithmetic
     runners: dict[str, str] = {}
     why: dict[str, str] = {}
     for n in names:
@@ -256,10 +258,15 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
                 refusal = "a block operation outside the kernel's body (a function it calls, a macro, file scope)"
             elif r.builtins_outside:
                 refusal = "a function it calls reads threadIdx"
+            elif values_at.setdefault(at, arithmetic_types(prog.code[fname][fn.start : fn.parens[0]], n)) != (
+                arithmetic_types(prog.code[fname][fn.start : fn.parens[0]], n)
+            ):
+                refusal = "entries of one template whose type arguments differ in being arithmetic"
             else:
                 refusal = split_at_barriers(
-                    source.text, strip_comments_and_strings(source.text), fn, source.options, source.headers
-                )[1]
+                    source.text, strip_comments_and_strings(source.text), fn, source.options, source.headers,
+                    values_at[at],
+                )[1]  # fmt: skip
         if r.block and not refusal:
             runners[n], why[n] = "run_blocks", f"barriers and warp operations as loop boundaries: {r.why}"
             split_at.add(at)
@@ -290,7 +297,8 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
     for i, orig in enumerate(order):
         if orig in split_at:
             k = [k for k in find_kernels(text) if k.body is not None][i]
-            split = fission(text, strip_comments_and_strings(text), k, source.options, source.headers)
+            code = strip_comments_and_strings(text)
+            split = fission(text, code, k, source.options, source.headers, values_at.get(orig, frozenset()))
             if split is None:  # cannot happen: the same shape was accepted above
                 raise CompileError(f"internal error: barrier loop fission of {k.name} failed on the rewritten text")
             text = split
@@ -304,6 +312,24 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
         out.append(text[pos:])
         text = "".join(out)
     return Plan(text, runners, why)
+
+
+_ARITHMETIC = re.compile(
+    r"(?:(?:unsigned|signed|long|short)\s+)*(?:int|float|double|long|char|short|unsigned|bool|size_t"
+    r"|u?int(?:8|16|32|64)_t)"
+)
+
+
+def arithmetic_types(head: str, entry: str) -> frozenset[str]:
+    """The type parameters of the template a kernel's ``head`` (its code before the parameter
+    list) begins with that the entry (``reduce3<int>``) makes arithmetic types."""
+    m = re.search(r"<(.*)>\s*$", entry)
+    if m is None or "<" in m.group(1):
+        return frozenset()
+    args = [" ".join(a.split()) for a in m.group(1).split(",")]
+    return frozenset(
+        name for (name, is_type), arg in zip(template_params(head), args) if is_type and _ARITHMETIC.fullmatch(arg)
+    )
 
 
 def _blank(s: str) -> str:

@@ -103,19 +103,30 @@ _DYN_SHARED_PTR = re.compile(
 
 
 def fission(
-    text: str, code: str, fn: Function, options: Sequence[str] = (), headers: Mapping[str, str] = {}
+    text: str,
+    code: str,
+    fn: Function,
+    options: Sequence[str] = (),
+    headers: Mapping[str, str] = {},
+    values: frozenset[str] = frozenset(),
 ) -> str | None:
     """``text`` with the kernel ``fn`` rewritten for the loop path with barriers and warp
     operations as region boundaries, or None when it does not have the shape handled (see the
     module docstring). ``code``: ``text`` with comments and literals blanked (same offsets);
     ``options`` the build's (its ``-D``s decide the body's ``#if`` lines), ``headers`` the source's."""
-    return split(text, code, fn, options, headers)[0]
+    return split(text, code, fn, options, headers, values)[0]
 
 
 def split(
-    text: str, code: str, fn: Function, options: Sequence[str] = (), headers: Mapping[str, str] = {}
+    text: str,
+    code: str,
+    fn: Function,
+    options: Sequence[str] = (),
+    headers: Mapping[str, str] = {},
+    values: frozenset[str] = frozenset(),
 ) -> tuple[str | None, str]:
-    """:func:`fission`'s text, or None and why the kernel keeps the fiber runner."""
+    """:func:`fission`'s text, or None and why the kernel keeps the fiber runner. ``values``: the
+    template's type parameters the entry makes arithmetic types (their locals are stored per thread)."""
     if fn.body is None:
         return None, "its body was not found"
     a, b = fn.body[0] + 1, fn.body[1]
@@ -142,13 +153,14 @@ def split(
             " a thread may wait on another without a barrier"
         )
     try:
-        return _rewrite(text, code, fn, a, b, constants(text, code, fn, macros, list(headers.values()))), ""
+        consts = constants(text, code, fn, macros, list(headers.values()))
+        return _rewrite(text, code, fn, a, b, consts, values), ""
     except Giveup as e:
         return None, str(e) or "its shape is not one the loop path takes"
 
 
-def _rewrite(text: str, code: str, fn: Function, a: int, b: int, consts: set[str]) -> str:
-    rw = Rewrite(text, code, fn, a, b, consts)
+def _rewrite(text: str, code: str, fn: Function, a: int, b: int, consts: set[str], values: frozenset[str]) -> str:
+    rw = Rewrite(text, code, fn, a, b, consts, values)
     body_code = rw.body_code
     # Each CUDA thread has its own copy of the parameters: one the body assigns is a per-thread local.
     param_copies(rw, fn)

@@ -42,11 +42,15 @@ def plain_structs(code: str) -> set[str]:
     }
 
 
-def template_types(head: str) -> list[str]:
-    """The type parameters (``class T``, ``typename T``) of the template a function's ``head``
-    (its text before the parameter list) begins with."""
+def template_params(head: str) -> list[tuple[str, bool]]:
+    """The parameters of the template a function's ``head`` (its text before the parameter list)
+    begins with, in order: (name, whether a type parameter: ``class T``, ``typename T``)."""
     m = re.match(r"\s*template\s*<([^<>]*)>", head)
-    return re.findall(r"\b(?:class|typename)\s+([A-Za-z_]\w*)", m.group(1)) if m else []
+    out = []
+    for p in m.group(1).split(",") if m and m.group(1).strip() else []:
+        n = re.search(r"([A-Za-z_]\w*)\s*(?:=[^=]*)?$", p.strip())
+        out.append((n.group(1) if n else "", re.match(r"\s*(?:class|typename)\b", p) is not None))
+    return out
 
 
 #: What reads as a declaration of some other type.
@@ -96,16 +100,22 @@ class Rewrite:
     """One kernel body ``text[a:b]`` being rewritten (``code``: ``text`` with comments, literals
     and directives blanked, same offsets)."""
 
-    def __init__(self, text: str, code: str, fn: Function, a: int, b: int, consts: set[str]) -> None:
+    def __init__(
+        self, text: str, code: str, fn: Function, a: int, b: int, consts: set[str], values: frozenset[str] = frozenset()
+    ) -> None:
         self.text, self.code = text, code
         self.params = params(fn)
         self.structs = plain_structs(code)
-        #: a declaration of locals stored per thread: DECL's, of a struct of plain data, or a
-        #: pointer to a type parameter of the kernel's template (``T *sdata = SharedMemory<T>();``)
+        #: a declaration of locals stored per thread: DECL's, of a struct of plain data, a pointer
+        #: to a type parameter of the kernel's template (``T *sdata = SharedMemory<T>();``), or of
+        #: one the entry makes an arithmetic type (``values``: ``T mySum`` of ``reduce3<int>``)
         others = [rf"(?:const\s+)?(?:{'|'.join(sorted(self.structs))})(?!\w)"] if self.structs else []
-        tparams = template_types(code[fn.start : fn.parens[0]]) if fn.template else []
+        tparams = [n for n, is_type in template_params(code[fn.start : fn.parens[0]]) if is_type]
+        ptr = r"\s*\*+(?:\s*const)?(?:\s*__restrict__)?"
         if tparams:
-            others.append(rf"(?:const\s+)?(?:{'|'.join(tparams)})\s*\*+(?:\s*const)?(?:\s*__restrict__)?")
+            others.append(rf"(?:const\s+)?(?:{'|'.join(tparams)})(?!\w){ptr}")
+        if values & set(tparams):
+            others.append(rf"(?:const\s+)?(?:{'|'.join(sorted(values & set(tparams)))})(?!\w)(?:{ptr})?")
         self.decl = (
             re.compile(rf"(?P<type>{TYPE}|{'|'.join(others)})(?:\s+|(?<=\*))(?P<rest>[A-Za-z_][^;]*);\s*$", re.S)
             if others
