@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +25,14 @@ print(json.dumps({"status": native.status(), "origin": native.origin(), "file": 
 
 
 def _wheel(out: Path, pure: bool) -> Path:
+    # From a copy of the plugin's tree: setuptools builds in the source tree's build/, and the
+    # two tests run at once under pytest -n collided there ("File exists: build/bdist...").
+    src = out.parent / "cuda-src"
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "*.so", "__pycache__")
+    shutil.copytree(ROOT / "plugins" / "cuda", src, ignore=ignore)
     env = {**os.environ, "KERNELBAY_CUDA_PURE": "1" if pure else "0"}
     r = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT / "plugins" / "cuda"), "-w", str(out)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(src), "-w", str(out)],
         capture_output=True,
         text=True,
         env=env,
