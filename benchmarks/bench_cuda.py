@@ -296,7 +296,10 @@ def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
     ``dev.graph(serial=True)`` (one chain in recorded order: the graph CuPy's stream capture
     makes) and ``dev.graph()`` (independent launches run concurrently, on at most two chains);
     and the wall time of replay + synchronize per node (``graph-replay-wall-*``), where the
-    concurrent graph's shape pays off."""
+    concurrent graph's shape pays off. CuPy twice too: one stream captured (``cupy``, one chain)
+    and two streams forked and joined inside the capture, launches alternating between them
+    (``cupy-two-streams``: the two-chain shape ``dev.graph()`` gives these launches), so that
+    each kb.Graph form is compared with CuPy's graph of the same shape."""
     import time
 
     import kernelbay as kb
@@ -328,6 +331,17 @@ def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
                 ck((1,), (32,), (p,), stream=cs)
             cg = cs.end_capture()
             cases["cupy"] = (lambda cg=cg, cs=cs: cg.launch(cs), cs.synchronize)
+            side = cp.cuda.Stream(non_blocking=True)
+            fork, join = cp.cuda.Event(disable_timing=True), cp.cuda.Event(disable_timing=True)
+            cs.begin_capture()
+            fork.record(cs)
+            side.wait_event(fork)
+            for i, p in enumerate(cps):
+                ck((1,), (32,), (p,), stream=cs if i % 2 == 0 else side)
+            join.record(side)
+            cs.wait_event(join)
+            cg2 = cs.end_capture()
+            cases["cupy-two-streams"] = (lambda cg2=cg2, cs=cs: cg2.launch(cs), cs.synchronize)
         samples: dict[str, list[float]] = {n: [] for n in cases}
         walls: dict[str, list[float]] = {n: [] for n in cases}
         for _ in range(3):  # warm-up
@@ -521,6 +535,41 @@ def _copies_sizes(quick: bool, dev, out: list[dict]) -> None:
     side through ``kb.copy`` too. Each size's cases interleaved."""
     for mb in (4, 16) if quick else (4, 16, 64, 256):
         _copy_size(dev, mb, 5 if quick else (15 if mb >= 64 else 30), out)
+    _host_bounds(64 if quick else 256, 3 if quick else 9, out)
+
+
+def _host_bounds(mb: int, repeat: int, out: list[dict]) -> None:
+    """What the host allows a staged copy, without a GPU: numpy copies between two pageable
+    arrays on as many threads as the stager uses (each a span; numpy releases the GIL), into an
+    existing array and into a fresh ``np.empty`` (its pages first touched by the copy). A staged
+    pageable copy moves every byte through such a host copy, so it cannot beat these rows; the
+    fresh-array row bounds D2H into a fresh array (the kernel zeroes each new page first)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    from kernelbay_cuda import copies
+
+    n = mb << 20
+    threads = copies.WORKERS
+    src = np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8)
+    dst = np.ones(n, np.uint8)
+    spans = [(i * n // threads, (i + 1) * n // threads) for i in range(threads)]
+    with ThreadPoolExecutor(threads) as pool:
+
+        def spread(to: np.ndarray) -> np.ndarray:
+            list(pool.map(lambda se: np.copyto(to[se[0] : se[1]], src[se[0] : se[1]]), spans))
+            return to
+
+        cases = {
+            f"numpy-copy-{threads}-threads": lambda: spread(dst),
+            f"numpy-copy-{threads}-threads-fresh-array": lambda: spread(np.empty(n, np.uint8)),
+            "numpy-copy-1-thread": lambda: np.copyto(dst, src),
+        }
+        res = T.interleaved(cases, number=1, repeat=repeat)
+    for name, st in res.items():
+        gbs = {k: (n / (v * 1e3) if k != "n" else v) for k, v in st.items()}
+        gbs["p10"], gbs["p90"] = min(gbs["p10"], gbs["p90"]), max(gbs["p10"], gbs["p90"])
+        out.append(T.record(f"copy-host-bound-{mb}MiB", name, gbs, unit="GB/s", bytes=n))
 
 
 def _copy_size(dev, mb: int, repeat: int, out: list[dict]) -> None:
@@ -692,6 +741,18 @@ def goals(records: list[dict]) -> list[dict]:
                 "kernelbay",
                 "cupy",
                 f"kb.Graph replay host time vs CuPy graph launch, {n} nodes (serial=True: the same one chain)",
+                1.1,
+                False,
+            )
+            for n in (100, 1000)
+        ],
+        *[
+            (
+                f"graph-replay-host-{n}",
+                "kernelbay-concurrent",
+                "cupy-two-streams",
+                f"kb.Graph replay host time vs CuPy graph launch, {n} nodes (dev.graph(): two chains, "
+                "CuPy's captured from two streams)",
                 1.1,
                 False,
             )

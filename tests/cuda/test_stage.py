@@ -101,7 +101,15 @@ def _workers(n: int, chunk: int, k: int) -> tuple[tuple, list[np.ndarray]]:
 
 
 @pytest.mark.parametrize(
-    ("threads", "chunk", "k", "nbytes"), [(4, 4096, 2, 100_003), (3, 1000, 4, 7000), (8, 1 << 16, 3, 5000)]
+    ("threads", "chunk", "k", "nbytes"),
+    [
+        (4, 4096, 2, 100_003),
+        (3, 1000, 4, 7000),
+        (8, 1 << 16, 3, 5000),
+        (12, 1000, 2, 13_007),
+        (5, 512, 3, 512 * 7),
+        (8, 128, 3, 200_001),
+    ],
 )
 def test_every_byte_arrives_in_both_directions(stager_type, threads, chunk, k, nbytes) -> None:
     drv = FakeDriver()
@@ -143,4 +151,24 @@ def test_a_failed_driver_call_is_reported_and_the_threads_go_on(stager_type) -> 
         _run(st, True, drv.fns, 1, 2, dev.ctypes.data, host.ctypes.data, host.nbytes, 1024, ((1, 2, (3, 4), (5,)),))
     with pytest.raises(ValueError, match="six addresses"):
         _run(st, True, drv.fns[:5], 1, 2, dev.ctypes.data, host.ctypes.data, host.nbytes, 1024, shares)
+    del keep
+
+
+def test_the_caller_runs_a_share_beside_the_threads(stager_type) -> None:
+    """n threads and n + 1 workers: the calling thread runs the first share itself."""
+    drv = FakeDriver()
+    shares, keep = _workers(4, 1000, 2)
+    st = stager_type(3)
+    host = np.random.default_rng(1).integers(0, 255, 9_500, dtype=np.uint8)
+    dev = np.zeros_like(host)
+    for _ in range(3):
+        dev[:] = 0
+        assert _run(st, True, drv.fns, 1, 2, dev.ctypes.data, host.ctypes.data, host.nbytes, 1000, shares) == [0] * 4
+        np.testing.assert_array_equal(dev, host)
+        back = np.zeros_like(host)
+        _run(st, False, drv.fns, 1, 2, dev.ctypes.data, back.ctypes.data, host.nbytes, 1000, shares)
+        np.testing.assert_array_equal(back, host)
+    one = np.zeros(500, np.uint8)  # one chunk: the caller alone, no thread woken
+    assert _run(st, True, drv.fns, 1, 2, one.ctypes.data, host.ctypes.data, 500, 1000, shares) == [0]
+    np.testing.assert_array_equal(one, host[:500])
     del keep

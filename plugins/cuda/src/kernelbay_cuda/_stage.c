@@ -2,30 +2,31 @@
  * the device (copies.py's pipeline), run by C threads without the GIL.
  *
  * Stager(nthreads) keeps nthreads threads (started at the first run, again in a fork()ed child).
- * run(h2d, fns, ctx, pre, dptr, hptr, nbytes, chunk, workers) -> [CUresult per worker used]
- * splits the copy into chunks of `chunk` bytes, chunk j going to worker j % n (n: as many
- * workers as there are chunks, at most len(workers)); `workers` holds one tuple per thread:
- * (stream, done event, (pinned buffer addresses), (one event per buffer)). Each thread makes
- * `ctx` current, waits on its stream for `pre` (recorded on the caller's stream), moves its
- * chunks through its pinned buffers in order on its stream, and records `done`; run() returns
- * when every thread has finished its host side (the caller then makes its stream wait for
- * each `done`). The GIL is released for the whole run. One run at a time per Stager (copies.py
- * holds its stager's lock around it): the job lives in the Stager while its threads read it.
+ * run(h2d, fns, ctx, pre, dptr, hptr, nbytes, chunk, workers) -> [CUresult per share]
+ * splits the copy into chunks of `chunk` bytes and the chunks into n shares (n: as many as there
+ * are chunks, at most len(workers) and nthreads + 1), share i a span of neighbouring chunks (so
+ * that two threads seldom fault in the same page of a fresh destination). `workers` holds one
+ * tuple per share: (stream, done event, (pinned buffer addresses), (one event per buffer)). The
+ * caller runs share 0 itself (it is awake) and thread t share t + 1. Each makes `ctx` current,
+ * waits on its stream for `pre` (recorded on the caller's stream), moves the chunks it claims
+ * through its pinned buffers on its stream -- its own span's first, then what is left of the
+ * others' (stage_claim: threads wake at different times) -- and records `done`; run() returns
+ * when every share's host side is done (the caller spins a little, yielding, before it sleeps
+ * on the rest; it then makes its stream wait for each `done`). The GIL is released for the whole
+ * run. One run at a time per Stager (copies.py holds its stager's lock around it): the job lives
+ * in the Stager while its threads read it.
  *
  * fns: the addresses of cuCtxSetCurrent, cuStreamWaitEvent, cuMemcpyHtoDAsync_v2,
  * cuMemcpyDtoHAsync_v2, cuEventRecord and cuEventSynchronize (copies.py takes them from the
  * driver library). A buffer is reused only after its event completed (an event never recorded
  * completes at once), so consecutive runs need no other state.
  *
- * H2D: copy chunk j into buffer j % K (after that buffer's previous DMA), queue its DMA.
- * D2H: queue the DMAs of the first K chunks; then for each chunk in order wait for its DMA,
- * copy it out, and queue chunk j + K's DMA into the freed buffer. K buffers keep K DMAs or
- * copies in flight; the host copy of one chunk overlaps the DMA of the next.
- *
  * One thread per worker, not Python's: a run of a few MiB took 0.5 ms of thread hand-offs and
  * GIL switches through a Python thread pool, several times the copy itself.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -43,51 +44,16 @@ typedef struct {
     st_sync_t sync;
 } StageFns;
 
-static int stage_h2d(const StageFns *f, void *stream, void **bufs, void **events, int k, unsigned long long dptr,
-                     const char *hptr, long long nbytes, long long first, long long stride, long long chunk) {
-    int rc;
-    long long j = 0;
-    for (long long off = first; off < nbytes; off += stride, j++) {
-        int b = (int)(j % k);
-        size_t n = (size_t)(nbytes - off < chunk ? nbytes - off : chunk);
-        if ((rc = f->sync(events[b])) != 0) return rc; /* the DMA that last read this buffer is done */
-        memcpy(bufs[b], hptr + off, n);
-        if ((rc = f->h2d(dptr + (unsigned long long)off, bufs[b], n, stream)) != 0) return rc;
-        if ((rc = f->record(events[b], stream)) != 0) return rc;
-    }
-    return 0;
-}
-
-static int stage_d2h(const StageFns *f, void *stream, void **bufs, void **events, int k, unsigned long long dptr,
-                     char *hptr, long long nbytes, long long first, long long stride, long long chunk) {
-    int rc;
-    long long issued = first; /* the offset of the next chunk to queue */
-    for (int b = 0; b < k && issued < nbytes; b++, issued += stride) {
-        size_t n = (size_t)(nbytes - issued < chunk ? nbytes - issued : chunk);
-        if ((rc = f->sync(events[b])) != 0) return rc; /* a previous call's copy-out read it: done */
-        if ((rc = f->d2h(bufs[b], dptr + (unsigned long long)issued, n, stream)) != 0) return rc;
-        if ((rc = f->record(events[b], stream)) != 0) return rc;
-    }
-    long long j = 0;
-    for (long long off = first; off < nbytes; off += stride, j++) {
-        int b = (int)(j % k);
-        size_t n = (size_t)(nbytes - off < chunk ? nbytes - off : chunk);
-        if ((rc = f->sync(events[b])) != 0) return rc;
-        memcpy(hptr + off, bufs[b], n);
-        if (issued < nbytes) {
-            size_t m = (size_t)(nbytes - issued < chunk ? nbytes - issued : chunk);
-            if ((rc = f->d2h(bufs[b], dptr + (unsigned long long)issued, m, stream)) != 0) return rc;
-            if ((rc = f->record(events[b], stream)) != 0) return rc;
-            issued += stride;
-        }
-    }
-    return 0;
-}
-
 #define STAGE_MAX_BUFS 16
 #define STAGE_MAX_THREADS 64
+/* how long the caller spins (yielding) for the threads' shares before it sleeps */
+#define STAGE_SPIN_NS 200000LL
 
 typedef int (*st_ctx_t)(void *);
+
+typedef struct {
+    long long next, end; /* the span's chunks not yet claimed: [next, end) */
+} StageSpan;
 
 typedef struct {
     void *stream, *done;
@@ -115,12 +81,79 @@ typedef struct {
     char *hptr;
     long long nbytes, chunk;
     StageWorker w[STAGE_MAX_THREADS];
+    StageSpan spans[STAGE_MAX_THREADS];
 } Stager;
 
 typedef struct {
     Stager *st;
     int i;
 } StageArg;
+
+/* The next chunk for the share `home` (-1: none left): from its own span first, then, once that
+ * is done, from the other shares' spans in turn (a thread that woke late finds its span taken
+ * over by those that finished theirs: on a virtual machine a thread can take 300 us to wake, as
+ * long as the whole copy). Claims only move forward, so once this returns -1 every later call
+ * does too. */
+static long long stage_claim(Stager *st, int home, int *cursor) {
+    for (;;) {
+        StageSpan *sp = &st->spans[*cursor];
+        if (__atomic_load_n(&sp->next, __ATOMIC_RELAXED) < sp->end) {
+            long long j = __atomic_fetch_add(&sp->next, 1, __ATOMIC_RELAXED);
+            if (j < sp->end) return j;
+        }
+        int next = (*cursor + 1) % st->n;
+        if (next == home) return -1;
+        *cursor = next;
+    }
+}
+
+/* H2D: copy each claimed chunk into buffer c % K (after that buffer's previous DMA) and queue its
+ * DMA. D2H: queue the DMAs of the first K claimed chunks; then, buffer by buffer in that order,
+ * wait for its DMA, copy it out, and queue the next claimed chunk's DMA into it. K buffers keep K
+ * DMAs or copies in flight; the host copy of one chunk overlaps the DMA of the next. */
+static int stage_share(Stager *st, int i) {
+    StageWorker *w = &st->w[i];
+    const StageFns *f = &st->fns;
+    int k = w->k, cursor = i, rc = st->set_ctx(st->ctx);
+    if (rc == 0) rc = f->wait(w->stream, st->pre, 0);
+    if (rc != 0) return rc;
+    long long chunk = st->chunk, nbytes = st->nbytes, j;
+    if (st->h2d) {
+        for (long long c = 0; (j = stage_claim(st, i, &cursor)) >= 0; c++) {
+            int b = (int)(c % k);
+            long long off = j * chunk;
+            size_t n = (size_t)(nbytes - off < chunk ? nbytes - off : chunk);
+            if ((rc = f->sync(w->events[b])) != 0) return rc; /* the DMA that last read this buffer is done */
+            memcpy(w->bufs[b], st->hptr + off, n);
+            if ((rc = f->h2d(st->dptr + (unsigned long long)off, w->bufs[b], n, w->stream)) != 0) return rc;
+            if ((rc = f->record(w->events[b], w->stream)) != 0) return rc;
+        }
+    } else {
+        long long held[STAGE_MAX_BUFS]; /* the chunk whose DMA buffer b holds, or -1 */
+        for (int b = 0; b < k; b++) {
+            held[b] = b == 0 || held[b - 1] >= 0 ? stage_claim(st, i, &cursor) : -1;
+            if (held[b] < 0) continue;
+            long long off = held[b] * chunk;
+            size_t n = (size_t)(nbytes - off < chunk ? nbytes - off : chunk);
+            if ((rc = f->sync(w->events[b])) != 0) return rc; /* a previous call's DMA from it is done */
+            if ((rc = f->d2h(w->bufs[b], st->dptr + (unsigned long long)off, n, w->stream)) != 0) return rc;
+            if ((rc = f->record(w->events[b], w->stream)) != 0) return rc;
+        }
+        for (int b = 0; held[b] >= 0; b = (b + 1) % k) {
+            long long off = held[b] * chunk;
+            size_t n = (size_t)(nbytes - off < chunk ? nbytes - off : chunk);
+            if ((rc = f->sync(w->events[b])) != 0) return rc;
+            memcpy(st->hptr + off, w->bufs[b], n);
+            held[b] = stage_claim(st, i, &cursor);
+            if (held[b] < 0) continue;
+            off = held[b] * chunk;
+            n = (size_t)(nbytes - off < chunk ? nbytes - off : chunk);
+            if ((rc = f->d2h(w->bufs[b], st->dptr + (unsigned long long)off, n, w->stream)) != 0) return rc;
+            if ((rc = f->record(w->events[b], w->stream)) != 0) return rc;
+        }
+    }
+    return f->record(w->done, w->stream);
+}
 
 static void *stage_thread(void *p) {
     StageArg *a = (StageArg *)p;
@@ -135,24 +168,11 @@ static void *stage_thread(void *p) {
         while (st->generation == seen && !st->stop) pthread_cond_wait(&st->go, &st->mu);
         if (st->stop) break;
         seen = st->generation;
-        int mine = i < st->n;
+        int share = i + 1, mine = share < st->n;
         pthread_mutex_unlock(&st->mu);
-        if (mine) {
-            StageWorker *w = &st->w[i];
-            const StageFns *f = &st->fns;
-            int rc = st->set_ctx(st->ctx);
-            if (rc == 0) rc = f->wait(w->stream, st->pre, 0);
-            long long first = (long long)i * st->chunk, stride = (long long)st->n * st->chunk;
-            if (rc == 0)
-                rc = st->h2d ? stage_h2d(f, w->stream, w->bufs, w->events, w->k, st->dptr, st->hptr, st->nbytes, first,
-                                         stride, st->chunk)
-                             : stage_d2h(f, w->stream, w->bufs, w->events, w->k, st->dptr, st->hptr, st->nbytes, first,
-                                         stride, st->chunk);
-            if (rc == 0) rc = f->record(w->done, w->stream);
-            w->rc = rc;
-        }
+        if (mine) st->w[share].rc = stage_share(st, share);
         pthread_mutex_lock(&st->mu);
-        if (mine && --st->remaining == 0) pthread_cond_signal(&st->finished);
+        if (mine && __atomic_sub_fetch(&st->remaining, 1, __ATOMIC_RELEASE) == 0) pthread_cond_signal(&st->finished);
     }
     pthread_mutex_unlock(&st->mu);
     return NULL;
@@ -263,7 +283,8 @@ static PyObject *Stager_run(Stager *self, PyObject *args) {
     long long chunks = (nbytes + chunk - 1) / chunk;
     Py_ssize_t nw = PyTuple_GET_SIZE(workers);
     int n = (int)(chunks < nw ? chunks : nw);
-    if (n > self->nthreads) n = self->nthreads;
+    if (n > self->nthreads + 1) n = self->nthreads + 1; /* the caller runs one share */
+    if (n > STAGE_MAX_THREADS) n = STAGE_MAX_THREADS;
     if (n < 1) {
         PyErr_SetString(PyExc_ValueError, "Stager.run: no workers");
         return NULL;
@@ -288,6 +309,10 @@ static PyObject *Stager_run(Stager *self, PyObject *args) {
     pthread_mutex_lock(&self->mu);
     self->h2d = h2d;
     self->n = n;
+    for (int i = 0; i < n; i++) {
+        self->spans[i].next = chunks * i / n;
+        self->spans[i].end = chunks * (i + 1) / n;
+    }
     self->fns = (StageFns){(st_wait_t)fp[1], (st_h2d_t)fp[2], (st_d2h_t)fp[3], (st_record_t)fp[4], (st_sync_t)fp[5]};
     self->set_ctx = (st_ctx_t)fp[0];
     self->ctx = (void *)(uintptr_t)ctx;
@@ -296,9 +321,24 @@ static PyObject *Stager_run(Stager *self, PyObject *args) {
     self->hptr = (char *)(uintptr_t)hptr;
     self->nbytes = nbytes;
     self->chunk = chunk;
-    self->remaining = n;
-    self->generation++;
-    pthread_cond_broadcast(&self->go);
+    self->remaining = n - 1;
+    if (n > 1) {
+        self->generation++;
+        pthread_cond_broadcast(&self->go);
+    }
+    pthread_mutex_unlock(&self->mu);
+    /* The caller runs share 0 while the threads wake (a sleeping thread takes 30-100 us and more to
+     * run on a virtual machine, as long as a 4 MiB copy's DMA), then waits for theirs: spinning a
+     * little first, since a sleeping caller pays that wake-up again. */
+    self->w[0].rc = stage_share(self, 0);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (__atomic_load_n(&self->remaining, __ATOMIC_ACQUIRE) > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) > STAGE_SPIN_NS) break;
+        sched_yield(); /* another runnable thread of the machine goes first */
+    }
+    pthread_mutex_lock(&self->mu);
     while (self->remaining > 0) pthread_cond_wait(&self->finished, &self->mu);
     pthread_mutex_unlock(&self->mu);
     Py_END_ALLOW_THREADS
@@ -310,7 +350,7 @@ static PyObject *Stager_run(Stager *self, PyObject *args) {
 
 static PyMethodDef Stager_methods[] = {
     {"run", (PyCFunction)Stager_run, METH_VARARGS,
-     "run(h2d, fns, ctx, pre, dptr, hptr, nbytes, chunk, workers) -> [CUresult per worker used]"},
+     "run(h2d, fns, ctx, pre, dptr, hptr, nbytes, chunk, workers) -> [CUresult per share]"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,10 +3,11 @@
 A copy between two GPUs (:class:`_PeerLink`) is ordered with both devices' default streams.
 
 A pageable numpy array of at least :data:`STAGE_MIN` bytes is moved through a pipeline of
-pinned buffers: several threads (the native helper's C threads, ``_stage.c``, which run the whole
-copy without the GIL; Python threads without it) each copy 1 MiB chunks between the numpy array
-and their own pinned buffers while the DMA engine moves the previous chunks on the thread's
-stream. Pinned host arrays (:func:`pinned_empty`) go straight
+pinned buffers: several threads (the calling thread and the native helper's C threads,
+``_stage.c``, which run the whole copy without the GIL; Python threads without it) each copy
+chunks of up to 1 MiB between the numpy array and their own pinned buffers while the DMA engine
+moves the previous chunks on the thread's stream; each thread starts on its own span of the array
+and then takes over what is left of the others'. Pinned host arrays (:func:`pinned_empty`) go straight
 to ``cuMemcpy*Async``.
 """
 
@@ -39,6 +40,20 @@ BUFFERS = 4
 #: and four buffers a thread, one run: 0.70x / 0.67x pinned with 8 threads, 0.73x / 0.80x with 12,
 #: 0.70x / 0.80x with 16; 64 MiB: 0.50x / 0.60x, 0.53x / 0.64x, 0.49x / 0.61x.
 WORKERS = max(1, min(12, usable_cpus() * 3 // 4))
+#: A copy smaller than WORKERS * PER_WORKER * CHUNK is cut into smaller chunks (down to MIN_CHUNK)
+#: so that every thread has PER_WORKER of them to pipeline: at 4 MiB, 1 MiB chunks kept 8 of 12
+#: threads idle.
+PER_WORKER = 2
+MIN_CHUNK = 128 << 10
+
+
+def chunk_for(nbytes: int, workers: int, cap: int) -> int:
+    """The chunk size of one staged copy of ``nbytes`` over ``workers`` threads (at most ``cap``,
+    the pinned buffers' size), a multiple of 64 KiB."""
+    want = -(-nbytes // (workers * PER_WORKER))
+    want = -(-want // (64 << 10)) * (64 << 10)
+    return max(min(MIN_CHUNK, cap), min(want, cap))
+
 
 _memmove = ctypes.memmove
 _u64 = ctypes.c_uint64
@@ -311,7 +326,7 @@ class _Stager:
             lib = _lib()
             # Order after work already queued on the caller's stream.
             _driver.check(lib.cuEventRecord(self.pre, s), "cuEventRecord", self.index)
-            chunk = self.chunk
+            chunk = chunk_for(nbytes, len(workers), self.chunk)
             n = min(len(workers), -(-nbytes // chunk))
             if self.stage is not None:  # the whole copy in C threads, without the GIL
                 ctx = int(_driver.context(self.index))
