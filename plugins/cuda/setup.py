@@ -1,9 +1,10 @@
 """Build the native helpers into the wheel (the metadata is in pyproject.toml).
 
 The platform wheel carries ``kernelbay_cuda._kbcuda_native``, compiled from ``_native.c``
-(which includes ``_pool.c``, ``_launch.c``, ``_timer.c``, ``_cupti.c`` and ``_stage.c``). The extension is optional: where no compiler
-is found (an sdist installed on a slim image) the wheel is made without it and the helpers are
-built at first use instead (``kernelbay.native``). ``KERNELBAY_CUDA_PURE=1`` makes a pure
+(which includes ``_pool.c``, ``_graphentry.c``, ``_direct.c``, ``_launch.c``, ``_timer.c``,
+``_cupti.c`` and ``_stage.c``). The extension is optional: where no compiler is found (an
+sdist installed on a slim image) the wheel is made without it and the helpers are built at
+first use instead (``kernelbay.native``). ``KERNELBAY_CUDA_PURE=1`` makes a pure
 ``py3-none-any`` wheel on purpose, for a Python this platform wheel does not fit.
 """
 
@@ -16,6 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = "src/kernelbay_cuda"
 SOURCES = (
     "_pool.c",
+    "_graphentry.c",
+    "_direct.c",
     "_launch.c",
     "_timer.c",
     "_cupti.c",

@@ -1,7 +1,8 @@
 /* kernelbay-cuda's native helpers, part one: the launch call and each kernel's fast path.
  *
- * native.py builds this with _pool.c (the allocator's cached-block pool) into one extension,
- * _pool.c first: the module init at the end of this file adds both halves' types.
+ * native.py builds this with _pool.c (the allocator's cached-block pool), _graphentry.c (a CUDA
+ * graph's replay in C) and _direct.c (the hot-path hooks as C callables) into one extension,
+ * those first: the module init at the end of this file adds their types and its own.
  * Built at first use by kernelbay.native (no CUDA headers needed: the driver's entry point is
  * handed over as an address). Everything here runs with the GIL held and calls no Python
  * code, so each function is atomic with respect to other Python threads; only the driver's
