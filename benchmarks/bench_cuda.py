@@ -296,7 +296,9 @@ def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
     ``dev.graph(serial=True)`` (one chain in recorded order: the graph CuPy's stream capture
     makes) and ``dev.graph()`` (independent launches run concurrently, on at most two chains);
     and the wall time of replay + synchronize per node (``graph-replay-wall-*``), where the
-    concurrent graph's shape pays off. CuPy twice too: one stream captured (``cupy``, one chain)
+    concurrent graph's shape pays off. The serial graph also replayed on a ``dev.stream()``
+    (``kernelbay-stream``; CuPy's on a blocking stream too, as ``dev.stream()`` is: ``cupy-blocking-stream``).
+    CuPy twice more: one stream captured (``cupy``, one chain)
     and two streams forked and joined inside the capture, launches alternating between them
     (``cupy-two-streams``: the two-chain shape ``dev.graph()`` gives these launches), so that
     each kb.Graph form is compared with CuPy's graph of the same shape."""
@@ -318,7 +320,12 @@ def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
         with dev.graph() as gc:
             for p in ps:
                 k.launch(1, 32, (p,))
-        cases = {"kernelbay": (g.replay, dev.synchronize), "kernelbay-concurrent": (gc.replay, dev.synchronize)}
+        ks = dev.stream()
+        cases = {
+            "kernelbay": (g.replay, dev.synchronize),
+            "kernelbay-concurrent": (gc.replay, dev.synchronize),
+            "kernelbay-stream": (lambda g=g, ks=ks: g.replay(ks), ks.synchronize),
+        }
         if cp is not None:
             ck = cp.RawKernel(EMPTY, "nop")
             cps = [cp.zeros(1, cp.int32) for _ in range(nodes)]
@@ -342,6 +349,8 @@ def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
             cs.wait_event(join)
             cg2 = cs.end_capture()
             cases["cupy-two-streams"] = (lambda cg2=cg2, cs=cs: cg2.launch(cs), cs.synchronize)
+            cb = cp.cuda.Stream()  # a blocking stream, as dev.stream() makes
+            cases["cupy-blocking-stream"] = (lambda cg=cg, cb=cb: cg.launch(cb), cb.synchronize)
         samples: dict[str, list[float]] = {n: [] for n in cases}
         walls: dict[str, list[float]] = {n: [] for n in cases}
         for _ in range(3):  # warm-up
@@ -362,6 +371,7 @@ def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
             out.append(T.record(f"graph-replay-wall-{nodes}", name, T.stats(walls[name]), nodes=nodes))
         g.close()
         gc.close()
+        ks.close()
 
 
 def _alloc(quick: bool, dev, out: list[dict]) -> None:
@@ -741,6 +751,17 @@ def goals(records: list[dict]) -> list[dict]:
                 "kernelbay",
                 "cupy",
                 f"kb.Graph replay host time vs CuPy graph launch, {n} nodes (serial=True: the same one chain)",
+                1.1,
+                False,
+            )
+            for n in (100, 1000)
+        ],
+        *[
+            (
+                f"graph-replay-host-{n}",
+                "kernelbay-stream",
+                "cupy",
+                f"kb.Graph replay(stream) host time vs CuPy graph launch on its stream, {n} nodes (serial=True)",
                 1.1,
                 False,
             )

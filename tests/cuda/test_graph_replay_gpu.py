@@ -122,3 +122,62 @@ def test_a_replay_inside_another_recording_is_refused_after_fast_replays(dev, ad
         g.replay()
     dev.synchronize()
     np.testing.assert_array_equal(y.numpy(), np.full(N, 2, np.float32))
+
+
+def test_replays_on_a_kb_stream_run_in_c_in_that_streams_order(dev, add) -> None:
+    x = kb.asarray(np.ones(N, np.float32), device=dev)
+    y = kb.zeros(N, device=dev)
+    g = _graph(dev, add, x, y)
+    s = dev.stream()
+    for _ in range(3):
+        for _ in range(20):
+            g.replay(s)
+        add.launch(N // 256, 256, (x, y, np.int32(N)), stream=s)  # queued after those replays
+    if _native():
+        assert g._handle.entry.armed_stream is s
+    s.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 63, np.float32))
+    s2 = dev.stream()
+    for st in (s, s2, s, s2):  # the armed stream moves to the last one given; each replay on its own
+        g.replay(st)
+        g.replay(stream=st)
+        st.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 71, np.float32))
+    s2.close()  # closed: its replays are refused, and the other stream's are checked again
+    with pytest.raises(kb.InvalidArgumentError, match="closed"):
+        g.replay(s2)
+    g.replay(s)
+    g.replay(dev.default_stream)  # the default stream given as a stream: the default stream's path
+    dev.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 73, np.float32))
+    if _native():
+        assert g._handle.entry.armed_stream is s and g._handle.entry.armed
+
+
+def test_a_replay_on_a_stream_keeps_stream_ordered_memory_safe(dev, add) -> None:
+    """A buffer the graph reads on a stream is noted there: freed while that stream still runs
+    the replays, its block is not handed to work on a third stream before they are done."""
+    fill = kb.compile(
+        kb.Source(
+            'extern "C" __global__ void fill(float* y, float v, int n) {'
+            " int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = v; }",
+            "cuda",
+            name="fill",
+        ),
+        dev,
+    )
+    s, s3 = dev.stream(), dev.stream()
+    x = kb.asarray(np.ones(N, np.float32), device=dev)
+    y = kb.zeros(N, device=dev)
+    g = _graph(dev, add, x, y)
+    dev.synchronize()
+    for _ in range(400):
+        g.replay(s)  # after the first, in C
+    x.close()  # freed while s may still run the replays that read it
+    z = kb.empty(N, "float32", dev)  # the same size: x's block, once s is done with it
+    fill.launch(N // 256, 256, (z, np.float32(7), np.int32(N)), stream=s3)
+    s3.synchronize()
+    s.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(N, 400, np.float32))
+    np.testing.assert_array_equal(z.numpy(), np.full(N, 7, np.float32))
+    g.close()

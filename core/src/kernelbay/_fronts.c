@@ -348,15 +348,25 @@ static long long closes_of(PyObject *ns) {
 }
 
 /* The twin's hot path, in C: a graph checked at an earlier native replay (its _fast is
- * memory.closes + kernel.closes: nothing closed since), stream None, no current stream or
- * recording anywhere: binding.graph_replay(device, handle, None). Anything else: the twin. */
+ * memory.closes + kernel.closes: nothing closed since), no current stream or recording anywhere:
+ * binding.graph_replay(device, handle, stream) with stream as the twin's route() would give it
+ * (None for the default stream). Anything else: the twin. */
 static PyObject *replay(PyObject *front, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *stream = NULL;
     if (nargs < 1 || Py_TYPE(args[0]) != GraphT || !parse(args + 1, nargs - 1, kwnames, kw_replay, 1, &stream))
         goto python;
-    if ((stream != NULL && stream != Py_None) || intercepting())
+    if (intercepting())
         goto python;
+    if (stream == NULL)
+        stream = Py_None;
+    if (stream != Py_None && Py_TYPE(stream) == StreamT) {
+        PyObject *d = SLOT(stream, s_is_default), *sh = SLOT(stream, s_handle);
+        if (d == NULL || sh == NULL || (d != Py_True && d != Py_False))
+            goto python;
+        if (d == Py_True || sh == Py_None)
+            stream = Py_None; /* as the launch front: the default stream (or one its backend does not see) */
+    }
     PyObject *self = args[0];
     long long m = closes_of(memory_ns), k = closes_of(kernel_ns);
     if (m < 0 || k < 0)
@@ -391,7 +401,7 @@ static PyObject *replay(PyObject *front, PyObject *const *args, size_t nargsf, P
         Py_DECREF(fn);
         goto python;
     }
-    PyObject *call[3] = {dev, h, Py_None};
+    PyObject *call[3] = {dev, h, stream};
     PyObject *r = PyObject_Vectorcall(fn, call, 3, NULL);
     Py_DECREF(fn);
     Py_DECREF(dev);

@@ -29,11 +29,12 @@ Rules every backend follows:
     once the backend's device probe has succeeded (so it may load compiled helpers) and calls
     the result instead of the hook while no extension wraps that hook. An exception from it is
     logged on ``kernelbay.plugins`` and the hook is kept. The conformance suite runs with
-    whatever the backend returns. Where ``allocate``, ``free`` or ``launch`` is direct, the
-    core's own frames around it (``kb.buffer``, ``kb.empty``, ``Buffer.close``,
-    ``Kernel.launch``) run as C too (:mod:`kernelbay._fronts`); the direct callable gets the
-    same arguments as the hook would, and calls the core's C fronts cannot serve reach it
-    through the Python functions as before.
+    whatever the backend returns. Where ``allocate``, ``free``, ``launch`` or ``graph_replay``
+    is direct, the core's own frames around it (``kb.buffer``, ``kb.empty``, ``Buffer.close``,
+    ``Kernel.launch``, ``Graph.replay``) run as C too (:mod:`kernelbay._fronts`); the direct
+    callable gets the same arguments as the hook would (the device's default
+    :class:`kernelbay.Stream` given explicitly may arrive as ``None``: treat both alike), and
+    calls the core's C fronts cannot serve reach it through the Python functions as before.
 * Expected failures raise :mod:`kernelbay.errors` types. Anything else is reported as a bug in
   the backend.
 * Heavy imports (drivers, jax) happen inside the hooks, not at module import: ``kernelbay_backend``

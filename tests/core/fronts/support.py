@@ -33,6 +33,7 @@ class Counted:
     def __init__(self) -> None:
         self.direct: list[str] = []
         self.launch_streams: list[Any] = []  # the stream argument of each direct launch
+        self.replay_streams: list[Any] = []  # the stream argument of each graph replay
         cls = type(self)
         for hook, fn in (("allocate", allocator.allocate), ("free", allocator.free), ("launch", launcher.launch)):
             getattr(cls, f"kernelbay_{hook}").kernelbay_direct = self._counting(hook, fn)
@@ -92,6 +93,7 @@ class Counted:
     @kb.hookimpl
     def kernelbay_graph_replay(self, device, graph, stream):
         self.direct.append("graph_replay")
+        self.replay_streams.append(stream)
         graphs.graph_replay(device, graph, stream)
 
     # Streams the backend sees (pyref has none; its streams reach its hooks as None).

@@ -149,8 +149,18 @@ def test_graph_replay_front_runs_the_backends_replay_with_no_python_frame(dev, k
     a2 = kb.zeros(8, "float32", dev)
     a2.close()  # anything closed: the next replay checks again, in Python
     assert python_frames(g.replay)
-    assert python_frames(lambda: g.replay(dev.default_stream))  # a stream given: Python
+    be.replay_streams.clear()
     s = dev.stream()
+    assert python_frames(lambda: g.replay(dev.default_stream)) == []  # the default stream: as None
+    assert python_frames(lambda: g.replay(s)) == [] and python_frames(lambda: g.replay(stream=s)) == []
+    assert be.replay_streams == [None, s, s]  # a stream the backend sees: passed on as given
+    _fronts.use(False)
+    try:
+        g.replay(s)  # the Python function passes the same
+        g.replay(dev.default_stream)
+    finally:
+        _fronts.use(True)
+    assert be.replay_streams[3] is s
     with s:
         assert python_frames(g.replay)  # a current stream: Python
     a.close()

@@ -228,17 +228,15 @@ static PyObject *Direct_call(Direct *self, PyObject *const *args, size_t nargsf,
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (kwnames != NULL || nargs != direct_nargs[self->kind])
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
-    if (self->kind == 3) { /* graph.entry, armed, on the default stream; else the hook */
-        if (args[2] == Py_None) {
-            PyObject *e = PyObject_GetAttr(args[1], d_entry);
-            if (e == NULL) {
-                PyErr_Clear();
-            } else {
-                int done = Py_TYPE(e) == &GraphEntryType ? graph_entry_replay((GraphEntry *)e) : 0;
-                Py_DECREF(e);
-                if (done < 0) return NULL;
-                if (done) Py_RETURN_NONE;
-            }
+    if (self->kind == 3) { /* graph.entry, armed for this stream (None or a kb.Stream); else the hook */
+        PyObject *e = PyObject_GetAttr(args[1], d_entry);
+        if (e == NULL) {
+            PyErr_Clear();
+        } else {
+            int done = Py_TYPE(e) == &GraphEntryType ? graph_entry_replay((GraphEntry *)e, args[2]) : 0;
+            Py_DECREF(e);
+            if (done < 0) return NULL;
+            if (done) Py_RETURN_NONE;
         }
         return PyObject_Vectorcall(self->fallback, args, 3, NULL);
     }

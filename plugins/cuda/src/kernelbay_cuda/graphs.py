@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernelbay.graphs import Step, pointer_access
+from kernelbay.streams import Stream as KbStream
 from kernelbay.types import Buffer, Device
 
 from . import _driver, allocator, native
@@ -273,10 +274,14 @@ def graph_replay(device: Device, graph: CudaGraph, stream: Any) -> None:
         rc = _driver.libcuda().cuGraphLaunch(graph.exec, s)
     if rc:
         _driver.check(rc, "cuGraphLaunch", graph.index)
-    if s is None and graph.entry is not None:
-        # this thread has the graph's context current and the default stream's uses are noted
-        # (until a stream closes): the next default-stream replays from here run in C (Direct)
-        graph.entry.arm(allocator.closed_streams)
+    if graph.entry is not None:
+        # this thread has the graph's context current and the stream's uses are noted (until a
+        # stream closes): the next replays from here on the default stream, or on this very
+        # kb.Stream, run in C (Direct)
+        if s is None:
+            graph.entry.arm(allocator.closed_streams)
+        elif sv and stream.__class__ is KbStream:
+            graph.entry.arm_stream(allocator.closed_streams, stream, sv)
 
 
 def _direct_replay() -> Any:
