@@ -1,7 +1,7 @@
-"""kb.Graph replay's hot path on a GPU: after one checked replay on the default stream, later
-ones run in C (the cuda backend's armed GraphEntry, reached through its direct graph_replay)
-while nothing was closed, no stream is current and no stream was closed; everything else runs
-the checks and the Python hook, with the same results. Skips without a GPU."""
+"""kb.Graph replay's hot path on a GPU: after one checked replay on the default stream or on a
+kb.Stream, later ones there run in C (the cuda backend's armed GraphEntry, reached through its
+direct graph_replay) while nothing was closed, no stream is current and no stream was closed;
+everything else runs the checks and the Python hook, with the same results. Skips without a GPU."""
 
 from __future__ import annotations
 
