@@ -34,7 +34,9 @@ multiple of that row's: below 1, kernelbay is faster. The bar charts show the sa
 The cpu block-kernel and stream rows measured on 2 quiet cores (the shared development machine
 is rarely quiet) are in [performance-cpu-quiet.md](performance-cpu-quiet.md).
 The cpu backend on a busy machine, per-kernel runners and compile speed (issue #25) are in
-[performance-cpu-speed.md](performance-cpu-speed.md).
+[performance-cpu-speed.md](performance-cpu-speed.md); the cuda backend's allocation, launch,
+graph and copy work against CuPy, PyTorch and the driver (issue #27), with dated figures, in
+[performance-cuda.md](performance-cuda.md).
 Autotuning sweeps (issue #31: parallel compile against serial, `kb.tune` against
 `triton.autotune`, the tuner's overhead; `benchmarks/bench_tune.py`) are in
 [tuning.md](tuning.md#figures).
