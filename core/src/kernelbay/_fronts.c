@@ -74,6 +74,18 @@ static int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyO
     return 1;
 }
 
+/* The stream= value a front hands the backend's direct callable (borrowed), with no current
+ * stream in this thread: the device's default kb.Stream, or one its backend does not see (handle
+ * None), as None; anything else as given. NULL: a Stream in a state the Python twin decides. */
+static PyObject *hook_stream(PyObject *stream) {
+    if (stream == Py_None || Py_TYPE(stream) != StreamT)
+        return stream;
+    PyObject *d = SLOT(stream, s_is_default), *sh = SLOT(stream, s_handle);
+    if (d == NULL || sh == NULL || (d != Py_True && d != Py_False))
+        return NULL;
+    return d == Py_True || sh == Py_None ? Py_None : stream;
+}
+
 /* Whether binding b (exactly a Binding) has the direct callable of hook bit. */
 static inline int fronted(PyObject *b, long bit) {
     if (b == NULL || Py_TYPE(b) != BindingT)
@@ -148,13 +160,8 @@ static PyObject *launch(PyObject *front, PyObject *const *args, size_t nargsf, P
     PyObject *handle = SLOT(self, k_handle);
     if (handle == NULL || handle == Py_None || argv == Py_None || intercepting())
         goto python;
-    if (stream != Py_None && Py_TYPE(stream) == StreamT) {
-        PyObject *d = SLOT(stream, s_is_default), *sh = SLOT(stream, s_handle);
-        if (d == NULL || sh == NULL || (d != Py_True && d != Py_False))
-            goto python;
-        if (d == Py_True || sh == Py_None)
-            stream = Py_None; /* no current stream here: the default (or a stream the backend does not see) is None */
-    }
+    if ((stream = hook_stream(stream)) == NULL)
+        goto python;
     PyObject *b = SLOT(self, k_binding);
     if (!fronted(b, F_LAUNCH))
         goto python;
@@ -358,15 +365,8 @@ static PyObject *replay(PyObject *front, PyObject *const *args, size_t nargsf, P
         goto python;
     if (intercepting())
         goto python;
-    if (stream == NULL)
-        stream = Py_None;
-    if (stream != Py_None && Py_TYPE(stream) == StreamT) {
-        PyObject *d = SLOT(stream, s_is_default), *sh = SLOT(stream, s_handle);
-        if (d == NULL || sh == NULL || (d != Py_True && d != Py_False))
-            goto python;
-        if (d == Py_True || sh == Py_None)
-            stream = Py_None; /* as the launch front: the default stream (or one its backend does not see) */
-    }
+    if ((stream = hook_stream(stream == NULL ? Py_None : stream)) == NULL)
+        goto python;
     PyObject *self = args[0];
     long long m = closes_of(memory_ns), k = closes_of(kernel_ns);
     if (m < 0 || k < 0)
