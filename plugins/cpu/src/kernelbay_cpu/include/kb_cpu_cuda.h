@@ -176,10 +176,13 @@ float erff(float) noexcept;
 // at most 0.58 ulp over every float (checked exhaustively against exp in double; glibc's scalar
 // expf: 0.5), inf for x > 88.72, 0 below -103.97, NaN for NaN. tests/cpu/test_vector_math.py
 // checks the bound. Calls are spelled as written (macros below): `std::expf(x)` works too.
-inline float kb_cuda_fmaxf(float x, float y) { return (y != y || x > y) ? x : y; }
-inline float kb_cuda_fminf(float x, float y) { return (y != y || x < y) ? x : y; }
-inline double kb_cuda_fmax(double x, double y) { return (y != y || x > y) ? x : y; }
-inline double kb_cuda_fmin(double x, double y) { return (y != y || x < y) ? x : y; }
+// Two selects, not `(y != y || x > y) ? x : y`: the `||` is a branch that g++ fails to
+// if-convert where the argument is itself a select (a warp's shfl_down tree, llm.c's
+// warpReduceMax), and that loop over the lanes stayed scalar. Same bits.
+inline float kb_cuda_fmaxf(float x, float y) { const float m = x > y ? x : y; return y != y ? x : m; }
+inline float kb_cuda_fminf(float x, float y) { const float m = x < y ? x : y; return y != y ? x : m; }
+inline double kb_cuda_fmax(double x, double y) { const double m = x > y ? x : y; return y != y ? x : m; }
+inline double kb_cuda_fmin(double x, double y) { const double m = x < y ? x : y; return y != y ? x : m; }
 inline float kb_cuda_expf(float xf) {
     const double x = xf == xf ? (xf > 89.0f ? 89.0 : xf < -104.0f ? -104.0 : (double)xf) : 0.0;
     const double z = x * 1.4426950408889634;  // x / ln 2
