@@ -297,7 +297,8 @@ def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
     makes) and ``dev.graph()`` (independent launches run concurrently, on at most two chains);
     and the wall time of replay + synchronize per node (``graph-replay-wall-*``), where the
     concurrent graph's shape pays off. The serial graph also replayed on a ``dev.stream()``
-    (``kernelbay-stream``; CuPy's on a blocking stream too, as ``dev.stream()`` is: ``cupy-blocking-stream``).
+    (``kernelbay-stream``; CuPy's on a blocking stream too, as ``dev.stream()`` is: ``cupy-blocking-stream``;
+    and on the legacy default stream, where ``g.replay()`` goes: ``cupy-null-stream``).
     CuPy twice more: one stream captured (``cupy``, one chain)
     and two streams forked and joined inside the capture, launches alternating between them
     (``cupy-two-streams``: the two-chain shape ``dev.graph()`` gives these launches), so that
@@ -351,6 +352,8 @@ def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
             cases["cupy-two-streams"] = (lambda cg2=cg2, cs=cs: cg2.launch(cs), cs.synchronize)
             cb = cp.cuda.Stream()  # a blocking stream, as dev.stream() makes
             cases["cupy-blocking-stream"] = (lambda cg=cg, cb=cb: cg.launch(cb), cb.synchronize)
+            null = cp.cuda.Stream.null  # the legacy default stream, where kb's default-stream replay goes
+            cases["cupy-null-stream"] = (lambda cg=cg, null=null: cg.launch(null), null.synchronize)
         samples: dict[str, list[float]] = {n: [] for n in cases}
         walls: dict[str, list[float]] = {n: [] for n in cases}
         for _ in range(3):  # warm-up
@@ -751,6 +754,18 @@ def goals(records: list[dict]) -> list[dict]:
                 "kernelbay",
                 "cupy",
                 f"kb.Graph replay host time vs CuPy graph launch, {n} nodes (serial=True: the same one chain)",
+                1.1,
+                False,
+            )
+            for n in (100, 1000)
+        ],
+        *[
+            (
+                f"graph-replay-host-{n}",
+                "kernelbay",
+                "cupy-null-stream",
+                f"kb.Graph replay host time vs CuPy graph launch, {n} nodes, both on the legacy default stream "
+                "(serial=True)",
                 1.1,
                 False,
             )
