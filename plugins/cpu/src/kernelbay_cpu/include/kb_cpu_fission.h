@@ -203,6 +203,13 @@ struct Block {
         }
         return b;
     }
+    // The block for a warp operation inside `if (block.thread_rank() < hi)`, hi a multiple of 32
+    // (fission_if.py): the warps of the threads [0, hi) by their rank, in a block of any shape.
+    Block ranks(long long hi) const {
+        Block b = *this;
+        b.last = hi < (long long)n ? (int)(hi < 0 ? 0 : hi) : (int)n;
+        return b;
+    }
     // The block for a warp operation or barrier in a kernel whose threads may have returned.
     Block live(const bool* d, bool any) const {
         Block b = *this;
@@ -326,6 +333,19 @@ unsigned check_slow(const Block& b, int op, unsigned mask, int width, int line, 
 inline unsigned check(const Block& b, int op, unsigned mask, int width, int line, const char* file = __builtin_FILE()) {
     if (mask == ~0u && b.full && !b.done && width > 0 && width <= 32 && !(width & (width - 1))) return mask;
     return check_slow(b, op, mask, width, line, file);
+}
+
+// An `if (threadIdx.x < k)` (k a multiple of 32) around warp operations (fission_if.py): the
+// same for every lane of a warp, except in a block of more than one dimension whose rows are
+// longer than k and not whole warps, where a warp holds the end of one row (x >= k) and the
+// start of the next (x < k): the warp operation is not reached by every lane it names.
+inline void warp_if(const Block& b, long long k, int line, const char* file = __builtin_FILE()) {
+    if ((b.dim.y == 1 && b.dim.z == 1) || b.dim.x % 32 == 0 || (long long)b.dim.x <= k) return;
+    const unsigned w = (b.dim.x - 1) / 32;  // the warp of thread (blockDim.x - 1, 0, 0) and (0, 1, 0)
+    fail("block (%u,%u,%u): the lanes of warp %u disagree on the test of threadIdx.x against %lld at %s:%d (blockDim "
+         "(%u,%u,%u): rows of %u threads, not whole warps), so not every lane reaches the warp operation inside "
+         "it (a GPU would hang or give wrong results)",
+         b.idx.x, b.idx.y, b.idx.z, w, k, base_name(file), line, b.dim.x, b.dim.y, b.dim.z, b.dim.x);
 }
 
 // Where threads have returned (b.done): a lane that reaches a warp operation whose group (`mask`,
