@@ -188,3 +188,37 @@ def test_other_shapes_inside_a_warp_uniform_if_keep_fibers(body, why):
     plan = _plan(src)
     assert plan.runners == {"k<64>": "run_fibers"}
     assert "not as loops" in plan.why["k<64>"] and why in plan.why["k<64>"], plan.why
+
+
+# A block's size() bounding a loop around barriers; the bound first (`32u > tid`), an unsigned literal.
+SPELLINGS = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__global__ void k(const float* x, float* y, unsigned* u, int n) {
+    cg::thread_block block = cg::this_thread_block();
+    __shared__ float s[1024];
+    const unsigned tid = threadIdx.x;
+    float v = x[blockIdx.x * blockDim.x + tid];
+    s[tid] = v;
+    for (unsigned st = block.size() / 2; st >= 32; st /= 2) {
+        block.sync();
+        if (tid < st) s[tid] = v = v + s[tid + st];
+    }
+    block.sync();
+    if (32u > tid) {
+        for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    if (tid < 32u) v += __shfl_sync(0xffffffffu, v, 5);
+    y[4 * (blockIdx.x * blockDim.x + tid)] = v;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [256, 64], ids=str)
+def test_other_spellings_of_the_bound_and_a_blocks_size_run_as_loops(cpu, block):
+    assert _plan(SPELLINGS, "k").runners == {"k": "run_blocks"}, _plan(SPELLINGS, "k").why
+    loops, y, _ = _launch(cpu, SPELLINGS, "k", 4 * block, block)
+    fibers, y2, _ = _launch(cpu, _on_fibers(SPELLINGS), "k", 4 * block, block)
+    assert not loops.handle.fibers and fibers.handle.fibers
+    np.testing.assert_array_equal(y, y2)
+    assert (y[::4] != -1).all()

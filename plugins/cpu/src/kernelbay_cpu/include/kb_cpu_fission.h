@@ -5,6 +5,9 @@
 // the end of a loop. Locals that live across a barrier are per-thread arrays indexed by kb_t,
 // __shared__ arrays are the block's (one OS thread runs a block), and threads between two
 // barriers are independent (CUDA gives them no order), which the loop pragma tells the vectoriser.
+// An `if` around barriers that every thread decides alike stays around the loops; one that passes
+// whole warps (`if (tid < 32)`) guards each loop of its body, which runs over the threads below
+// the bound, and its warp operations run over their warps (Block::only/ranks; fission_if.py).
 //
 // Warp operations (shuffles, votes, cooperative_groups tiles' shuffles and reduce) at those same
 // places split the block's loop the same way: one loop stores each lane's operand in a lane array
