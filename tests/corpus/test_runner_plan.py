@@ -68,6 +68,9 @@ ON_LOOPS = {
     "cuda_samples/reduction:reduce5<int,256>",
     "cuda_samples/reduction:reduce6<int,256,true>",
     "kernel_tuner/reduction:sum_floats[float4,shfl]",
+    # shuffles of full masks inside `if (i < nrows)`, i a warp's row: each thread's test, whole
+    # warps agreeing at run time
+    "kernel_tuner/spmv:spmv_kernel",
 }
 
 

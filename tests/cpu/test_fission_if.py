@@ -159,18 +159,68 @@ def test_threadidx_x_against_32_in_rows_that_are_not_whole_warps_is_a_launch_err
 
 
 @pytest.mark.parametrize(
-    "cond, why",
+    "body",
     [
-        ("tid < 16", "condition may differ between threads"),  # half a warp
-        ("x[g] > 0.0f", "condition may differ between threads"),
-        ("g < n", "condition may differ between threads"),
-        ("tid % 64 < 32", "condition may differ between threads"),
+        "if (tid < 16) v = __shfl_sync(0xffffu, v, 0);",  # half a warp, its own mask: valid CUDA
+        "if (x[g] > 0.0f) v = tile16.shfl(v, 0);",  # a tile of 16 alone: valid CUDA
+        "if (tid < 64) v += 1.0f; if (x[g] > 0.0f) __syncthreads();",
     ],
 )
-def test_conditions_that_may_differ_within_a_warp_keep_fibers(cond, why):
-    plan = _plan(WARPS.replace("if (tid < 64)", f"if ({cond})"))
+def test_ifs_whose_condition_may_differ_within_a_warp_keep_fibers_unless_the_warp_must_agree(body):
+    src = WARPS.replace(
+        "cg::thread_block_tile<32> tile32",
+        "cg::thread_block_tile<16> tile16 = cg::tiled_partition<16>(cta); cg::thread_block_tile<32> tile32",
+    ).replace("if (threadIdx.x < warpSize)", body + " if (threadIdx.x < warpSize)")
+    plan = _plan(src)
     assert plan.runners == {"k<64>": "run_fibers"}
-    assert "not as loops" in plan.why["k<64>"] and why in plan.why["k<64>"], plan.why
+    assert "not as loops" in plan.why["k<64>"] and "condition may differ between threads" in plan.why["k<64>"], plan.why
+
+
+# A warp per row, `if (row < rows)`: the test each thread's, whole warps agreeing at run time
+# (kernel_tuner's spmv); W 16 puts two rows in a warp, and the last row's warp may disagree.
+ROWS = r"""
+__global__ void k(const float* x, float* y, unsigned* u, int n) {
+    int t = blockIdx.x * blockDim.x * blockDim.y + threadIdx.y * blockDim.x + threadIdx.x;
+    int row = t / W;
+    int lane = t % 32;
+    float v = 0.0f;
+    if (row < n / 64) {
+        for (int j = lane; j < 64; j += 32) v += x[row * 64 + j];
+        for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffff, v, s);
+        unsigned b = __ballot_sync(0xffffffffu, v > 0.0f);
+        if (lane == 0) { y[4 * row] = v; u[2 * row] = b; }
+    }
+    if (t < n) y[4 * t + 1] = v;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [256, 96, 48, (32, 4)], ids=str)
+def test_a_test_each_thread_decides_runs_as_loops_where_whole_warps_agree(cpu, block):
+    src = "#define W 32\n" + ROWS
+    assert _plan(src, "k").runners == {"k": "run_blocks"}, _plan(src, "k").why
+    loops, y, u = _launch(cpu, src, "k", 3000, block)
+    fibers, y2, u2 = _launch(cpu, _on_fibers(src), "k", 3000, block)
+    assert not loops.handle.fibers and fibers.handle.fibers
+    np.testing.assert_array_equal(y, y2)
+    np.testing.assert_array_equal(u, u2)
+    assert (y[: 4 * 46 : 4] != -1).all()
+
+
+def test_a_warp_whose_lanes_disagree_on_such_a_test_is_a_launch_error_on_both_runners(cpu):
+    src = "#define W 16\n" + ROWS  # 45 rows: threads 0..719 pass, warp 22 is split at lane 16
+    assert _plan(src, "k").runners == {"k": "run_blocks"}
+    with pytest.raises(
+        kb.LaunchError,
+        match=r"block \(2,0,0\): thread \(192,0,0\) passes the test of the if at kernel.cu:8 and thread \(208,0,0\) "
+        r"of its warp does not",
+    ):
+        _launch(cpu, src, "k", 2880, 256)
+    with pytest.raises(kb.LaunchError, match=r"block \(2,0,0\)"):
+        _launch(cpu, _on_fibers(src), "k", 2880, 256)
+    _, y, _ = _launch(cpu, src, "k", 2944, 256)  # 46 rows: warp 23 ends the last one
+    _, y2, _ = _launch(cpu, _on_fibers(src), "k", 2944, 256)
+    np.testing.assert_array_equal(y, y2)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,17 @@ barrier or ``__syncwarp`` inside keeps fibers (not every thread of the block rea
 ``threadIdx.x`` in a block of more than one dimension whose ``blockDim.x`` is not a multiple of 32
 and is more than ``K``, a warp holds the end of one row and the start of the next and its lanes
 disagree: the launch fails there (``kb_cpu::fis::warp_if``), where a GPU would hang or give wrong
-results."""
+results.
+
+Decided per thread: any other condition that calls and assigns nothing (kernel_tuner's spmv,
+``if (i < nrows)`` with ``i`` a warp's row), around warp operations of the whole warp only (a
+literal full mask, a tile of 32 threads), with no ``else`` and no barrier inside. Each thread
+evaluates it once, where the ``if`` stands (a region of its own, into ``kb_off<k>``); every warp's
+lanes must agree (``kb_cpu::fis::warps_agree``: else the launch fails, as CUDA lets a warp
+operation of the whole warp be reached by all its lanes or none); the body's regions run its
+statements for the threads that passed, and its warp operations leave out the warps that did not
+(``Block::agreed``, as lanes that returned). A condition smaller groups may take alone (a mask of
+16 lanes, a tile of 16) keeps fibers."""
 
 from __future__ import annotations
 
@@ -27,12 +37,14 @@ import re
 from collections.abc import Callable
 
 from .fission_ranges import _strip, _top, thread_index
-from .fission_scan import closing, line_of, pad, skip_ws, statement_end
+from .fission_scan import arguments, closing, line_of, pad, skip_ws, statement_end
 from .fission_state import Giveup, Rewrite
+from .fission_warps import warp_calls
 
 Level = Callable[[Rewrite, int, int, bool], None]
 _SIZE = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\.\s*(?:size|num_threads)\s*\(\s*\)")
 _RANK = re.compile(r"([A-Za-z_]\w*)\s*\.\s*thread_rank\s*\(\s*\)")
+_FULL = re.compile(r"0[xX][fF]{8}[uU]?|~0[uU]?")
 
 
 def sized(rw: Rewrite, lo: int, hi: int, edit: bool = True) -> str:
@@ -100,7 +112,7 @@ def if_statement(rw: Rewrite, s: int, e: int, level: Level) -> None:
             _body(rw, other, e, level)
         return
     warps = _warps(rw, cond)
-    if warps is None:
+    if warps is None and not _full_masks(rw, j, body_end):
         raise Giveup(f"a barrier or warp operation inside an if whose condition may differ between threads ({where})")
     if other is not None:
         raise Giveup(f"a barrier or warp operation inside an if with an else ({where})")
@@ -110,18 +122,58 @@ def if_statement(rw: Rewrite, s: int, e: int, level: Level) -> None:
         raise Giveup(f"a warp operation inside an if of the thread's index in a kernel that returns early ({where})")
     if re.search(r"\b__syncwarp\b", code[j:body_end]):
         raise Giveup(f"__syncwarp inside an if of the thread's index ({where})")
-    bound, by_x = warps
-    check = f"::kb_cpu::fis::warp_if(kb_fb, (long long)({bound}), {line_of(code, s)});" if by_x else ""
-    rw.edits.append((s, j, pad(check, text[s:j])))
+    line = line_of(code, s)
+    if warps is not None:
+        bound, by_x = warps
+        check = f"::kb_cpu::fis::warp_if(kb_fb, (long long)({bound}), {line});" if by_x else ""
+        rw.edits.append((s, j, pad(check, text[s:j])))
+        hi = f"(long long)({bound})"
+        guard = (text[paren + 1 : close].strip(), hi, f"kb_fb.{'only(0, ' if by_x else 'ranks('}{hi})")
+    else:
+        if re.search(r"(?<![\w.])[A-Za-z_]\w*\s*\(|\+\+|--|(?<![=!<>])=(?!=)", _methods_blanked(rw, cond)):
+            raise Giveup(f"a warp operation inside an if whose condition calls or assigns ({where})")
+        # Decided per thread where the if stands (one region), the warps' lanes checked to agree.
+        off = f"kb_off{len([n for n in rw.hoisted if n.startswith('kb_off')])}"
+        rw.hoisted[off] = f"bool {off}[KB_FISSION_MAX_THREADS];"
+        rw.edits.append((s, j, pad(f"{off}[kb_t] = !({text[paren + 1 : close].strip()});", text[s:j])))
+        rw.region.append((s, j))
+        rw.flush("", f"::kb_cpu::fis::warps_agree(kb_fb, {off}, {line});")
+        guard = (f"!{off}[kb_t]", None, f"kb_fb.agreed({off})")
     syncs = len(rw.syncs)
-    hi = f"(long long)({bound})"
-    rw.guards.append((text[paren + 1 : close].strip(), hi, f"kb_fb.{'only(0, ' if by_x else 'ranks('}{hi})"))
+    rw.guards.append(guard)
     try:
         _body(rw, j, body_end, level)
     finally:
         rw.guards.pop()
     if any(tile == 0 for _, tile, _ in rw.syncs[syncs:]):
         raise Giveup(f"a barrier inside an if of the thread's index (not every thread reaches it) ({where})")
+
+
+def _methods_blanked(rw: Rewrite, cond: str) -> str:
+    """``cond`` with the cooperative_groups objects' method calls (which only read) blanked."""
+    return re.sub(
+        r"\b([A-Za-z_]\w*)\s*\.\s*\w+\s*\(\s*\)", lambda m: " 0 " if m.group(1) in rw.cg else m.group(0), cond
+    )
+
+
+def _full_masks(rw: Rewrite, lo: int, hi: int) -> bool:
+    """Whether every warp operation in ``code[lo:hi]`` is one of the whole warp: a literal full
+    mask, a tile of 32 threads (there a warp whose lanes take different sides of the if breaks
+    CUDA's rules, where a smaller group may legitimately take one side alone)."""
+    code = rw.code
+    for c in warp_calls(rw, lo, hi):
+        paren = c.end() - 1
+        close = closing(code, paren)
+        args = arguments(code, paren, close) if close > 0 else []
+        if not args:
+            return False
+        first = code[args[0][0] : args[0][1]].strip()
+        if c.group("intr"):
+            if not _FULL.fullmatch(first):
+                return False
+        elif rw.tiles.get(c.group("obj") or first) != 32:
+            return False
+    return bool(warp_calls(rw, lo, hi))
 
 
 def _body(rw: Rewrite, j: int, end: int, level: Level) -> None:

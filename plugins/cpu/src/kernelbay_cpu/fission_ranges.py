@@ -165,7 +165,7 @@ class Region:
     loop_start: int
     start: int
     end: int
-    guard: tuple[str, str, str] | None = None  # a warp-uniform if's (fission_if.py)
+    guard: tuple[str, str | None, str] | None = None  # a warp-uniform if's (fission_if.py)
 
 
 def _dead(rw: Rewrite, r: Region, names: list[str], after: int) -> bool:

@@ -178,9 +178,9 @@ class Rewrite:
         self.parens = fn.parens
         self.copies: list[str] = []  # the parameters each thread has a copy of (fission_params.py)
         #: the warp-uniform ifs the statements being rewritten are in (fission_if.py): (the
-        #: condition, the end of the threads that pass it, the block of their warps), the
-        #: regions' guard
-        self.guards: list[tuple[str, str, str]] = []
+        #: condition, the end of the threads that pass it or None where each thread's test
+        #: decided it, the block of their warps), the regions' guard
+        self.guards: list[tuple[str, str | None, str]] = []
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
@@ -269,17 +269,19 @@ class Rewrite:
             test = ""
             if r.guard is not None:  # a warp-uniform if's (fission_if.py): its threads, its warps
                 test = f"if ({r.guard[0]}) {{ "
-                if got is None or r.tail:
+                if r.guard[1] is None:  # decided per thread (kb_off): every thread, the test deciding
+                    got = None
+                elif got is None or r.tail:
                     got = ("0", r.guard[1], "1")
             begin = "KB_REGION_BEGIN" if got is None else "KB_REGION_RANGE_BEGIN({}, {}, {})".format(*got)
             at, _, _ = self.edits[r.begin]
             self.edits[r.begin] = (at, at, f" {begin} {r.again} {test}")
-            if got is not None and r.tail and got[2] == "1":
+            if r.tail and (r.guard is not None or (got is not None and got[2] == "1")):
                 # the warp operation after it: only the warps of the range (of the guard: its
                 # checks too, as the other warps do not reach it)
                 k = r.begin + 1
                 at, end, rep = self.edits[k]
-                block = f"kb_fb.only({got[0]}, {got[1]})" if r.guard is None else r.guard[2]
+                block = r.guard[2] if r.guard is not None else f"kb_fb.only({got[0]}, {got[1]})"
                 rep = rep.replace("(kb_fb, kb_l", f"({block}, kb_l")
                 if r.guard is not None:
                     rep = rep.replace("check(kb_fb,", f"check({block},")

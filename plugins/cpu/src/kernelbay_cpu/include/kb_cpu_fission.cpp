@@ -28,7 +28,7 @@ unsigned check_slow(const Block& b, int op, unsigned mask, int width, int line, 
             fail("%s at %s:%d: width %d must be a power of two from 1 to 32", op_name(op), base_name(file), line,
                  width);
     }
-    if (b.done) exited_slow(b, op, mask, 0u, line, file);
+    if (b.done && !b.whole) exited_slow(b, op, mask, 0u, line, file);
     return mask;
 }
 

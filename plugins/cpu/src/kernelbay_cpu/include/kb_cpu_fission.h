@@ -188,6 +188,9 @@ struct Block {
     int first = 0, last;
     // the threads that have returned (kb_done), where one has (live()): else null
     const bool* done = nullptr;
+    // done names whole warps only (an if whose test they failed, warps_agree): the group of a lane
+    // that takes part names none of them, so the checks of lanes that left have nothing to find
+    bool whole = false;
     Block(uint3 i, dim3 d) : idx(i), dim(d), n(d.x * d.y * d.z), full(d.x * d.y * d.z % 32 == 0), last((int)n) {}
     uint3 tid(unsigned t) const { return uint3{t % dim.x, (t / dim.x) % dim.y, t / (dim.x * dim.y)}; }
     unsigned lanes(unsigned t) const {  // how many lanes the warp of thread t has
@@ -211,6 +214,14 @@ struct Block {
     Block ranks(long long hi) const {
         Block b = *this;
         b.last = hi < (long long)n ? (int)(hi < 0 ? 0 : hi) : (int)n;
+        return b;
+    }
+    // The block for a warp operation inside an if each thread decided (fission_if.py): the warps
+    // whose lanes failed its test (off) take no part, as the lanes of warps that returned.
+    Block agreed(const bool* off) const {
+        Block b = *this;
+        b.done = off;
+        b.whole = true;
         return b;
     }
     // The block for a warp operation or barrier in a kernel whose threads may have returned.
@@ -334,7 +345,7 @@ inline unsigned tile_mask(const Block& b, unsigned t) {
 // here; the rest in the runner object (kb_cpu_fission.cpp).
 unsigned check_slow(const Block& b, int op, unsigned mask, int width, int line, const char* file);
 inline unsigned check(const Block& b, int op, unsigned mask, int width, int line, const char* file = __builtin_FILE()) {
-    if (mask == ~0u && b.full && !b.done && width > 0 && width <= 32 && !(width & (width - 1))) return mask;
+    if (mask == ~0u && b.full && (!b.done || b.whole) && width > 0 && width <= 32 && !(width & (width - 1))) return mask;
     return check_slow(b, op, mask, width, line, file);
 }
 
@@ -351,6 +362,23 @@ inline void warp_if(const Block& b, long long k, int line, const char* file = __
          b.idx.x, b.idx.y, b.idx.z, w, k, base_name(file), line, b.dim.x, b.dim.y, b.dim.z, b.dim.x);
 }
 
+// An `if` around warp operations of the whole warp (full masks, tiles of 32) whose test each
+// thread decided (fission_if.py; off[t]: thread t fails it): the lanes of every warp must agree,
+// else not every lane the operations name reaches them. The warps that fail the test then take
+// no part in them, as the lanes of a warp that returned (Block::live).
+inline void warps_agree(const Block& b, const bool* off, int line, const char* file = __builtin_FILE()) {
+    for (unsigned base = 0; base < b.n; base += 32)
+        for (unsigned k = 1; k < b.lanes(base); ++k)
+            if (off[base + k] != off[base]) {
+                const unsigned in = off[base] ? base + k : base, out = off[base] ? base : base + k;
+                const uint3 i = b.tid(in), o = b.tid(out);
+                fail("block (%u,%u,%u): thread (%u,%u,%u) passes the test of the if at %s:%d and thread (%u,%u,%u) "
+                     "of its warp does not, but the if holds warp operations of the whole warp: not every lane "
+                     "they name reaches them (a GPU would hang or give wrong results)",
+                     b.idx.x, b.idx.y, b.idx.z, i.x, i.y, i.z, base_name(file), line, o.x, o.y, o.z);
+            }
+}
+
 // Where threads have returned (b.done): a lane that reaches a warp operation whose group (`mask`,
 // or its tile of `tile` threads) names a lane that has returned fails as on the fiber runner --
 // "which has exited" where that lane comes before it in the warp (the fiber runner runs a warp's
@@ -359,7 +387,7 @@ inline void warp_if(const Block& b, long long k, int line, const char* file = __
 void exited_slow(const Block& b, int op, unsigned mask, unsigned tile, int line, const char* file);
 void barrier_slow(const Block& b, int line, const char* file);
 inline void exited(const Block& b, int op, unsigned mask, unsigned tile, int line, const char* file = __builtin_FILE()) {
-    if (b.done) exited_slow(b, op, mask, tile, line, file);
+    if (b.done && !b.whole) exited_slow(b, op, mask, tile, line, file);
 }
 inline void barrier(const Block& b, int line, const char* file = __builtin_FILE()) {
     if (b.done) barrier_slow(b, line, file);
