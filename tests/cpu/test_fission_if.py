@@ -164,6 +164,9 @@ def test_threadidx_x_against_32_in_rows_that_are_not_whole_warps_is_a_launch_err
         "if (tid < 16) v = __shfl_sync(0xffffu, v, 0);",  # half a warp, its own mask: valid CUDA
         "if (x[g] > 0.0f) v = tile16.shfl(v, 0);",  # a tile of 16 alone: valid CUDA
         "if (tid < 64) v += 1.0f; if (x[g] > 0.0f) __syncthreads();",
+        # full masks, but a warp operation after it (the reduce), which the lanes that fail it may
+        # meet the others at on fibers
+        "if (x[g] > 0.0f) v = __shfl_sync(0xffffffffu, v, 0);",
     ],
 )
 def test_ifs_whose_condition_may_differ_within_a_warp_keep_fibers_unless_the_warp_must_agree(body):

@@ -23,7 +23,9 @@ results.
 
 Decided per thread: any other condition that calls and assigns nothing (kernel_tuner's spmv,
 ``if (i < nrows)`` with ``i`` a warp's row), around warp operations of the whole warp only (a
-literal full mask, a tile of 32 threads), with no ``else`` and no barrier inside. Each thread
+literal full mask, a tile of 32 threads), with no ``else``, no barrier inside, no loop around it
+and no barrier or warp operation after it (the lanes that fail the test run to their end, so a
+warp whose lanes disagree is one the fiber runner cannot complete either). Each thread
 evaluates it once, where the ``if`` stands (a region of its own, into ``kb_off<k>``); every warp's
 lanes must agree (``kb_cpu::fis::warps_agree``: else the launch fails, as CUDA lets a warp
 operation of the whole warp be reached by all its lanes or none); the body's regions run its
@@ -45,6 +47,11 @@ Level = Callable[[Rewrite, int, int, bool], None]
 _SIZE = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\.\s*(?:size|num_threads)\s*\(\s*\)")
 _RANK = re.compile(r"([A-Za-z_]\w*)\s*\.\s*thread_rank\s*\(\s*\)")
 _FULL = re.compile(r"0[xX][fF]{8}[uU]?|~0[uU]?")
+#: What waits on other threads (fission.py's split points).
+_LATER = re.compile(
+    r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any_sync|__all_sync)\b"
+    r"|\.\s*(?:sync|shfl|shfl_up|shfl_down|shfl_xor|ballot|any|all)\s*\(|\b(?:reduce|sync)\s*\("
+)
 
 
 def sized(rw: Rewrite, lo: int, hi: int, edit: bool = True) -> str:
@@ -132,6 +139,13 @@ def if_statement(rw: Rewrite, s: int, e: int, level: Level) -> None:
     else:
         if re.search(r"(?<![\w.])[A-Za-z_]\w*\s*\(|\+\+|--|(?<![=!<>])=(?!=)", _methods_blanked(rw, cond)):
             raise Giveup(f"a warp operation inside an if whose condition calls or assigns ({where})")
+        if rw.loop_start >= 0 or _LATER.search(code, e, rw.body_end):
+            # (the lanes that fail it might meet the others at a later warp operation of the same
+            # kind and mask, which the fiber runner lets them complete together)
+            raise Giveup(
+                f"a warp operation inside an if whose condition may differ between threads, with a loop around"
+                f" it or a barrier or warp operation after it ({where})"
+            )
         # Decided per thread where the if stands (one region), the warps' lanes checked to agree.
         off = f"kb_off{len([n for n in rw.hoisted if n.startswith('kb_off')])}"
         rw.hoisted[off] = f"bool {off}[KB_FISSION_MAX_THREADS];"
