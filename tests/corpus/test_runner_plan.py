@@ -62,6 +62,15 @@ ON_LOOPS = {
     "cuda_samples/reduction:reduce2<int>",
     # `T mySum` where the entry makes T an arithmetic type
     "cuda_samples/reduction:reduce3<int>",
+    # warp operations inside `if (cta.thread_rank() < 32)` / `if (ti < 32)` (fission_if.py); a
+    # loop bounded by a tile's size()
+    "cuda_samples/reduction:reduce4<int,256>",
+    "cuda_samples/reduction:reduce5<int,256>",
+    "cuda_samples/reduction:reduce6<int,256,true>",
+    "kernel_tuner/reduction:sum_floats[float4,shfl]",
+    # shuffles of full masks inside `if (i < nrows)`, i a warp's row: each thread's test, whole
+    # warps agreeing at run time
+    "kernel_tuner/spmv:spmv_kernel",
 }
 
 

@@ -171,7 +171,10 @@ def test_a_warp_sum_is_the_sum_of_the_warps_lanes(cpu):
 @pytest.mark.parametrize(
     "body, why",
     [
-        ("if (threadIdx.x < 16) y[threadIdx.x] = __shfl_down_sync(0xffffu, 1.0f, 1);", "inside if"),
+        (
+            "if (threadIdx.x < 16) y[threadIdx.x] = __shfl_down_sync(0xffffu, 1.0f, 1);",
+            "inside an if whose condition may differ",
+        ),
         ("unsigned m = threadIdx.x % 2 ? 1u : 2u; y[threadIdx.x] = __shfl_sync(m, 1.0f, 0);", "mask"),
         ("y[threadIdx.x] = __shfl_sync(0xffffffffu, __shfl_sync(0xffffffffu, 1.0f, 1), 0);", "another's"),
         ("for (int i = 0; i < threadIdx.x; ++i) y[i] = __shfl_sync(0xffffffffu, 1.0f, 0);", "trip count"),

@@ -26,16 +26,19 @@ has its own copy); local arrays of constant sizes are each thread's in a buffer 
 template parameters and constant macros count as every thread's alike; the body's ``#if`` lines
 are decided by the build's defines first (fission_pp.py).
 
+An ``if`` around split points whose condition every thread computes alike, or that passes whole
+warps (``if (tid < 32)``, ``if (cta.thread_rank() < 64)``): fission_if.py.
+
 Early ``return;`` (a flag per thread: the regions after it skip the thread), ``break`` and
 ``continue`` inside a region's statement, ``while``/``do`` loops: fission_exit.py.
 
 Not handled (:func:`split` says which, for the profile note): ``goto``, a ``return`` with a value
 (a lambda's), a ``break``/``continue`` of a loop around split points, warp operations inside
-``if``, ``while`` or other statements, a warp operation's mask that differs between threads,
+``if`` of other conditions than fission_if.py's, ``while`` or other statements, a warp operation's mask that differs between threads,
 ``__match_*``, ``__reduce_*_sync``, ``__activemask``, scans, tiles of more than 32 threads,
 ``volatile``, and ``while``/``do`` loops (or loops that may ``break``)
 beside atomics, fences or clocks (a thread may spin on what another thread of its block stores,
-without a barrier: only fibers run both), split points in ``if``/``while``/nested loops, and
+without a barrier: only fibers run both), split points in other ``if``s, ``while``/nested loops, and
 split points reached through other functions or macros.
 
 The rewrite keeps every line where it was, so diagnostics still point at the user's lines.
@@ -49,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from kernelbay.csource import Function, strip_comments_and_strings
 
 from .fission_exit import exits, jumps, lambda_beside_return, spins
+from .fission_if import if_statement, sized
 from .fission_params import constants, copy_params, param_copies
 from .fission_pp import active_body, defines
 from .fission_ranges import pure_read
@@ -255,6 +259,10 @@ def _statements(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             rw.flush()  # a block of split points: its statements a top level of their own
             _level(rw, s + 1, e - 1, inside_loop)
             continue
+        if re.match(r"if\s*\(", st) and _SPLIT_RE.search(code, closing(code, code.index("(", s)) + 1, e):
+            rw.flush()
+            if_statement(rw, s, e, _level)  # a block- or warp-uniform condition (fission_if.py)
+            continue
         calls = warp_calls(rw, s, e)
         if calls:
             head = re.match(r"if\s*\(", st)  # in an if's condition every thread that reaches it votes
@@ -267,7 +275,7 @@ def _statements(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             continue
         if _SPLIT_RE.search(st):
             raise Giveup(f"a barrier or warp operation inside if, switch or a block ({where})")
-        if strided(rw, s, e):
+        if not rw.guards and strided(rw, s, e):
             continue
         if inside_loop and jumps(rw, s, e) >= 0:
             k = jumps(rw, s, e)
@@ -277,7 +285,8 @@ def _statements(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             rw.declare(s, e, d, [], inside_loop)
         elif LOOKS_DECL.match(st) and not KEYWORD_START.match(st):
             raise Giveup(f"a local of a type the loop path does not store per thread ({where})")
-        rw.uniform_write(s, e)
+        if not rw.guards:  # (inside a warp-uniform if, only some threads write it)
+            rw.uniform_write(s, e)
         names = [] if s in rw.inert else pure_read(rw, s, e, [])
         if names:
             rw.pure[s] = names
@@ -311,7 +320,7 @@ def _uniform_for(rw: Rewrite, s: int, e: int) -> None:
     code = rw.code
     paren = code.index("(", s)
     close = closing(code, paren)
-    header = code[paren + 1 : close]
+    header = sized(rw, paren + 1, close)  # (a tile's size(): its threads, every thread's alike)
     parts = header.split(";")
     where = f"line {line_of(code, s)}"
     if len(parts) != 3:

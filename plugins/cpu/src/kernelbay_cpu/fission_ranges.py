@@ -155,7 +155,8 @@ def _conjuncts(c: str) -> list[str]:
 class Region:
     """A region of the rewrite: its statements' spans, the lane stores at its end (a warp
     operation follows), where its beginning is in the edits, the locals it makes again, the
-    uniform loop it is in (where that loop's body begins, else -1) and where it begins and ends."""
+    uniform loop it is in (where that loop's body begins, else -1), where it begins and ends, and
+    the warp-uniform if it is in (its condition, the end of its threads, the block of their warps)."""
 
     stmts: list[tuple[int, int]]
     tail: str
@@ -164,6 +165,7 @@ class Region:
     loop_start: int
     start: int
     end: int
+    guard: tuple[str, str | None, str] | None = None  # a warp-uniform if's (fission_if.py)
 
 
 def _dead(rw: Rewrite, r: Region, names: list[str], after: int) -> bool:

@@ -177,6 +177,10 @@ class Rewrite:
         self.strided_starts: list[int] = []  # where the block-strided loops' regions begin
         self.parens = fn.parens
         self.copies: list[str] = []  # the parameters each thread has a copy of (fission_params.py)
+        #: the warp-uniform ifs the statements being rewritten are in (fission_if.py): (the
+        #: condition, the end of the threads that pass it or None where each thread's test
+        #: decided it, the block of their warps), the regions' guard
+        self.guards: list[tuple[str, str | None, str]] = []
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)
@@ -212,9 +216,13 @@ class Rewrite:
         if region or tail:
             at = region[0][0] if region else at
             end = region[-1][1] if region else at
-            self.regions.append(Region(list(region), tail, len(self.edits), self.again(), self.loop_start, at, end))
+            guard = self.guards[-1] if self.guards else None
+            self.regions.append(
+                Region(list(region), tail, len(self.edits), self.again(), self.loop_start, at, end, guard)
+            )
             self.edits.append((at, at, ""))  # its beginning, filled in by finish()
-            self.edits.append((end, end, f" {tail} KB_REGION_END {after} "))
+            close = "}" if guard else ""  # (the guard's test, opened by finish())
+            self.edits.append((end, end, f" {tail} {close} KB_REGION_END {after} "))
             region.clear()
         elif after:
             self.edits.append((at, at, f" {after} "))
@@ -258,14 +266,26 @@ class Rewrite:
         the per-thread locals that are the block's."""
         self._block_vars()
         for r, got in zip(self.regions, ranges(self), strict=True):
+            test = ""
+            if r.guard is not None:  # a warp-uniform if's (fission_if.py): its threads, its warps
+                test = f"if ({r.guard[0]}) {{ "
+                if r.guard[1] is None:  # decided per thread (kb_off): every thread, the test deciding
+                    got = None
+                elif got is None or r.tail:
+                    got = ("0", r.guard[1], "1")
             begin = "KB_REGION_BEGIN" if got is None else "KB_REGION_RANGE_BEGIN({}, {}, {})".format(*got)
             at, _, _ = self.edits[r.begin]
-            self.edits[r.begin] = (at, at, f" {begin} {r.again} ")
-            if got is not None and r.tail and got[2] == "1":
-                # the warp operation after it: only the warps of the range
+            self.edits[r.begin] = (at, at, f" {begin} {r.again} {test}")
+            if r.tail and (r.guard is not None or (got is not None and got[2] == "1")):
+                # the warp operation after it: only the warps of the range (of the guard: its
+                # checks too, as the other warps do not reach it)
                 k = r.begin + 1
                 at, end, rep = self.edits[k]
-                self.edits[k] = (at, end, rep.replace("(kb_fb, kb_l", f"(kb_fb.only({got[0]}, {got[1]}), kb_l"))
+                block = r.guard[2] if r.guard is not None else f"kb_fb.only({got[0]}, {got[1]})"
+                rep = rep.replace("(kb_fb, kb_l", f"({block}, kb_l")
+                if r.guard is not None:
+                    rep = rep.replace("check(kb_fb,", f"check({block},")
+                self.edits[k] = (at, end, rep)
 
     def blank(self, s: int, e: int, rep: str = "") -> None:
         self.edits.append((s, e, pad(rep, self.text[s:e])))

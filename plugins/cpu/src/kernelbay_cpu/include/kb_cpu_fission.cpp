@@ -10,7 +10,7 @@ namespace fis {
 // The checks of a warp operation whose mask is not the full one of full warps (kb_cpu_fission.h: check).
 unsigned check_slow(const Block& b, int op, unsigned mask, int width, int line, const char* file) {
     const bool width_ok = width > 0 && width <= 32 && !(width & (width - 1));
-    for (unsigned t = 0; t < b.n; ++t) {
+    for (unsigned t = (unsigned)b.first; t < (unsigned)b.last; ++t) {  // (the warps that reach it: only())
         const unsigned lane = t & 31u, exist = b.exist(t);
         if (b.done && b.done[t]) continue;  // a returned thread does not call it
         if (!(mask >> lane & 1)) {
@@ -28,7 +28,7 @@ unsigned check_slow(const Block& b, int op, unsigned mask, int width, int line, 
             fail("%s at %s:%d: width %d must be a power of two from 1 to 32", op_name(op), base_name(file), line,
                  width);
     }
-    if (b.done) exited_slow(b, op, mask, 0u, line, file);
+    if (b.done && !b.whole) exited_slow(b, op, mask, 0u, line, file);
     return mask;
 }
 

@@ -5,6 +5,9 @@
 // the end of a loop. Locals that live across a barrier are per-thread arrays indexed by kb_t,
 // __shared__ arrays are the block's (one OS thread runs a block), and threads between two
 // barriers are independent (CUDA gives them no order), which the loop pragma tells the vectoriser.
+// An `if` around barriers that every thread decides alike stays around the loops; one that passes
+// whole warps (`if (tid < 32)`) guards each loop of its body, which runs over the threads below
+// the bound, and its warp operations run over their warps (Block::only/ranks; fission_if.py).
 //
 // Warp operations (shuffles, votes, cooperative_groups tiles' shuffles and reduce) at those same
 // places split the block's loop the same way: one loop stores each lane's operand in a lane array
@@ -185,6 +188,9 @@ struct Block {
     int first = 0, last;
     // the threads that have returned (kb_done), where one has (live()): else null
     const bool* done = nullptr;
+    // done names whole warps only (an if whose test they failed, warps_agree): the group of a lane
+    // that takes part names none of them, so the checks of lanes that left have nothing to find
+    bool whole = false;
     Block(uint3 i, dim3 d) : idx(i), dim(d), n(d.x * d.y * d.z), full(d.x * d.y * d.z % 32 == 0), last((int)n) {}
     uint3 tid(unsigned t) const { return uint3{t % dim.x, (t / dim.x) % dim.y, t / (dim.x * dim.y)}; }
     unsigned lanes(unsigned t) const {  // how many lanes the warp of thread t has
@@ -201,6 +207,21 @@ struct Block {
             b.last = hi < (long long)b.first ? b.first : hi > (long long)n ? (int)n : (int)((hi + 31) & ~31LL);
             if (b.last > (int)n) b.last = (int)n;
         }
+        return b;
+    }
+    // The block for a warp operation inside `if (block.thread_rank() < hi)`, hi a multiple of 32
+    // (fission_if.py): the warps of the threads [0, hi) by their rank, in a block of any shape.
+    Block ranks(long long hi) const {
+        Block b = *this;
+        b.last = hi < (long long)n ? (int)(hi < 0 ? 0 : hi) : (int)n;
+        return b;
+    }
+    // The block for a warp operation inside an if each thread decided (fission_if.py): the warps
+    // whose lanes failed its test (off) take no part, as the lanes of warps that returned.
+    Block agreed(const bool* off) const {
+        Block b = *this;
+        b.done = off;
+        b.whole = true;
         return b;
     }
     // The block for a warp operation or barrier in a kernel whose threads may have returned.
@@ -324,8 +345,38 @@ inline unsigned tile_mask(const Block& b, unsigned t) {
 // here; the rest in the runner object (kb_cpu_fission.cpp).
 unsigned check_slow(const Block& b, int op, unsigned mask, int width, int line, const char* file);
 inline unsigned check(const Block& b, int op, unsigned mask, int width, int line, const char* file = __builtin_FILE()) {
-    if (mask == ~0u && b.full && !b.done && width > 0 && width <= 32 && !(width & (width - 1))) return mask;
+    if (mask == ~0u && b.full && (!b.done || b.whole) && width > 0 && width <= 32 && !(width & (width - 1))) return mask;
     return check_slow(b, op, mask, width, line, file);
+}
+
+// An `if (threadIdx.x < k)` (k a multiple of 32) around warp operations (fission_if.py): the
+// same for every lane of a warp, except in a block of more than one dimension whose rows are
+// longer than k and not whole warps, where a warp holds the end of one row (x >= k) and the
+// start of the next (x < k): the warp operation is not reached by every lane it names.
+inline void warp_if(const Block& b, long long k, int line, const char* file = __builtin_FILE()) {
+    if ((b.dim.y == 1 && b.dim.z == 1) || b.dim.x % 32 == 0 || (long long)b.dim.x <= k) return;
+    const unsigned w = (b.dim.x - 1) / 32;  // the warp of thread (blockDim.x - 1, 0, 0) and (0, 1, 0)
+    fail("block (%u,%u,%u): the lanes of warp %u disagree on the test of threadIdx.x against %lld at %s:%d (blockDim "
+         "(%u,%u,%u): rows of %u threads, not whole warps), so not every lane reaches the warp operation inside "
+         "it (a GPU would hang or give wrong results)",
+         b.idx.x, b.idx.y, b.idx.z, w, k, base_name(file), line, b.dim.x, b.dim.y, b.dim.z, b.dim.x);
+}
+
+// An `if` around warp operations of the whole warp (full masks, tiles of 32) whose test each
+// thread decided (fission_if.py; off[t]: thread t fails it): the lanes of every warp must agree,
+// else not every lane the operations name reaches them. The warps that fail the test then take
+// no part in them, as the lanes of a warp that returned (Block::live).
+inline void warps_agree(const Block& b, const bool* off, int line, const char* file = __builtin_FILE()) {
+    for (unsigned base = 0; base < b.n; base += 32)
+        for (unsigned k = 1; k < b.lanes(base); ++k)
+            if (off[base + k] != off[base]) {
+                const unsigned in = off[base] ? base + k : base, out = off[base] ? base : base + k;
+                const uint3 i = b.tid(in), o = b.tid(out);
+                fail("block (%u,%u,%u): thread (%u,%u,%u) passes the test of the if at %s:%d and thread (%u,%u,%u) "
+                     "of its warp does not, but the if holds warp operations of the whole warp: not every lane "
+                     "they name reaches them (a GPU would hang or give wrong results)",
+                     b.idx.x, b.idx.y, b.idx.z, i.x, i.y, i.z, base_name(file), line, o.x, o.y, o.z);
+            }
 }
 
 // Where threads have returned (b.done): a lane that reaches a warp operation whose group (`mask`,
@@ -336,7 +387,7 @@ inline unsigned check(const Block& b, int op, unsigned mask, int width, int line
 void exited_slow(const Block& b, int op, unsigned mask, unsigned tile, int line, const char* file);
 void barrier_slow(const Block& b, int line, const char* file);
 inline void exited(const Block& b, int op, unsigned mask, unsigned tile, int line, const char* file = __builtin_FILE()) {
-    if (b.done) exited_slow(b, op, mask, tile, line, file);
+    if (b.done && !b.whole) exited_slow(b, op, mask, tile, line, file);
 }
 inline void barrier(const Block& b, int line, const char* file = __builtin_FILE()) {
     if (b.done) barrier_slow(b, line, file);
