@@ -16,7 +16,7 @@ import threading
 
 from kernelbay.cache import lookup, make_key, store
 
-from . import _driver, _threads
+from . import _driver, _headers, _threads
 
 log = logging.getLogger("kernelbay.cpu")
 
@@ -37,10 +37,7 @@ _failed = False
 
 
 def _texts() -> dict[str, str]:
-    from importlib import resources  # importlib.resources loads tempfile: only when the headers are read
-
-    base = resources.files("kernelbay_cpu") / "include"
-    return {n: (base / n).read_text(encoding="utf-8") for n in (SOURCE, HEADER)}
+    return _headers.texts((SOURCE, HEADER))
 
 
 def _build(tc: _driver.Toolchain) -> bytes:

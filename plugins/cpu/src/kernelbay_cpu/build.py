@@ -26,7 +26,7 @@ from kernelbay.cache import CacheEntry, locked, lookup, make_key, recheck, store
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
 
-from . import _driver
+from . import _driver, _headers, buildmemo
 from .analysis import (
     FILES,
     Plan,
@@ -125,10 +125,7 @@ def _c_string(s: str) -> str:
 
 
 def _prelude_text() -> dict[str, str]:
-    from importlib import resources  # importlib.resources loads tempfile: only when the headers are read
-
-    base = resources.files("kernelbay_cpu") / "include"
-    return {h: (base / h).read_text(encoding="utf-8") for h in (*_HEADERS, *_SHIMS)}
+    return _headers.texts((*_HEADERS, *_SHIMS))
 
 
 _preludes: dict[str, str] | None = None
@@ -201,6 +198,21 @@ def build(source: Source) -> Built:
             f"Source header name(s) {', '.join(clash)} are taken by the cpu backend's own build files; rename them"
         )
     names = entries(source)
+    tc = _driver.toolchain()
+    fl = flags(source.options, tc, source.lang)
+    plain = _driver.plain_argv(tc)
+    # A module built before, in another process: found without planning it or reading the headers.
+    memo = buildmemo.key(tc, plain, fl, source, names) if not _driver.isolated() else None
+    mcache = None
+    if memo is not None:
+        mcache, got = buildmemo.recall(memo)
+        if got is not None:
+            _, ihit = lookup(got["key"])
+            img = _hit_image(ihit)
+            if img is not None:
+                for n in names:
+                    _log.info("cpu kernel %s runs on %s", n, got["notes"][n].removeprefix("cpu: "))
+                return Built(_driver.load_library(img[0]), names, img[1], None, got["runners"], got["notes"])
     text, runners = source.text, dict.fromkeys(names, "run_blocks")
     notes = dict.fromkeys(names, "cpu: one call per block (a c++ kernel runs its block's threads itself)")
     if source.lang == "cuda":
@@ -209,8 +221,6 @@ def build(source: Source) -> Built:
         for n in names:
             notes[n] = f"cpu: {_RUNNER_WORDS[runners[n]]}" + (f" ({plan.why[n]})" if plan.why[n] else "")
             _log.info("cpu kernel %s runs on %s", n, notes[n].removeprefix("cpu: "))
-    tc = _driver.toolchain()
-    fl = flags(source.options, tc, source.lang)
     pre = preludes()
     fname = FILES[source.lang]
     variables = module_globals(text) if source.lang == "cuda" else []
@@ -220,8 +230,9 @@ def build(source: Source) -> Built:
     main = Main(head + rest, head + includes(_PRELUDE[source.lang]) + rest)
     # In-process images never carry a sanitizer (CXX='g++ -fsanitize=address' would end the
     # interpreter when loaded); checked mode builds a second, sanitized image for the worker.
-    plain = _driver.plain_argv(tc)
-    image, deps = _image(tc, plain, fl, source, text, names, fname, main, pre)
+    image, deps, key = _image(tc, plain, fl, source, text, names, fname, main, pre)
+    if memo is not None:
+        buildmemo.remember(mcache, memo, key, runners, notes)
     lib = _driver.load_library(image)
     remote = None
     if _driver.isolated():
@@ -229,7 +240,7 @@ def build(source: Source) -> Built:
         from ._worker_client import RemoteModule
 
         if _driver.check_mode():
-            image, _ = _image(tc, tc.argv, [*fl, *_driver.CHECK_FLAGS], source, text, names, fname, main, pre)
+            image, _, _ = _image(tc, tc.argv, [*fl, *_driver.CHECK_FLAGS], source, text, names, fname, main, pre)
         remote = RemoteModule(image)
     return Built(lib, names, deps, remote, runners, notes)
 
@@ -244,7 +255,9 @@ def _image(
     fname: str,
     main: Main,
     pre: dict[str, str],
-) -> tuple[bytes, dict[str, str]]:
+) -> tuple[bytes, dict[str, str], str]:
+    """The image (from the disk cache, else compiled and stored), the files outside the source
+    the compiler read, and the image's cache key."""
     key = make_key(
         backend="cpu",
         compiler=" ".join(argv),
@@ -264,11 +277,11 @@ def _image(
     cache, hit = lookup(key)
     got = _hit_image(hit)
     if got is not None:
-        return got
+        return (*got, key)
     with locked(cache, key):  # N processes on a cold cache: one compiles, the others wait for it
         got = _hit_image(recheck(cache, key))
         if got is not None:
-            return got
+            return (*got, key)
         prelude = _PRELUDE[source.lang]
         gch = prelude_pch(tc, argv, fl, prelude, pre)
         links = {prelude + ".gch": gch} if gch is not None else None
@@ -287,7 +300,7 @@ def _image(
                 image, deps = run_compiler(tuple(argv), fl, source, text, fname, main.whole, pre, links)
                 discard(ro)
         store(cache, key, image, {"backend": "cpu", "entries": names, "compiler": tc.version, "deps": deps})
-    return image, deps
+    return image, deps, key
 
 
 def _hit_image(hit: CacheEntry | None) -> tuple[bytes, dict[str, str]] | None:

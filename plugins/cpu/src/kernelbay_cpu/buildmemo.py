@@ -1,0 +1,83 @@
+"""A fresh process's short way to a module it built before: the disk-cache key of the module's
+image, with its runners and notes, kept under a key of the build's raw inputs.
+
+The image's own key (build.py) holds what the build makes of the source -- the planned text
+(fission), the launcher, every prelude header's text -- so computing it means planning the
+source and reading the package's headers: 5-6 ms of a fresh process's ~8 ms disk-cache hit. The
+memo's key holds only the raw inputs (the source and its headers as given, the entry names, the
+compiler, its flags) and a stamp of this package's files (each one's name, size and mtime), so
+it is computed without either; a memo hit then looks the image up by its stored key. Anything
+the plan reads beyond the source is a file the compiler read too, so a changed one fails the
+image's own dependency check and the build takes the long way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from kernelbay.cache import DiskCache, lookup, make_key, store
+from kernelbay.types import Source
+
+from . import _driver
+
+_stamp: str | None = None
+
+
+def package_stamp() -> str:
+    """Name, size and mtime of every file of this package and its ``include/`` (once a process):
+    an edited or reinstalled backend never reads a memo of another one's plans."""
+    global _stamp
+    if _stamp is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        parts = []
+        for sub in ("", "include/"):
+            with os.scandir(os.path.join(here, sub)) as it:
+                for e in it:
+                    if not e.name.endswith((".pyc", ".so")) and e.is_file():
+                        st = e.stat()
+                        parts.append(f"{sub}{e.name}:{st.st_size}:{st.st_mtime_ns}")
+        _stamp = "\n".join(sorted(parts))
+    return _stamp
+
+
+def key(tc: _driver.Toolchain, argv: Sequence[str], fl: list[str], source: Source, names: list[str]) -> str:
+    """The memo's key: the build's raw inputs."""
+    return make_key(
+        backend="cpu-memo",
+        compiler=" ".join(argv),
+        compiler_version=tc.version,
+        arch=tc.cpu_id if any(f.endswith("=native") for f in fl) else os.uname().machine,
+        options=fl,
+        source=source.text,
+        entries=names,
+        extra={
+            "lang": source.lang,
+            "package": package_stamp(),
+            **{f"header:{k}": v for k, v in source.headers.items()},
+        },
+    )
+
+
+def recall(memo: str) -> tuple[DiskCache | None, dict[str, Any] | None]:
+    """The cache and ``{"key", "runners", "notes"}`` stored under ``memo`` (None: no memo)."""
+    cache, hit = lookup(memo)
+    if hit is None:
+        return cache, None
+    try:
+        got = json.loads(hit.payload)
+    except ValueError:
+        return cache, None
+    if not isinstance(got, dict) or not {"key", "runners", "notes"} <= got.keys():
+        return cache, None
+    return cache, got
+
+
+def remember(
+    cache: DiskCache | None, memo: str, image_key: str, runners: dict[str, str], notes: dict[str, str]
+) -> None:
+    """Keep ``image_key`` (and the runners and notes of its build) under ``memo``."""
+    body = json.dumps({"key": image_key, "runners": runners, "notes": notes}).encode()
+    store(cache, memo, body, {"backend": "cpu", "memo": True})
