@@ -135,7 +135,11 @@ def if_statement(rw: Rewrite, s: int, e: int, level: Level) -> None:
         check = f"::kb_cpu::fis::warp_if(kb_fb, (long long)({bound}), {line});" if by_x else ""
         rw.edits.append((s, j, pad(check, text[s:j])))
         hi = f"(long long)({bound})"
-        guard = (text[paren + 1 : close].strip(), hi, f"kb_fb.{'only(0, ' if by_x else 'ranks('}{hi})")
+        guard: tuple[str, str | None, str] = (
+            text[paren + 1 : close].strip(),
+            hi,
+            f"kb_fb.{'only(0, ' if by_x else 'ranks('}{hi})",
+        )
     else:
         if re.search(r"(?<![\w.])[A-Za-z_]\w*\s*\(|\+\+|--|(?<![=!<>])=(?!=)", _methods_blanked(rw, cond)):
             raise Giveup(f"a warp operation inside an if whose condition calls or assigns ({where})")

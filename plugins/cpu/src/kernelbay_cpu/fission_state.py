@@ -281,7 +281,11 @@ class Rewrite:
                 # checks too, as the other warps do not reach it)
                 k = r.begin + 1
                 at, end, rep = self.edits[k]
-                block = r.guard[2] if r.guard is not None else f"kb_fb.only({got[0]}, {got[1]})"
+                if r.guard is not None:
+                    block = r.guard[2]
+                else:
+                    assert got is not None  # (the test above)
+                    block = f"kb_fb.only({got[0]}, {got[1]})"
                 rep = rep.replace("(kb_fb, kb_l", f"({block}, kb_l")
                 if r.guard is not None:
                     rep = rep.replace("check(kb_fb,", f"check({block},")
