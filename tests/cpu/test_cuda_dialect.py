@@ -309,7 +309,7 @@ def test_host_headers_of_llm_style_files_compile_and_trap_is_a_launch_error(cpu)
 
 
 def test_inline_next_to_device_is_dropped_and_nothing_else():
-    from kernelbay_cpu.analysis import rewrite_inline
+    from kernelbay_cpu.rewrites import rewrite_inline
 
     src = (
         "#define HD __host__ __device__\n"

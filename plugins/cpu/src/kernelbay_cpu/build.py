@@ -27,20 +27,12 @@ from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
 
 from . import _driver, _headers, buildmemo
-from .analysis import (
-    FILES,
-    Plan,
-    check_features,
-    entries,
-    module_globals,
-    plan_cuda,
-    rewrite_inline,
-    rewrite_noinline,
-)
+from .analysis import FILES, Plan, check_features, entries, plan_cuda
 from .cxx import run_compiler
 from .deps import deps_unchanged
 from .flags import flags
 from .pch import prelude_pch
+from .rewrites import module_globals, rewrite_inline, rewrite_noinline
 from .runners import discard, includes, runner_object
 
 if TYPE_CHECKING:

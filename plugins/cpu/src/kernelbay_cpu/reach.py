@@ -216,7 +216,7 @@ class Program:
         elif self.dyn_class and not block:
             # A kernel with no block operation of its own may still use the class's dynamic
             # shared memory: it keeps the fibers. One with a barrier in its own body runs split
-            # at it, the declaration served as the kernel's own (analysis.rewrite_extern_shared).
+            # at it, the declaration served as the kernel's own (rewrites.rewrite_extern_shared).
             outside, block, why = True, True, f"{self.dyn_class} (a call into a class cannot be followed)"
         return Reach(block, builtins, why, outside)
 
