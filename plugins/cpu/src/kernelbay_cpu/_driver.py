@@ -17,7 +17,7 @@ import os
 import platform
 import shlex
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -63,6 +63,11 @@ class Toolchain:
     openmp: bool
     cpu_name: str
     cpu_id: str
+
+    def arch(self, flags: Sequence[str]) -> str:
+        """What a build with ``flags`` targets, for cache keys: the CPU's identity under
+        ``-march=native`` (its output depends on the model and features), else the machine name."""
+        return self.cpu_id if any(f.endswith("=native") for f in flags) else os.uname().machine
 
 
 def find_compiler() -> tuple[str, ...]:

@@ -13,7 +13,6 @@ from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
 
 from . import _loops
-from .fission import fission
 from .fission import split as split_at_barriers
 from .fission_inline import inline_helpers
 from .fission_state import template_params
@@ -209,7 +208,9 @@ def plan_cuda(source: Source, names: list[str]) -> Plan:
         if orig in split_at:
             k = [k for k in find_kernels(text) if k.body is not None][i]
             code = strip_comments_and_strings(text)
-            split = fission(text, code, k, source.options, source.headers, values_at.get(orig, frozenset()))
+            split = split_at_barriers(text, code, k, source.options, source.headers, values_at.get(orig, frozenset()))[
+                0
+            ]
             if split is None:  # cannot happen: the same shape was accepted above
                 raise CompileError(f"internal error: barrier loop fission of {k.name} failed on the rewritten text")
             text = split

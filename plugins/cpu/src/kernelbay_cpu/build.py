@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -254,7 +253,7 @@ def _image(
         backend="cpu",
         compiler=" ".join(argv),
         compiler_version=tc.version,
-        arch=tc.cpu_id if any(f.endswith("=native") for f in fl) else os.uname().machine,
+        arch=tc.arch(fl),
         options=fl,
         source=source.text,
         entries=names,

@@ -49,7 +49,7 @@ def key(tc: _driver.Toolchain, argv: Sequence[str], fl: list[str], source: Sourc
         backend="cpu-memo",
         compiler=" ".join(argv),
         compiler_version=tc.version,
-        arch=tc.cpu_id if any(f.endswith("=native") for f in fl) else os.uname().machine,
+        arch=tc.arch(fl),
         options=fl,
         source=source.text,
         entries=names,

@@ -106,21 +106,6 @@ _DYN_SHARED_PTR = re.compile(
 )
 
 
-def fission(
-    text: str,
-    code: str,
-    fn: Function,
-    options: Sequence[str] = (),
-    headers: Mapping[str, str] = {},
-    values: frozenset[str] = frozenset(),
-) -> str | None:
-    """``text`` with the kernel ``fn`` rewritten for the loop path with barriers and warp
-    operations as region boundaries, or None when it does not have the shape handled (see the
-    module docstring). ``code``: ``text`` with comments and literals blanked (same offsets);
-    ``options`` the build's (its ``-D``s decide the body's ``#if`` lines), ``headers`` the source's."""
-    return split(text, code, fn, options, headers, values)[0]
-
-
 def split(
     text: str,
     code: str,
@@ -129,8 +114,12 @@ def split(
     headers: Mapping[str, str] = {},
     values: frozenset[str] = frozenset(),
 ) -> tuple[str | None, str]:
-    """:func:`fission`'s text, or None and why the kernel keeps the fiber runner. ``values``: the
-    template's type parameters the entry makes arithmetic types (their locals are stored per thread)."""
+    """``text`` with the kernel ``fn`` rewritten for the loop path with barriers and warp
+    operations as region boundaries (``code``: ``text`` with comments and literals blanked, same
+    offsets; ``options`` the build's, whose ``-D``s decide the body's ``#if`` lines; ``headers`` the
+    source's), or None and why the kernel keeps the fiber runner (the shapes handled: the module
+    docstring). ``values``: the template's type parameters the entry makes arithmetic types
+    (their locals are stored per thread)."""
     if fn.body is None:
         return None, "its body was not found"
     a, b = fn.body[0] + 1, fn.body[1]
