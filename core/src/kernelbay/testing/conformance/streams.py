@@ -180,6 +180,35 @@ class StreamTests(Suite):
             err_msg=rule("host reads", "kernelbay_synchronize(device, None) must wait for every stream of the device"),
         )
 
+    def test_graph_replays_repeat_on_one_stream(self, device: kb.Device, saxpy: kb.Kernel) -> None:
+        """After a first replay on a stream, later ones there may take the backend's direct
+        ``graph_replay`` (hookspecs.py, "Direct"); the device's default stream given as a stream
+        may reach it as None. Each replay must still run once, on its stream, in order."""
+        n = 4096
+        x = kb.asarray(np.ones(n, np.float32), device=device)
+        y = kb.zeros(n, "float32", device=device)
+        with device.graph() as g:
+            self._saxpy_on(saxpy, x, y, 1.0)
+        s = device.stream()
+        for _ in range(4):
+            g.replay(s)
+        self._saxpy_on(saxpy, x, y, 10.0, stream=s)  # after the four replays on s
+        g.replay(stream=s)
+        s.synchronize()
+        for _ in range(3):
+            g.replay(device.default_stream)
+        device.synchronize()
+        np.testing.assert_array_equal(
+            y.numpy(),
+            np.full(n, 18.0, np.float32),
+            err_msg=rule(
+                "graphs",
+                "five replays on a user stream around a launch there and three on device.default_stream "
+                "did not each run once, in stream order (kernelbay_graph_replay, its direct callable: the "
+                "default stream given as a stream is the default stream)",
+            ),
+        )
+
     def test_graph_records_then_replays(self, device: kb.Device, saxpy: kb.Kernel) -> None:
         n = 4096
         x = kb.asarray(np.ones(n, np.float32), device=device)
