@@ -543,9 +543,10 @@ def _copies(quick: bool, dev, out: list[dict]) -> None:
 
 def _copies_sizes(quick: bool, dev, out: list[dict]) -> None:
     """Pageable copies against pinned ones at 4 MiB to 256 MiB (issue #27's goal: >= 0.6x pinned
-    from 4 MiB): H2D from a numpy array, D2H into one that exists and into a fresh ``np.empty``
-    (each call a new array, its pages first touched by the copy, as users write it); the pinned
-    side through ``kb.copy`` too. Each size's cases interleaved."""
+    from 4 MiB): H2D from a numpy array, D2H into one that exists, into a fresh ``np.empty``
+    (each call a new array, its pages first touched by the copy), and into the new array
+    ``a.numpy()`` / ``np.asarray(a)`` return (CuPy's ``asnumpy``/``get`` beside them); the
+    pinned side through ``kb.copy`` too. Each size's cases interleaved."""
     for mb in (4, 16) if quick else (4, 16, 64, 256):
         _copy_size(dev, mb, 5 if quick else (15 if mb >= 64 else 30), out)
     _host_bounds(64 if quick else 256, 3 if quick else 9, out)
@@ -605,8 +606,19 @@ def _copy_size(dev, mb: int, repeat: int, out: list[dict]) -> None:
     d2h = {
         "kernelbay-pageable": lambda: kb.copy(back, a),
         "kernelbay-fresh-array": lambda: kb.copy(np.empty(n, np.uint8), a),
+        "kernelbay-numpy": a.numpy,  # a new array each call, made by kernelbay (hostpool.py)
+        "kernelbay-asarray": lambda: np.asarray(a),
         "kernelbay-pinned": lambda: kb.copy(pinned, a),
     }
+    try:
+        import cupy as cp
+
+        with cp.cuda.Device(dev.index):
+            ca = cp.asarray(pageable)
+        d2h["cupy-asnumpy"] = lambda: cp.asnumpy(ca)
+        d2h["cupy-get"] = ca.get
+    except Exception as exc:
+        out.append(_skip(f"copy-d2h-{mb}MiB", "cupy", repr(exc)))
     for group, cases in ((f"copy-h2d-{mb}MiB", h2d), (f"copy-d2h-{mb}MiB", d2h)):
         res = T.interleaved(cases, number=1, repeat=repeat)
         for name, st in res.items():
@@ -829,6 +841,8 @@ def goals(records: list[dict]) -> list[dict]:
                 ("h2d", "kernelbay-pageable", "from a pageable array"),
                 ("d2h", "kernelbay-pageable", "into a pageable array"),
                 ("d2h", "kernelbay-fresh-array", "into a fresh np.empty"),
+                ("d2h", "kernelbay-numpy", "into a new array, a.numpy()"),
+                ("d2h", "kernelbay-asarray", "into a new array, np.asarray(a)"),
             )
         ],
     ]

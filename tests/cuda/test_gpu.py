@@ -250,6 +250,47 @@ def test_pageable_and_pinned_round_trips(dev, n) -> None:
     np.testing.assert_array_equal(d2.numpy(), host)
 
 
+def test_repeated_results_land_in_pooled_pinned_memory(dev, monkeypatch) -> None:
+    # a.numpy() / np.asarray(a) / np.array(a) of a size asked for before: one DMA into a pooled page-locked
+    # block (hostpool.py), the block back in the pool when the array dies, reused only after an
+    # asynchronous upload from it has read it; KERNELBAY_CUDA_PINNED_RESULTS=0 turns it off.
+    from kernelbay_cuda import copies, hostpool
+
+    monkeypatch.setattr(hostpool, "_pool", hostpool.HostPool(1 << 30))
+    n = (6 << 20) + 7
+    host = np.random.default_rng(3).integers(0, 255, n, dtype=np.uint8)
+    d = kb.asarray(host, device=dev)
+    first = d.numpy()
+    assert not copies.is_pinned(first)  # a one-off: the pageable path
+    results = [d.numpy(), np.asarray(d), np.array(d)]
+    for r in [first, *results]:
+        np.testing.assert_array_equal(r, host)
+    assert all(type(copies.pinned_owner(r)) is hostpool.Lease for r in results)
+    assert len({r.ctypes.data for r in results}) == 3
+    held = hostpool.pool().stats()["held"]
+    del results, r
+    assert hostpool.pool().stats()["cached"] == held  # every block back
+    d2 = kb.empty(n, np.uint8, dev)
+    s = dev.stream()
+    other = kb.asarray(host[::-1].copy(), device=dev)
+    for _ in range(5):  # an upload from a result array on a stream, the array dropped at once
+        src = d.numpy()
+        busy = kb.empty(64 << 20, np.uint8, dev)
+        kb.copy(busy, np.zeros(64 << 20, np.uint8), stream=s)  # keep the stream busy first
+        kb.copy(d2, src, stream=s)
+        del src
+        for _ in range(3):
+            np.testing.assert_array_equal(other.numpy(), host[::-1])
+        s.synchronize()
+        np.testing.assert_array_equal(d2.numpy(), host)
+        busy.close()
+    s.close()
+    monkeypatch.setattr(hostpool, "_pool", None)
+    monkeypatch.setenv("KERNELBAY_CUDA_PINNED_RESULTS", "0")
+    assert not copies.is_pinned(d.numpy()) and not copies.is_pinned(d.numpy())
+    monkeypatch.setattr(hostpool, "_pool", None)
+
+
 @pytest.mark.parametrize("path", ["native", "python"])
 def test_staged_pageable_copies_keep_order_and_data(dev, path, monkeypatch) -> None:
     # The staging pipeline (C threads, or Python threads without the native helper): sizes that

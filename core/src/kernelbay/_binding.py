@@ -79,6 +79,7 @@ class Binding:
     launch: Callable[[Kernel, Any, Any, Sequence[Any], int, Any], Any]
     synchronize: Callable[[Device, Any], None]
     host_view: Callable[[Array], np.ndarray | None]
+    host_empty: Callable[[Device, int], np.ndarray | None]
     compile_to_cache: Callable[[Device, Source], None]
     close_kernel: Callable[[Kernel], None]
     memory_stats: Callable[[Device], MemoryStats]

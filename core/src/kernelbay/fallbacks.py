@@ -71,6 +71,8 @@ def _const(value: Any) -> Callable[[Binding], Callable[..., Any]]:
 OPTIONAL: dict[str, Callable[[Binding], Callable[..., Any]]] = {
     # No host view: the core copies instead.
     "kernelbay_host_view": _const(None),
+    # No host memory of its own: the core's np.empty receives device-to-host copies.
+    "kernelbay_host_empty": _const(None),
     # No external adoption: asarray falls back to numpy.
     "kernelbay_from_external": _const(None),
     # Nothing kept per kernel: dropping the reference is the whole release.

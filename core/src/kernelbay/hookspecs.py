@@ -319,6 +319,26 @@ def kernelbay_host_view(array: Array) -> np.ndarray | None:
 
 
 @hookspec(firstresult=True)
+def kernelbay_host_empty(device: Device, nbytes: int) -> np.ndarray | None:
+    """*Optional.* A new host array of ``nbytes`` bytes that a copy from ``device`` will fill.
+
+    The core asks for it where it makes the host array a device-to-host copy lands in
+    (``Array.numpy()``, ``np.asarray(array)``, ``np.array(array)``) when there is no host
+    view, and then calls :func:`kernelbay_copy` into it with ``stream=None``. A backend returns
+    memory its copies fill fastest (CUDA: page-locked memory from a pool). The array goes to
+    the user as an ordinary numpy array: writable, C-contiguous, owned by the user as long as
+    any view of it lives, and safe to keep after the device is gone (no use of it may need the
+    backend again). Fallback (left out, or ``None`` returned): ``np.empty``.
+
+    :param device: the device the copy comes from.
+    :param nbytes: the size in bytes (the core views it as the array's shape and dtype).
+    :return: a 1-d ``uint8`` numpy array of exactly ``nbytes`` bytes, or ``None``.
+
+    .. versionadded:: 0.2
+    """
+
+
+@hookspec(firstresult=True)
 def kernelbay_compile_to_cache(device: Device, source: Source) -> None:
     """*Optional* (fallback: :func:`kernelbay_compile`, its handle dropped). Compile ``source`` for ``device`` into the disk cache only, so that a later
     ``kernelbay_compile`` of the same source in any process finds it there.

@@ -128,15 +128,23 @@ class Array(Buffer):
         Backends whose memory the host can address (cpu) return a view that shares memory;
         the others return a copy (after waiting for queued work that writes this array).
         """
-        import numpy as np
-
         self.checked_handle()
         view = self._binding.host_view(self)
         if view is not None:
             return view
-        out = np.empty(self.shape, self.dtype)
+        out = self._host_out()
         self._binding.copy(out, self, self.nbytes, None)
         return out
+
+    def _host_out(self) -> np.ndarray:
+        """A new host array of this array's shape and dtype for a copy from the device: the
+        backend's own host memory where it offers some (``kernelbay_host_empty``), else np.empty."""
+        import numpy as np
+
+        raw = self._binding.host_empty(self.device, self.nbytes)
+        if raw is None:
+            return np.empty(self.shape, self.dtype)
+        return raw.view(self.dtype).reshape(self.shape)
 
     def __reduce__(self) -> Any:
         # By value: the contents travel as a host copy and land on the same device (backend and
@@ -167,7 +175,7 @@ class Array(Buffer):
         if view is None:
             if copy is False:
                 raise ValueError(f"a NumPy array of an Array on {self.device} needs a copy, and copy=False was given")
-            out = np.empty(self.shape, self.dtype)
+            out = self._host_out()
             self._binding.copy(out, self, self.nbytes, None)
             return out if same else out.astype(dtype)
         if not same:

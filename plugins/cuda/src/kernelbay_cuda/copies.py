@@ -25,6 +25,7 @@ from kernelbay.types import Buffer
 from . import _driver, native
 from .allocator import note_uses
 from .devices import peer_access, sync_failed
+from .hostpool import Lease
 from .streams import ctypes_stream
 
 __all__ = ["copy", "memset", "PinnedMemory", "pinned_empty", "is_pinned"]
@@ -104,15 +105,22 @@ def pinned_empty(shape: Any, dtype: Any = "float32", device: Any = None):
     return np.asarray(mem).view(dt).reshape(shp)
 
 
-def is_pinned(arr: Any) -> bool:
+def pinned_owner(arr: Any) -> Any:
+    """The page-locked memory under ``arr`` (a :class:`PinnedMemory` or a pooled result's
+    :class:`~kernelbay_cuda.hostpool.Lease`), or None for pageable memory."""
     b = arr
     for _ in range(32):
         if b is None:
-            return False
-        if type(b) is PinnedMemory:
-            return True
+            return None
+        t = type(b)
+        if t is PinnedMemory or t is Lease:
+            return b
         b = getattr(b, "base", None)
-    return False
+    return None
+
+
+def is_pinned(arr: Any) -> bool:
+    return pinned_owner(arr) is not None
 
 
 def _lib() -> ctypes.CDLL:
@@ -145,11 +153,14 @@ def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
             _driver.check(rc, f"device copy of {nbytes} bytes", idx)
             return
         host = src.ctypes.data
-        if nbytes >= STAGE_MIN and not is_pinned(src):
+        owner = pinned_owner(src) if nbytes >= STAGE_MIN else None
+        if nbytes >= STAGE_MIN and owner is None:
             _stager(idx).h2d(dst.handle, host, nbytes, s)
             return
         rc = lib.cuMemcpyHtoDAsync_v2(_u64(dst.handle), _vp(host), _sz(nbytes), s)
         _driver.check(rc, f"host-to-device copy of {nbytes} bytes", idx)
+        if type(owner) is Lease:  # a pooled result array: not reused before this copy read it
+            owner.note_async_read(s)
         return
     dev = src.device
     idx = dev.index

@@ -22,7 +22,7 @@ from kernelbay.streams import Stream as KbStream
 from kernelbay.types import Buffer, Device
 
 from . import _driver, allocator, native
-from .copies import is_pinned
+from .copies import PinnedMemory, pinned_owner
 from .streams import ctypes_stream
 
 
@@ -100,7 +100,9 @@ def _side(x: Any) -> tuple[int, int] | None:
     """``(memory type, address)`` of a copy side, or ``None`` for pageable host memory."""
     if isinstance(x, Buffer):
         return _DEVICE, int(x.handle)
-    return (_HOST, x.ctypes.data) if is_pinned(x) else None
+    # Only the user's own pinned arrays: a pooled result array (hostpool.py) can go back to its
+    # pool while a replay still reads it, so the core replays such a graph step by step.
+    return (_HOST, x.ctypes.data) if type(pinned_owner(x)) is PinnedMemory else None
 
 
 class CudaGraph:

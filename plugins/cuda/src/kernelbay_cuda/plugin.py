@@ -10,7 +10,7 @@ from typing import Any
 from kernelbay.hookspecs import hookimpl
 from kernelbay.types import BackendSpec
 
-from . import allocator, compiler, copies, devices, graphs, interop, launcher, streams, timing
+from . import allocator, compiler, copies, devices, graphs, hostpool, interop, launcher, streams, timing
 
 # Hot-path hooks are the implementing functions themselves (no wrapper call): their parameters
 # match the specs', in order, so the core binds them directly.
@@ -19,6 +19,7 @@ kernelbay_free = hookimpl(allocator.free)
 kernelbay_copy = hookimpl(copies.copy)
 kernelbay_launch = hookimpl(launcher.launch)
 kernelbay_memset = hookimpl(copies.memset)
+kernelbay_host_empty = hookimpl(hostpool.host_empty)
 kernelbay_compile = hookimpl(compiler.compile_kernel)
 kernelbay_compile_to_cache = hookimpl(compiler.compile_to_cache)
 kernelbay_close_kernel = hookimpl(compiler.close_kernel)
@@ -72,3 +73,4 @@ def kernelbay_memory_stats(device: Any) -> Any:
 @hookimpl
 def kernelbay_clear_cache(device: Any) -> None:
     allocator.allocator(device).clear_cache()
+    hostpool.pool().clear()  # the cached page-locked result blocks (shared by the devices)

@@ -256,3 +256,43 @@ class NumpyProtocolTests(Suite):
         kb.copy(c, np.zeros(5, np.float32))
         np.testing.assert_array_equal(a.numpy(), np.arange(5, dtype=np.float32))
         assert pickle.loads(pickle.dumps(device)) == device
+
+    def test_large_numpy_results_are_independent_arrays(self, device: kb.Device) -> None:
+        """Host copies (``np.array(a)``: always a new array; ``.numpy()`` where the host cannot
+        address the memory) of arrays large enough for a backend's own host memory
+        (``kernelbay_host_empty``): each is an ordinary array of its own, kept intact while it
+        lives, and one dropped right after an asynchronous upload from it loses nothing."""
+        n = 3 << 18  # 3 MiB of float32: above the sizes a backend keeps to np.empty
+        x = np.arange(n, dtype=np.float32)
+        a = kb.asarray(x, device=device)
+        raw = a._binding.host_empty(device, a.nbytes)  # the hook as the core calls it
+        if raw is not None:
+            ok = type(raw) is np.ndarray and raw.dtype == np.uint8 and raw.shape == (a.nbytes,)
+            assert ok and raw.flags.writeable and raw.flags.c_contiguous, rule(
+                "host_empty", f"returned {type(raw).__name__} {getattr(raw, 'dtype', '')} {getattr(raw, 'shape', '')}"
+            )
+            del raw
+        kept = [np.array(a) for _ in range(4)]  # a repeated request: where a pool starts serving
+        for r in kept:
+            assert r.dtype == np.float32 and r.shape == (n,) and r.flags.writeable and r.flags.c_contiguous
+        kept[0][:] = -1.0
+        for r in kept[1:]:
+            np.testing.assert_array_equal(r, x, err_msg=rule("host_empty", "two results share memory"))
+        np.testing.assert_array_equal(a.numpy(), x, err_msg="writing a result wrote to the device array")
+        b = kb.asarray(x[::-1].copy(), device=device)
+        for _ in range(6):  # more results while the first ones live: none may reuse their memory
+            np.testing.assert_array_equal(np.array(b), x[::-1])
+        for r in kept[1:]:
+            np.testing.assert_array_equal(r, x, err_msg=rule("host_empty", "a live result was overwritten"))
+        del kept
+        c = kb.empty(n, "float32", device=device)
+        with device.stream() as s:
+            src = np.array(b)
+            kb.copy(c, src, stream=s)  # may still be reading src when it is dropped next
+            del src
+            for _ in range(6):
+                np.array(a)
+            s.synchronize()
+        np.testing.assert_array_equal(
+            c.numpy(), x[::-1], err_msg=rule("host_empty", "a result reused before an upload from it had read it")
+        )
