@@ -291,6 +291,36 @@ def test_repeated_results_land_in_pooled_pinned_memory(dev, monkeypatch) -> None
     monkeypatch.setattr(hostpool, "_pool", None)
 
 
+def test_pinned_results_behave_as_numpy_arrays_across_fork(dev, monkeypatch) -> None:
+    # A result in page-locked memory (a shared mapping) read and written in a forked child: the
+    # child sees the data, and its writes stay its own, as with any numpy array.
+    import os
+
+    from kernelbay_cuda import copies, hostpool
+
+    monkeypatch.setattr(hostpool, "_pool", hostpool.HostPool(1 << 30))
+    d = kb.asarray(np.arange(1 << 20, dtype=np.float32), device=dev)
+    d.numpy()
+    r = d.numpy()
+    assert copies.is_pinned(r)
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ok = float(r[12345]) == 12345.0
+            r[:] = -1.0
+            os.write(wr, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(wr)
+    got = os.read(rd, 1)
+    os.waitpid(pid, 0)
+    os.close(rd)
+    assert got == b"1"
+    np.testing.assert_array_equal(r, np.arange(1 << 20, dtype=np.float32))
+    monkeypatch.setattr(hostpool, "_pool", None)
+
+
 @pytest.mark.parametrize("path", ["native", "python"])
 def test_staged_pageable_copies_keep_order_and_data(dev, path, monkeypatch) -> None:
     # The staging pipeline (C threads, or Python threads without the native helper): sizes that

@@ -182,3 +182,34 @@ def test_the_limit_setting_is_checked(lib: FakeLib, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(hostpool.ENV_LIMIT, "64MiB")
     assert hostpool.pool().limit == 64 * MiB
     monkeypatch.setattr(hostpool, "_pool", None)
+
+
+def test_a_forked_child_gets_private_copies_of_live_results(lib: FakeLib) -> None:
+    """Page-locked memory is a shared mapping: a child's writes would reach the parent. Here the
+    "block" is a shared anonymous mapping, as cuMemHostAlloc's is."""
+    import mmap
+
+    shared = mmap.mmap(-1, 2 * MiB, flags=mmap.MAP_SHARED)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(shared))
+    block = hostpool._Block(addr, 2 * MiB)
+    pool = hostpool.HostPool(1 << 30)
+    arr = np.asarray(hostpool.Lease(block, 2 * MiB, pool))
+    arr[:] = 7
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: reads the parent's values, writes its own
+        try:
+            ok = int(arr[123]) == 7 and int(arr[-1]) == 7
+            arr[:] = 9
+            os.write(w, b"1" if ok and int(arr[5]) == 9 else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert got == b"1", "the child did not see the result array's contents"
+    assert int(arr[5]) == 7 and int(arr.max()) == 7, "the child's writes reached the parent"
+    del arr
+    pool.cached.clear()
+    shared.close()

@@ -20,7 +20,10 @@ Rules, each for a reason:
   the copy really is asynchronous: the copy records an event on the block, and the block is not
   handed out again before that event has completed (a user who drops the array right after
   queuing the copy loses nothing).
-* A forked child never returns or frees its parent's blocks.
+* Page-locked memory is a shared mapping: a forked child would share the parent's result arrays
+  (its writes seen by the parent). So a child copies the live ones into private memory at the
+  same addresses when it starts (numpy arrays behave after ``fork`` as they always do), and it
+  never returns or frees its parent's blocks.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import ctypes
 import logging
 import os
 import threading
+import weakref
 from typing import Any
 
 from kernelbay.settings import env_bytes
@@ -89,6 +93,7 @@ class Lease:
         self.block = block
         self.nbytes = nbytes
         self.pool = pool
+        _live.add(self)
 
     @property
     def __array_interface__(self) -> dict[str, Any]:
@@ -207,6 +212,38 @@ class HostPool:
 
 _pool: HostPool | None = None
 _pool_lock = threading.Lock()
+_live: weakref.WeakSet[Lease] = weakref.WeakSet()  # leases whose arrays live (fork: made private)
+
+_PROT_RW = 0x1 | 0x2
+_MAP_PRIVATE_ANON_FIXED = 0x02 | 0x20 | 0x10
+
+
+def _private_in_child() -> None:
+    """In a forked child: each live result array's memory, a mapping shared with the parent, is
+    replaced by private memory at the same address holding the same bytes."""
+    leases = list(_live)
+    if not leases:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    for lease in leases:
+        b = lease.block
+        keep = bytearray(lease.nbytes)
+        ctypes.memmove((ctypes.c_char * lease.nbytes).from_buffer(keep), b.ptr, lease.nbytes)
+        p = libc.mmap(b.ptr, b.size, _PROT_RW, _MAP_PRIVATE_ANON_FIXED, -1, 0)
+        if p != b.ptr:  # cannot happen short of exhausted memory: say so rather than share silently
+            log.warning(
+                "forked child: result array at %#x stays shared with the parent (mmap errno %d)",
+                b.ptr,
+                ctypes.get_errno(),
+            )
+            continue
+        ctypes.memmove(b.ptr, (ctypes.c_char * lease.nbytes).from_buffer(keep), lease.nbytes)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_private_in_child)
 
 
 def pool() -> HostPool:
