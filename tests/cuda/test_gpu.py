@@ -251,9 +251,10 @@ def test_pageable_and_pinned_round_trips(dev, n) -> None:
 
 
 def test_repeated_results_land_in_pooled_pinned_memory(dev, monkeypatch) -> None:
-    # a.numpy() / np.asarray(a) / np.array(a) of a size asked for before: one DMA into a pooled page-locked
-    # block (hostpool.py), the block back in the pool when the array dies, reused only after an
-    # asynchronous upload from it has read it; KERNELBAY_CUDA_PINNED_RESULTS=0 turns it off.
+    # a.numpy() / np.asarray(a) / np.array(a) of a size asked for before: one DMA into a pooled
+    # page-locked block (hostpool.py), the block back in the pool when the array dies; an upload
+    # from a result keeps the pageable semantics (read when kb.copy returns, so writing to it or
+    # dropping it at once changes nothing); KERNELBAY_CUDA_PINNED_RESULTS=0 turns it off.
     from kernelbay_cuda import copies, hostpool
 
     monkeypatch.setattr(hostpool, "_pool", hostpool.HostPool(1 << 30))
@@ -273,11 +274,13 @@ def test_repeated_results_land_in_pooled_pinned_memory(dev, monkeypatch) -> None
     d2 = kb.empty(n, np.uint8, dev)
     s = dev.stream()
     other = kb.asarray(host[::-1].copy(), device=dev)
-    for _ in range(5):  # an upload from a result array on a stream, the array dropped at once
+    for _ in range(5):  # an upload from a result array on a busy stream, then written and dropped
         src = d.numpy()
+        assert copies.is_pinned(src)
         busy = kb.empty(64 << 20, np.uint8, dev)
         kb.copy(busy, np.zeros(64 << 20, np.uint8), stream=s)  # keep the stream busy first
         kb.copy(d2, src, stream=s)
+        src[:] = 0
         del src
         for _ in range(3):
             np.testing.assert_array_equal(other.numpy(), host[::-1])

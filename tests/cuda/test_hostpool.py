@@ -1,6 +1,6 @@
 """The pool of page-locked result arrays (``hostpool.py``) without a GPU: the driver's
-``cuMemHostAlloc``/``cuMemFreeHost`` and events stand in as Python functions over host memory,
-so the pool's rules (second request, size classes, limit, reuse, events, fork) are checked
+``cuMemHostAlloc``/``cuMemFreeHost`` stand in as Python functions over host memory,
+so the pool's rules (second request, size classes, limit, reuse, fork) are checked
 here; tests/cuda/test_gpu.py checks the real copies."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ MiB = 1 << 20
 
 
 class FakeLib:
-    """Host memory as "page-locked" memory; events that complete when synchronised."""
+    """Host memory as "page-locked" memory."""
 
     def __init__(self) -> None:
         self.live: dict[int, ctypes.Array[Any]] = {}
-        self.allocs = self.frees = self.records = self.syncs = 0
+        self.allocs = self.frees = 0
         self.fail = False
 
     def cuMemHostAlloc(self, pp: Any, size: Any, flags: int) -> int:
@@ -37,21 +37,6 @@ class FakeLib:
     def cuMemFreeHost(self, p: Any) -> int:
         del self.live[p.value]
         self.frees += 1
-        return 0
-
-    def cuEventCreate(self, pe: Any, flags: int) -> int:
-        pe._obj.value = 1
-        return 0
-
-    def cuEventRecord(self, ev: Any, stream: Any) -> int:
-        self.records += 1
-        return 0
-
-    def cuEventSynchronize(self, ev: Any) -> int:
-        self.syncs += 1
-        return 0
-
-    def cuEventDestroy_v2(self, ev: Any) -> int:
         return 0
 
 
@@ -121,22 +106,8 @@ def test_a_failed_allocation_gives_a_pageable_array(lib: FakeLib) -> None:
     assert pool.take(2 * MiB, 0) is None and pool.stats()["held"] == 0
 
 
-def test_a_block_read_asynchronously_waits_before_reuse(lib: FakeLib) -> None:
-    pool = hostpool.HostPool(1 << 30)
-    pool.take(2 * MiB, 0)
-    lease = pool.take(2 * MiB, 0)
-    assert lease is not None
-    lease.note_async_read(None)
-    assert lib.records == 1 and lib.syncs == 0
-    del lease
-    again = pool.take(2 * MiB, 0)
-    assert again is not None and lib.syncs == 1  # waited for the upload before handing it out
-    del again
-    assert pool.take(2 * MiB, 0) is not None and lib.syncs == 1  # nothing pending any more
-
-
 def test_result_arrays_and_their_views_are_pinned(lib: FakeLib) -> None:
-    """copies.copy sends a pooled result (and any view of it) straight to the DMA, no staging."""
+    """copies.copy lands a copy into a pooled result (or any view of it) with one DMA."""
     pool = hostpool.HostPool(1 << 30)
     pool.take(2 * MiB, 0)
     arr = np.asarray(pool.take(2 * MiB, 0)).view(np.float32)[10:]

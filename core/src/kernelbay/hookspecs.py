@@ -216,7 +216,10 @@ def kernelbay_copy(dst: Buffer | np.ndarray, src: Buffer | np.ndarray, nbytes: i
     :param stream: ``None`` (the default stream), a :class:`~kernelbay.Stream`, or a stream the
         backend documents. A copy into a numpy array must have completed when the hook returns,
         on any stream (queue it, then wait for it); with ``stream=None`` it also sees every write
-        queued before it on every stream.
+        queued before it on every stream. A copy from a numpy array may read it at any time
+        until the copy has run on its stream (hold a reference until then; the cpu backend's
+        asynchronous streams read it then, cuda's staged path before returning): users wait for
+        the stream before writing to that array.
 
     .. versionadded:: 0.1
     """

@@ -153,14 +153,14 @@ def copy(dst: Any, src: Any, nbytes: int, stream: Any) -> None:
             _driver.check(rc, f"device copy of {nbytes} bytes", idx)
             return
         host = src.ctypes.data
-        owner = pinned_owner(src) if nbytes >= STAGE_MIN else None
-        if nbytes >= STAGE_MIN and owner is None:
+        # A pooled result array (hostpool.Lease) is page-locked but not the user's choice: an
+        # upload from it keeps the pageable semantics (the array is read when copy returns, so
+        # the user may write to it at once), i.e. the staged path.
+        if nbytes >= STAGE_MIN and type(pinned_owner(src)) is not PinnedMemory:
             _stager(idx).h2d(dst.handle, host, nbytes, s)
             return
         rc = lib.cuMemcpyHtoDAsync_v2(_u64(dst.handle), _vp(host), _sz(nbytes), s)
         _driver.check(rc, f"host-to-device copy of {nbytes} bytes", idx)
-        if type(owner) is Lease:  # a pooled result array: not reused before this copy read it
-            owner.note_async_read(s)
         return
     dev = src.device
     idx = dev.index

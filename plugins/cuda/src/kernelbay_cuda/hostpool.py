@@ -16,10 +16,11 @@ Rules, each for a reason:
 * The pool holds at most :data:`limit` bytes, in use and cached together
   (``KERNELBAY_CUDA_PINNED_RESULTS``; page-locked memory cannot be swapped out): past it a
   result is an ordinary ``np.empty`` again. ``kernelbay_clear_cache`` frees the cached blocks.
-* A result array used as the source of an asynchronous host-to-device copy is page-locked, so
-  the copy really is asynchronous: the copy records an event on the block, and the block is not
-  handed out again before that event has completed (a user who drops the array right after
-  queuing the copy loses nothing).
+* Only the copy into the array uses the page-locked memory as such (one DMA, waited for). An
+  upload from a result array takes the staged path as from any pageable array (copies.py), and
+  graphs do not make it a host node (graphs.py): both would make the copy asynchronous to the
+  host, which the user did not ask for (writing to the array right after ``kb.copy`` returned
+  would change what is copied, or the block could go back to the pool while a copy reads it).
 * Page-locked memory is a shared mapping: a forked child would share the parent's result arrays
   (its writes seen by the parent). So a child copies the live ones into private memory at the
   same addresses when it starts (numpy arrays behave after ``fork`` as they always do), and it
@@ -45,7 +46,6 @@ log = logging.getLogger("kernelbay.cuda")
 
 MIN_BYTES = 1 << 20
 ENV_LIMIT = "KERNELBAY_CUDA_PINNED_RESULTS"
-_NO_TIMING = 2  # CU_EVENT_DISABLE_TIMING
 
 
 def size_class(nbytes: int) -> int:
@@ -66,21 +66,11 @@ def _default_limit() -> int:
 class _Block:
     """One page-locked allocation (``cuMemHostAlloc``, portable across contexts)."""
 
-    __slots__ = ("ptr", "size", "event", "pending")
+    __slots__ = ("ptr", "size")
 
     def __init__(self, ptr: int, size: int) -> None:
         self.ptr = ptr
         self.size = size
-        self.event: ctypes.c_void_p | None = None  # made at the first asynchronous read
-        self.pending = False  # an asynchronous copy read it since it was last handed out
-
-    def wait(self) -> None:
-        """Block until the asynchronous copies that read this block have finished."""
-        if self.pending and self.event is not None:
-            rc = _driver.libcuda().cuEventSynchronize(self.event)
-            if rc:  # a failed copy is raised by the stream it ran on; the block is free again
-                log.debug("pinned result block: cuEventSynchronize returned %s", rc)
-        self.pending = False
 
 
 class Lease:
@@ -98,18 +88,6 @@ class Lease:
     @property
     def __array_interface__(self) -> dict[str, Any]:
         return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.block.ptr, False), "version": 3}
-
-    def note_async_read(self, stream: Any) -> None:
-        """An asynchronous copy on ``stream`` (a ctypes handle or None) reads this memory: the
-        block is handed out again only after it."""
-        b = self.block
-        lib = _driver.libcuda()
-        if b.event is None:
-            ev = ctypes.c_void_p()
-            _driver.check(lib.cuEventCreate(ctypes.byref(ev), _NO_TIMING), "cuEventCreate")
-            b.event = ev
-        _driver.check(lib.cuEventRecord(b.event, stream), "cuEventRecord")
-        b.pending = True
 
     def __del__(self) -> None:
         try:
@@ -149,8 +127,6 @@ class HostPool:
             block = self._alloc(size, device_index)
             if block is None:
                 return None
-        else:
-            block.wait()
         return Lease(block, nbytes, self)
 
     def give_back(self, block: _Block) -> None:
@@ -187,11 +163,7 @@ class HostPool:
         return self.held + need <= self.limit
 
     def _free(self, b: _Block) -> None:
-        b.wait()
-        lib = _driver.libcuda()
-        if b.event is not None:
-            lib.cuEventDestroy_v2(b.event)
-        lib.cuMemFreeHost(ctypes.c_void_p(b.ptr))
+        _driver.libcuda().cuMemFreeHost(ctypes.c_void_p(b.ptr))
         self.held -= b.size
 
     def clear(self) -> None:
