@@ -552,6 +552,30 @@ def _copies_sizes(quick: bool, dev, out: list[dict]) -> None:
     _host_bounds(64 if quick else 256, 3 if quick else 9, out)
 
 
+def _copies_busy(quick: bool, dev, out: list[dict]) -> None:
+    """The copy rows of ``_copies_sizes`` at 16 MiB (and 64) while one busy-looping process per
+    CPU runs beside them (a busy host: CI runners, data loaders): a staged pageable copy needs
+    host threads, a copy into page-locked memory (``a.numpy()``, a pinned array) only the DMA.
+    Groups ``copy-h2d-16MiB-busy-host`` etc."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        for _ in range(os.cpu_count() or 2)
+    ]
+    try:
+        time.sleep(0.5)  # let them start spinning
+        for mb in (16,) if quick else (16, 64):
+            rows: list[dict] = []
+            _copy_size(dev, mb, 5 if quick else 15, rows)
+            for r in rows:
+                r["group"] = f"{r['group']}-busy-host"
+            out.extend(rows)
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
 def _host_bounds(mb: int, repeat: int, out: list[dict]) -> None:
     """What the host allows a staged copy, without a GPU: numpy copies between two pageable
     arrays on as many threads as the stager uses (each a span; numpy releases the GIL), into an
@@ -684,7 +708,7 @@ def run(quick: bool) -> list[dict]:
             "core_fronts": _core_fronts(),
         }
     ]
-    for part in (_launch, _graph, _graph_peers, _alloc, _alloc_streams, _copies, _copies_sizes, _compile):
+    for part in (_launch, _graph, _graph_peers, _alloc, _alloc_streams, _copies, _copies_sizes, _copies_busy, _compile):
         try:
             part(quick, dev, out)
         except Exception as exc:
