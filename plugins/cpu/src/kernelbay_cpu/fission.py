@@ -53,6 +53,7 @@ from kernelbay.csource import Function, strip_comments_and_strings
 
 from .fission_exit import exits, jumps, lambda_beside_return, spins
 from .fission_if import if_statement, sized
+from .fission_lanes import lanes
 from .fission_params import constants, copy_params, param_copies
 from .fission_pp import active_body, defines
 from .fission_ranges import pure_read
@@ -264,7 +265,7 @@ def _statements(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             continue
         if _SPLIT_RE.search(st):
             raise Giveup(f"a barrier or warp operation inside if, switch or a block ({where})")
-        if not rw.guards and strided(rw, s, e):
+        if not rw.guards and (strided(rw, s, e) or lanes(rw, s, e)):
             continue
         if inside_loop and jumps(rw, s, e) >= 0:
             k = jumps(rw, s, e)
