@@ -27,7 +27,10 @@ template parameters and constant macros count as every thread's alike; the body'
 are decided by the build's defines first (fission_pp.py).
 
 An ``if`` around split points whose condition every thread computes alike, or that passes whole
-warps (``if (tid < 32)``, ``if (cta.thread_rank() < 64)``): fission_if.py.
+warps (``if (tid < 32)``, ``if (cta.thread_rank() < 64)``): fission_if.py. A block-strided loop
+(``for (i = threadIdx.x; i < n; i += blockDim.x)``) and a loop over a warp's lanes (``for (i =
+lane; i < n; i += warpSize)``) are regions of their own, vector loops over the threads or over
+each warp's lanes: fission_strided.py, fission_lanes.py.
 
 Early ``return;`` (a flag per thread: the regions after it skip the thread), ``break`` and
 ``continue`` inside a region's statement, ``while``/``do`` loops: fission_exit.py.
