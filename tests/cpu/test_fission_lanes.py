@@ -134,6 +134,18 @@ def test_loops_the_pattern_cannot_prove_keep_their_region(cpu, loop):
     np.testing.assert_array_equal(a, b)
 
 
+def test_a_lane_loop_between_barriers_only(cpu):
+    # no warp operation: the block's loops count an unsigned thread index
+    text = NOT_LANES_KERNEL.replace("LOOP", "for (int i = lane; i < c; i += warpSize) out[i] = in[i] + 2.0f;")
+    plan = _plan(text)
+    assert "KB_FISSION_BEGIN " in plan.text and plan.text.count("KB_LANES_BEGIN(") == 1
+    for block, c in ((64, 40), (80, 31)):
+        x = np.random.default_rng(8).standard_normal(3 * c).astype(np.float32)
+        y = np.zeros(3 * c + 80, np.float32)
+        (a,), (b,) = _both(cpu, text, (y, x, np.int32(c)), 1, block)
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_shuffle_inside_the_loop_keeps_it_out_of_the_pattern(cpu):
     text = r"""
 __global__ void k(float* y, const float* x, int c) {

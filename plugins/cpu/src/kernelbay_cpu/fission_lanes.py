@@ -131,10 +131,11 @@ def _step(rw: Rewrite, by: str) -> bool:
 
 
 def _shared_names(rw: Rewrite) -> set[str]:
-    """The names of shared memory in the kernel, and of the locals assigned from them."""
+    """The names of shared memory in the source (the kernel's, the file's), and of the kernel's
+    locals assigned from them."""
     body = rw.body_code
-    names = {a or b for a, b in _SHARED.findall(body)}
-    names |= {m.group(1) for m in re.finditer(r"extern\b[^;]*?([A-Za-z_]\w*)\s*\[\s*\]\s*;", body)}
+    names = {a or b for a, b in _SHARED.findall(rw.code)}
+    names |= {m.group(1) for m in re.finditer(r"extern\b[^;]*?([A-Za-z_]\w*)\s*\[\s*\]\s*;", rw.code)}
     assigns = re.findall(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*=(?!=)([^;]*)", body)
     while True:
         more = {lhs for lhs, rhs in assigns if lhs not in names and any(re.search(rf"\b{n}\b", rhs) for n in names)}
