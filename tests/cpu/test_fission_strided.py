@@ -114,7 +114,9 @@ def test_llm_c_softmax_kernel2_runs_its_row_loops_as_strided_regions(cpu):
 
 
 # Loops over a tile's lanes (a warp per row, llm.c's layernorm kernel3 and online softmax), each
-# thread's own, in regions between warp operations; a block-strided loop stepping by two blocks.
+# thread's own, in regions between warp operations (the row pointer computed from the thread's
+# linear index is each lane's: no lane loop, fission_lanes.py); a block-strided loop stepping by
+# two blocks.
 LANES = r"""
 #include <cooperative_groups.h>
 namespace cg = cooperative_groups;

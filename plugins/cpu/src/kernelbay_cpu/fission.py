@@ -27,7 +27,10 @@ template parameters and constant macros count as every thread's alike; the body'
 are decided by the build's defines first (fission_pp.py).
 
 An ``if`` around split points whose condition every thread computes alike, or that passes whole
-warps (``if (tid < 32)``, ``if (cta.thread_rank() < 64)``): fission_if.py.
+warps (``if (tid < 32)``, ``if (cta.thread_rank() < 64)``): fission_if.py. A block-strided loop
+(``for (i = threadIdx.x; i < n; i += blockDim.x)``) and a loop over a warp's lanes (``for (i =
+lane; i < n; i += warpSize)``) are regions of their own, vector loops over the threads or over
+each warp's lanes: fission_strided.py, fission_lanes.py.
 
 Early ``return;`` (a flag per thread: the regions after it skip the thread), ``break`` and
 ``continue`` inside a region's statement, ``while``/``do`` loops: fission_exit.py.
@@ -53,6 +56,7 @@ from kernelbay.csource import Function, strip_comments_and_strings
 
 from .fission_exit import exits, jumps, lambda_beside_return, spins
 from .fission_if import if_statement, sized
+from .fission_lanes import lanes
 from .fission_params import constants, copy_params, param_copies
 from .fission_pp import active_body, defines
 from .fission_ranges import pure_read
@@ -264,7 +268,7 @@ def _statements(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             continue
         if _SPLIT_RE.search(st):
             raise Giveup(f"a barrier or warp operation inside if, switch or a block ({where})")
-        if not rw.guards and strided(rw, s, e):
+        if not rw.guards and (strided(rw, s, e) or lanes(rw, s, e)):
             continue
         if inside_loop and jumps(rw, s, e) >= 0:
             k = jumps(rw, s, e)

@@ -75,6 +75,7 @@ def exits(rw: Rewrite) -> None:
         rep = rep.replace(" KB_REGION_BEGIN ", " KB_REGION_LIVE_BEGIN ")
         rep = rep.replace(" KB_REGION_RANGE_BEGIN(", " KB_REGION_RANGE_LIVE_BEGIN(")
         rep = rep.replace(" KB_STRIDED_BEGIN(", " KB_STRIDED_LIVE_BEGIN(")
+        rep = rep.replace(" KB_LANES_BEGIN(", " KB_LANES_LIVE_BEGIN(")
         rw.edits[i] = (at, end, re.sub(r"\(kb_fb(?=[,.])", f"({_LIVE}", rep))
     for i, tile, line in rw.syncs:
         at, end, _ = rw.edits[i]

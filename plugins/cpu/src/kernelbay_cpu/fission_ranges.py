@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # fission_state calls this module: the import runs one way
 _IDX = re.compile(r"threadIdx\s*\.\s*x")
 _RANK = re.compile(r"([A-Za-z_]\w*)\s*\.\s*thread_rank\s*\(\s*\)")
 #: Functions a read may call: CUDA's math, which only computes.
-_PURE_MATH = {
+PURE_MATH = {
     "fmaxf", "fminf", "fmax", "fmin", "max", "min", "fabsf", "fabs", "abs", "sqrtf", "sqrt", "rsqrtf", "expf", "exp",
     "exp2f", "logf", "log", "log2f", "tanhf", "tanh", "sinf", "cosf", "erff", "powf", "floorf", "ceilf", "roundf",
     "truncf", "__expf", "__logf", "__fdividef",
@@ -55,14 +55,14 @@ def thread_index(rw: Rewrite, e: str, seen: int = 0, ranks: bool = True) -> bool
     return e in rw.remat and seen < 8 and thread_index(rw, rw.remat[e][1], seen + 1, ranks)
 
 
-def _lane(rw: Rewrite, e: str, seen: int = 0) -> int:
+def lane_of(rw: Rewrite, e: str, seen: int = 0) -> int:
     """The tile size N where ``e`` is the thread's rank in its tile of N (x index % N), else 0."""
     e = _strip(e)
     m = _RANK.fullmatch(e)
     if m:
         return rw.tiles.get(m.group(1), 0)
     if e in rw.remat and seen < 8:
-        return _lane(rw, rw.remat[e][1], seen + 1)
+        return lane_of(rw, rw.remat[e][1], seen + 1)
     m = re.fullmatch(r"(.+?)\s*%\s*(\d+|warpSize)", e) or re.fullmatch(
         r"(.+?)\s*&\s*\(?\s*(\d+|warpSize\s*-\s*1)\s*\)?", e
     )
@@ -102,7 +102,7 @@ def _test(rw: Rewrite, c: str) -> tuple[str, str, str] | None:
         return None
     k, op = cmp[0]
     a, b = c[:k].strip(), c[k + len(op) :].strip()
-    if thread_index(rw, b) or _lane(rw, b):
+    if thread_index(rw, b) or lane_of(rw, b):
         a, b = b, a
         op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
     if not rw.uniform(b) or not b:
@@ -116,7 +116,7 @@ def _test(rw: Rewrite, c: str) -> tuple[str, str, str] | None:
             "<": ("0", f"{f}below({b})", "1"),
             "<=": ("0", f"{f}upto({b})", "1"),
         }.get(op)
-    n = _lane(rw, a)
+    n = lane_of(rw, a)
     if n and op == "==":  # one lane of each tile, where the value names one
         return f"{f}eq_lo({b}, {n})", f"{f}ALL", f"{f}lane_step({b}, {n})"
     return None
@@ -218,7 +218,7 @@ def pure_read(rw: Rewrite, s: int, e: int, spans: list[tuple[int, int]]) -> list
         return []
     rhs = st[m.end() : -1]
     for c in re.finditer(r"(?:(?<![\w.])([A-Za-z_]\w*)\s*\.\s*)?\b([A-Za-z_]\w*)\s*\(", rhs):
-        if not (c.group(1) in rw.cg and c.group(2) in CG_METHODS) and (c.group(1) or c.group(2) not in _PURE_MATH):
+        if not (c.group(1) in rw.cg and c.group(2) in CG_METHODS) and (c.group(1) or c.group(2) not in PURE_MATH):
             return []
     if re.search(r"\+\+|--|(?<![=!<>])=(?!=)|[;,]", rhs):
         return []

@@ -9,11 +9,8 @@ KB_STRIDED_BEGIN; other blocks run it as written). The statements before and aft
 region are regions of their own.
 
 The step may be a multiple of ``blockDim.x`` (llm.c's softmax kernel7 steps by ``blockDim.x *
-UNROLL_FACTOR``): chunks of the step, each thread at its index in each. A loop over a tile's
-lanes (``for (int i = lane; i < n; i += warpSize)``) stays each thread's own: as a vector loop
-over the lanes of each tile it was slower (llm.c's online softmax kernel8 51.6 against 43.0 ms,
-layernorm kernel3 15.4 against 13.0 ms, 4096 x 768, one thread), its per-lane row pointers
-loaded by gathers."""
+UNROLL_FACTOR``): chunks of the step, each thread at its index in each. A loop over a warp's
+lanes (``for (int i = lane; i < n; i += warpSize)``) is fission_lanes.py's."""
 
 from __future__ import annotations
 

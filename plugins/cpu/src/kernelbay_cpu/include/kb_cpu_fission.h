@@ -114,6 +114,28 @@
         kb_region([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
             for (KbI kb_i = (KbI)kb_ti.x; kb_i < kb_e; kb_i += kb_s) kb_f(kb_ti, kb_tt, kb_i); \
         });                                                                                \
+    };                                                                                     \
+    auto kb_lanes = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
+        using KbI = decltype(kb_zero);                                                     \
+        if (!__builtin_expect(::kb_diag, 0) && kb_blockDim.y == 1 && kb_blockDim.z == 1 && \
+            ::kb_cpu::fis::strided_fits<KbI>(kb_e, kb_s, 32u) && kb_s == 32) {             \
+            const KbI kb_end = ::kb_cpu::fis::strided_end<KbI>(kb_e);                      \
+            const int kb_nx = (int)kb_blockDim.x;                                          \
+            for (int kb_w = 0; kb_w < kb_nx; kb_w += 32) {                                 \
+                const ::kb_cpu::uint3 kb_ti0{(unsigned)kb_w, 0u, 0u};                      \
+                const KbI kb_nl = (KbI)(kb_nx - kb_w < 32 ? kb_nx - kb_w : 32);            \
+                for (KbI kb_c = 0; kb_c < kb_end; kb_c += (KbI)32) {                       \
+                    const KbI kb_n = kb_end - kb_c < kb_nl ? kb_end - kb_c : kb_nl;        \
+                    KB_SIMD for (KbI kb_x = 0; kb_x < kb_n; ++kb_x)                        \
+                        kb_f(::kb_cpu::uint3{(unsigned)(kb_w + (int)kb_x), 0u, 0u}, (KbT)(kb_w + (int)kb_x), \
+                             kb_ti0, ::std::true_type{}, (KbI)(kb_c + kb_x));              \
+                }                                                                          \
+            }                                                                              \
+            return;                                                                        \
+        }                                                                                  \
+        kb_region([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
+            kb_f(kb_ti, kb_tt, kb_ti, ::std::false_type{}, (KbI)0);                        \
+        });                                                                                \
     };
 // A block-strided loop (fission_strided.py): `for (I i = threadIdx.x; i < e; i += s)` in each
 // thread, as one vector loop over the threads per chunk of s, where the block has one dimension
@@ -122,6 +144,16 @@
 #define KB_STRIDED_BEGIN(KbI, i, e, s)                                                             \
     kb_strided((KbI)0, (e), (s),                                                                   \
                [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i) __attribute__((always_inline)) {
+// A loop over a warp's lanes (fission_lanes.py): `for (I i = lane; i < e; i += 32)` in each
+// thread, as chunks of 32 columns per warp, each a vector loop over the warp's lanes (lane x at
+// i = chunk + x), where the block has one dimension and e is an integer I holds (or a float);
+// else each thread's loop as written. The region's code gets kb_ti0, the thread index of its
+// warp's lane 0 (the thread's own in the fallback), for the locals every lane of a warp holds
+// alike; kb_one (std::true_type) says the loop in the text runs once, at kb_i.
+#define KB_LANES_BEGIN(KbI, e, s)                                                                  \
+    kb_lanes((KbI)0, (e), (s),                                                                     \
+             [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const ::kb_cpu::uint3 kb_ti0, \
+                 const auto kb_one, const KbI kb_i) __attribute__((always_inline)) {
 #define KB_REGION_BEGIN \
     kb_region([&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
 // A region only the threads in [lo, hi) (every step-th) act in (fission_ranges.py): the others'
@@ -156,6 +188,10 @@
     auto kb_strided_live = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
         if (__builtin_expect(kb_any_done, 0)) kb_strided(kb_zero, kb_e, kb_s, kb_live(kb_f));     \
         else kb_strided(kb_zero, kb_e, kb_s, kb_f);                                               \
+    };                                                                                            \
+    auto kb_lanes_live = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
+        if (__builtin_expect(kb_any_done, 0)) kb_lanes(kb_zero, kb_e, kb_s, kb_live(kb_f));       \
+        else kb_lanes(kb_zero, kb_e, kb_s, kb_f);                                                 \
     };
 #define KB_REGION_LIVE_BEGIN \
     kb_region_live([&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
@@ -165,6 +201,10 @@
 #define KB_STRIDED_LIVE_BEGIN(KbI, i, e, s)                                                        \
     kb_strided_live((KbI)0, (e), (s),                                                              \
                     [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i) __attribute__((always_inline)) {
+#define KB_LANES_LIVE_BEGIN(KbI, e, s)                                                             \
+    kb_lanes_live((KbI)0, (e), (s),                                                                \
+                  [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const ::kb_cpu::uint3 kb_ti0, \
+                      const auto kb_one, const KbI kb_i) __attribute__((always_inline)) {
 // A thread's `return;` in a kernel of live regions.
 #define KB_RETURN          \
     {                      \
