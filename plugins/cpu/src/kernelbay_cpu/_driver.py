@@ -42,7 +42,7 @@ DEFAULT_FIBER_STACK = 128 * 1024
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _CANDIDATES = ("c++", "g++", "clang++")
 NO_COMPILER = "no C++ compiler: install g++ or set CXX"
-PROBE_SCHEMA = "1"
+PROBE_SCHEMA = "2"  # 2: libmvec
 
 
 @attrs.frozen
@@ -55,6 +55,8 @@ class Toolchain:
     :ivar openmp: whether ``-fopenmp`` works.
     :ivar cpu_name: the CPU model, for the device name.
     :ivar cpu_id: model and feature flags: ``-march=native`` output depends on them.
+    :ivar libmvec: whether the C library's vector math has what kb_cpu_cuda.h declares
+        (:func:`has_libmvec`; kept with the probe, so a warm process loads no library to ask).
     """
 
     argv: tuple[str, ...]
@@ -63,6 +65,7 @@ class Toolchain:
     openmp: bool
     cpu_name: str
     cpu_id: str
+    libmvec: bool = False
 
     def arch(self, flags: Sequence[str]) -> str:
         """What a build with ``flags`` targets, for cache keys: the CPU's identity under
@@ -89,6 +92,27 @@ def find_compiler() -> tuple[str, ...]:
         if exe is not None:
             return (exe,)
     raise BackendUnavailableError(f"{NO_COMPILER} (none of {', '.join(_CANDIDATES)} is on PATH)")
+
+
+def has_libmvec(version: str) -> bool:
+    """Whether CUDA kernels may call glibc's vector math (libmvec): GCC (``version``, the first
+    line of its ``--version``) on x86-64 with a glibc whose libmvec has the AVX2 single-precision
+    functions kb_cpu_cuda.h declares (2.35 and later: tanhf arrived then)."""
+    if platform.machine() not in ("x86_64", "AMD64") or "clang" in version.lower():
+        return False
+    try:
+        lib = ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return False
+    return all(hasattr(lib, f"_ZGVdN8v_{f}") for f in ("tanhf", "sinf", "cosf", "erff"))
+
+
+def _libc() -> str:
+    """The C library and its version ("glibc 2.36"; "" where unknown): libmvec comes with it."""
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (AttributeError, ValueError, OSError):
+        return ""
 
 
 def cpu_identity() -> tuple[str, str]:
@@ -144,13 +168,15 @@ def _probe() -> Toolchain:
         compiler=" ".join(argv),
         compiler_version=f"{os.path.realpath(argv[0])}:{st.st_size}:{st.st_mtime_ns}",
         arch=cpu_id,
-        extra={"schema": PROBE_SCHEMA},
+        extra={"schema": PROBE_SCHEMA, "libc": _libc()},
     )
     cache, hit = lookup(key)
     if hit is not None:
         try:
             d = json.loads(hit.payload)
-            return Toolchain(tuple(argv), argv[0], d["version"], bool(d["openmp"]), cpu_name, cpu_id)
+            return Toolchain(
+                tuple(argv), argv[0], d["version"], bool(d["openmp"]), cpu_name, cpu_id, bool(d["libmvec"])
+            )
         except (ValueError, KeyError, TypeError):
             pass
     version = _version(argv)
@@ -169,8 +195,11 @@ def _probe() -> Toolchain:
         raise BackendUnavailableError(
             f"{NO_COMPILER} ({' '.join(argv)} cannot build a shared library: {_last_probe_log.strip()[:400]})"
         )
-    store(cache, key, json.dumps({"version": version, "openmp": openmp}).encode(), {"kind": "toolchain"})
-    return Toolchain(tuple(argv), argv[0], version, openmp, cpu_name, cpu_id)
+    mvec = has_libmvec(version)
+    store(
+        cache, key, json.dumps({"version": version, "openmp": openmp, "libmvec": mvec}).encode(), {"kind": "toolchain"}
+    )
+    return Toolchain(tuple(argv), argv[0], version, openmp, cpu_name, cpu_id, mvec)
 
 
 def _version(argv: tuple[str, ...]) -> str:
