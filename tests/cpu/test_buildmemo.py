@@ -100,3 +100,50 @@ def test_the_memo_key_covers_the_raw_inputs_and_the_backends_files(monkeypatch) 
     assert "include/kb_cpu_cuda.h:" in buildmemo.package_stamp()
     monkeypatch.setattr(buildmemo, "_stamp", "another build of the backend")
     assert base != buildmemo.key(tc, argv, ["-O2"], src, ["k"])
+
+
+def test_the_runtime_is_found_by_the_package_stamp_then_by_its_sources(tmp_path, monkeypatch) -> None:
+    from kernelbay import cache
+    from kernelbay_cpu import _driver, _runtime, buildmemo
+
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(tmp_path / "cache"))
+    tc = _driver.toolchain()
+    built = _runtime._build(tc)  # compiled: stored under both keys
+    assert built[:4] == b"\x7fELF"
+
+    def no_compiler(*a, **k):
+        raise AssertionError("compiled the runtime again")
+
+    def no_read():
+        raise AssertionError("read the runtime's sources on a stamped hit")
+
+    monkeypatch.setattr(_runtime, "_compile", no_compiler)
+    monkeypatch.setattr(_runtime, "_texts", no_read)
+    assert _runtime._build(tc) == built  # by the stamp: no source read
+    # another build of the backend (any file of it edited): found by the sources' text, no rebuild
+    monkeypatch.undo()
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(_runtime, "_compile", no_compiler)
+    monkeypatch.setattr(buildmemo, "_stamp", "another build of the backend")
+    assert _runtime._build(tc) == built
+    stamped = _runtime._key(tc, _driver.plain_argv(tc), "cpu-runtime-stamped", "", {"package": buildmemo._stamp})
+    entry = cache.default_cache().get(stamped)  # and kept under the new stamp
+    assert entry is not None and entry.payload == built
+    # a damaged stamped entry is a miss (dropped), and the sources' key still answers
+    path = cache.default_cache().path_for(stamped)
+    with open(path, "r+b") as f:
+        f.seek(-40, os.SEEK_END)
+        f.write(b"\0" * 8)
+    assert _runtime._build(tc) == built
+    # an edited runtime source: neither key matches, so it is compiled again
+    real = _runtime._texts
+    monkeypatch.setattr(
+        _runtime, "_texts", lambda: {**real(), _runtime.HEADER: real()[_runtime.HEADER] + "\n// edited"}
+    )
+    monkeypatch.setattr(buildmemo, "_stamp", "the runtime's header edited")
+    try:
+        _runtime._build(tc)
+    except AssertionError as exc:
+        assert "compiled the runtime again" in str(exc)
+    else:
+        raise AssertionError("an edited runtime source was not compiled")

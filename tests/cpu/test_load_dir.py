@@ -27,7 +27,8 @@ def test_kernels_are_loaded_from_the_cache_directory(tmp_path, monkeypatch) -> N
     x = kb.asarray(np.zeros(4, np.float32), device=kb.device("cpu"))
     k.launch(grid=1, block=4, args=(x,))
     assert np.array_equal(x.numpy(), np.ones(4, np.float32))
-    # Files loaded by path; bare names are the OpenMP runtime, pinned once loaded (RTLD_NOLOAD).
+    # Files loaded by path; bare names are system libraries: the OpenMP runtime where a module
+    # cannot pin its own (RTLD_NOLOAD), libmvec (the toolchain probe's question, where it runs).
     files = [p for p in seen if os.sep in p]
     assert files and all(p.startswith(str(cache / "native-load") + os.sep) for p in files), seen
-    assert all(p in _driver._THREAD_LIBRARIES for p in seen if os.sep not in p), seen
+    assert all(p in (*_driver._THREAD_LIBRARIES, "libmvec.so.1") for p in seen if os.sep not in p), seen

@@ -84,6 +84,23 @@ def test_cgroup_v1_quota_and_no_quota(no_env, tmp_path, monkeypatch):
     assert _threads.threads() == (_threads.affinity_cpus(), "affinity")
 
 
+def test_a_new_module_takes_the_devices_figure_until_a_setting_changes(no_env, tmp_path, monkeypatch):
+    monkeypatch.setattr(_threads, "_probed", None)
+    _cgroup(tmp_path, monkeypatch, "0::/job", {"job/cpu.max": "100000 100000"})
+    assert _threads.probe() == (1, "cgroup cpu quota")  # what dev.properties["threads"] reports
+    (tmp_path / "fs" / "job" / "cpu.max").write_text("max 100000\n")  # quota lifted after the probe
+    assert _threads.for_launch() == 1  # the device's figure: the cgroup files are not read again
+    monkeypatch.setenv("KERNELBAY_CPU_THREADS", "3")
+    assert _threads.for_launch() == 3  # a setting changed since the probe: read anew
+    monkeypatch.delenv("KERNELBAY_CPU_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert _threads.for_launch() == 2
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    (tmp_path / "other").mkdir()
+    _cgroup(tmp_path / "other", monkeypatch, "0::/", {})  # other cgroup files: read anew
+    assert _threads.for_launch() == _threads.affinity_cpus()
+
+
 _CHILD = r"""
 import json, os, sys
 import numpy as np

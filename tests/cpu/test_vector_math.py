@@ -60,6 +60,31 @@ def test_kernels_use_the_vector_math_library_where_it_exists(cpu):
     assert mapped == flags.libmvec(_driver.toolchain())
 
 
+def test_the_libmvec_answer_is_kept_with_the_toolchain_probe(tmp_path, monkeypatch):
+    # A warm process reads it from the probe's cache entry: no library loaded to ask (~0.2 ms of
+    # a fresh process's first compile); a new C library version asks again.
+    import kernelbay.cache
+
+    monkeypatch.setenv("KERNELBAY_CACHE_DIR", str(tmp_path))
+    asked: list[str] = []
+    real = _driver.has_libmvec
+
+    def spy(version: str) -> bool:
+        asked.append(version)
+        return real(version)
+
+    monkeypatch.setattr(_driver, "has_libmvec", spy)
+    first = _driver._probe()
+    assert asked and first.libmvec == real(first.version)
+    again = _driver._probe()
+    assert len(asked) == 1 and again == first  # from the cache entry
+    monkeypatch.setattr(_driver, "_libc", lambda: "glibc 9.99")
+    assert _driver._probe().libmvec == first.libmvec and len(asked) == 2  # another libc: asked anew
+    monkeypatch.setenv("KERNELBAY_CPU_VECMATH", "0")
+    assert flags.libmvec(first) is False
+    assert kernelbay.cache.default_cache().directory == str(tmp_path.resolve())
+
+
 MINMAX = r"""
 __global__ void k(const float* a, const float* b, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -83,11 +83,11 @@ def decode(key: str, path: str, data: bytes) -> CacheEntry | None:
     magic, mlen, plen = HEADER.unpack_from(data)
     if magic != MAGIC or HEADER.size + mlen + plen + DIGEST != len(data):
         return None
-    body = data[HEADER.size : -DIGEST]
+    body = memoryview(data)[HEADER.size : -DIGEST]  # views: the payload is copied once, at the end
     if hashlib.sha256(body).digest() != data[-DIGEST:]:
         return None
     try:
-        meta = json.loads(body[:mlen].decode())
+        meta = json.loads(bytes(body[:mlen]).decode())
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     if not isinstance(meta, dict) or meta.get("key") != key or meta.get("schema") != SCHEMA:

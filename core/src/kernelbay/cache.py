@@ -134,18 +134,20 @@ class DiskCache(CacheSpace):
                 except OSError:  # a link (ELOOP) or worse: never followed, removed
                     _unlink(name, sub)
                     return None
-                with os.fdopen(fd, "rb") as f:
-                    st = os.fstat(f.fileno())
+                try:
+                    st = os.fstat(fd)
                     uid = _privatedir._uid()
                     if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid) or st.st_mode & 0o022:
                         entry = None
                     else:
-                        entry = decode(key, path, f.read())
+                        entry = decode(key, path, _read_all(fd, st.st_size))
                         if entry is not None and os.utime in os.supports_fd:
                             try:
-                                os.utime(f.fileno())  # least-recently-used order
+                                os.utime(fd)  # least-recently-used order
                             except OSError:
                                 pass
+                finally:
+                    os.close(fd)
                 if entry is None:
                     log.info("dropped a damaged, foreign or unsafe entry: %s", path)
                     _unlink(name, sub)
@@ -225,6 +227,18 @@ class DiskCache(CacheSpace):
         finally:
             if fd >= 0:
                 os.close(fd)  # releases the flock
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    """The file ``fd`` from where it stands to its end (``size``: what fstat said, a hint: a file
+    that grew meanwhile is read to its end). Plain reads: a buffered file object costs four more
+    system calls per entry."""
+    parts: list[bytes] = []
+    while True:
+        chunk = os.read(fd, max(size + 1, 1 << 16))
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
 
 
 _default: dict[tuple[str, str | None], DiskCache] = {}

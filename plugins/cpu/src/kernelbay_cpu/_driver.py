@@ -42,7 +42,7 @@ DEFAULT_FIBER_STACK = 128 * 1024
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _CANDIDATES = ("c++", "g++", "clang++")
 NO_COMPILER = "no C++ compiler: install g++ or set CXX"
-PROBE_SCHEMA = "1"
+PROBE_SCHEMA = "2"  # 2: libmvec
 
 
 @attrs.frozen
@@ -55,6 +55,8 @@ class Toolchain:
     :ivar openmp: whether ``-fopenmp`` works.
     :ivar cpu_name: the CPU model, for the device name.
     :ivar cpu_id: model and feature flags: ``-march=native`` output depends on them.
+    :ivar libmvec: whether the C library's vector math has what kb_cpu_cuda.h declares
+        (:func:`has_libmvec`; kept with the probe, so a warm process loads no library to ask).
     """
 
     argv: tuple[str, ...]
@@ -63,6 +65,7 @@ class Toolchain:
     openmp: bool
     cpu_name: str
     cpu_id: str
+    libmvec: bool = False
 
     def arch(self, flags: Sequence[str]) -> str:
         """What a build with ``flags`` targets, for cache keys: the CPU's identity under
@@ -89,6 +92,27 @@ def find_compiler() -> tuple[str, ...]:
         if exe is not None:
             return (exe,)
     raise BackendUnavailableError(f"{NO_COMPILER} (none of {', '.join(_CANDIDATES)} is on PATH)")
+
+
+def has_libmvec(version: str) -> bool:
+    """Whether CUDA kernels may call glibc's vector math (libmvec): GCC (``version``, the first
+    line of its ``--version``) on x86-64 with a glibc whose libmvec has the AVX2 single-precision
+    functions kb_cpu_cuda.h declares (2.35 and later: tanhf arrived then)."""
+    if platform.machine() not in ("x86_64", "AMD64") or "clang" in version.lower():
+        return False
+    try:
+        lib = ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return False
+    return all(hasattr(lib, f"_ZGVdN8v_{f}") for f in ("tanhf", "sinf", "cosf", "erff"))
+
+
+def _libc() -> str:
+    """The C library and its version ("glibc 2.36"; "" where unknown): libmvec comes with it."""
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (AttributeError, ValueError, OSError):
+        return ""
 
 
 def cpu_identity() -> tuple[str, str]:
@@ -144,13 +168,15 @@ def _probe() -> Toolchain:
         compiler=" ".join(argv),
         compiler_version=f"{os.path.realpath(argv[0])}:{st.st_size}:{st.st_mtime_ns}",
         arch=cpu_id,
-        extra={"schema": PROBE_SCHEMA},
+        extra={"schema": PROBE_SCHEMA, "libc": _libc()},
     )
     cache, hit = lookup(key)
     if hit is not None:
         try:
             d = json.loads(hit.payload)
-            return Toolchain(tuple(argv), argv[0], d["version"], bool(d["openmp"]), cpu_name, cpu_id)
+            return Toolchain(
+                tuple(argv), argv[0], d["version"], bool(d["openmp"]), cpu_name, cpu_id, bool(d["libmvec"])
+            )
         except (ValueError, KeyError, TypeError):
             pass
     version = _version(argv)
@@ -169,8 +195,11 @@ def _probe() -> Toolchain:
         raise BackendUnavailableError(
             f"{NO_COMPILER} ({' '.join(argv)} cannot build a shared library: {_last_probe_log.strip()[:400]})"
         )
-    store(cache, key, json.dumps({"version": version, "openmp": openmp}).encode(), {"kind": "toolchain"})
-    return Toolchain(tuple(argv), argv[0], version, openmp, cpu_name, cpu_id)
+    mvec = has_libmvec(version)
+    store(
+        cache, key, json.dumps({"version": version, "openmp": openmp, "libmvec": mvec}).encode(), {"kind": "toolchain"}
+    )
+    return Toolchain(tuple(argv), argv[0], version, openmp, cpu_name, cpu_id, mvec)
 
 
 def _version(argv: tuple[str, ...]) -> str:
@@ -238,8 +267,9 @@ def _works_in(argv: tuple[str, ...], flags: list[str], where: str) -> bool:
 
 def threads() -> int:
     """The threads a launch uses (see _threads.py): what this process may use, or what
-    ``KERNELBAY_CPU_THREADS`` / ``OMP_NUM_THREADS`` ask for."""
-    return _threads.threads()[0]
+    ``KERNELBAY_CPU_THREADS`` / ``OMP_NUM_THREADS`` ask for; the device's figure while those and
+    the affinity mask are unchanged (:func:`_threads.for_launch`)."""
+    return _threads.for_launch()
 
 
 def max_threads() -> int:
@@ -310,16 +340,22 @@ def isolated() -> bool:
     return _isolated
 
 
-def load_library(image: bytes) -> ctypes.CDLL:
+def load_library(image: bytes, kernel: bool = True) -> ctypes.CDLL:
     """dlopen a shared object from its bytes: written to a private file in the cache directory
-    (:func:`kernelbay.native.load_dir`, not TMPDIR, which may be noexec), loaded, unlinked."""
+    (:func:`kernelbay.native.load_dir`, not TMPDIR, which may be noexec), loaded, unlinked.
+
+    ``kernel``: a kernel module, which may bring in an OpenMP runtime (then set up and pinned,
+    see :func:`_pin_openmp`); False for the backend's own objects built without OpenMP (the
+    runtime library, the graph runner)."""
     # OpenMP's runtime reads its wait policy from the environment once, when the first module
     # loads it: set it for that load only (no child process inherits it), unless the user did.
-    env = {} if _pinned else _threads.openmp_env()
+    # Where another library of the process loaded it already, the setting reaches nothing.
+    env = _threads.openmp_env() if kernel and not _pinned else {}
     try:
         with _load_lock, _scoped_env(env), private_file(image, "kernelbay-cpu-", ".so") as path:
             lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | getattr(os, "RTLD_NOW", 2))
-            _pin_thread_libraries()
+            if kernel:
+                _pin_openmp(lib)
     except OSError as exc:  # private_file names the cause (disk full, permission); dlopen its own
         raise CompileError(f"the compiled kernel module could not be loaded: {exc}") from exc
     return lib
@@ -330,8 +366,8 @@ _load_lock = threading.Lock()
 
 @contextlib.contextmanager
 def _scoped_env(env: dict[str, str]) -> Iterator[None]:
-    if not env or any(_is_loaded(n) for n in _THREAD_LIBRARIES):
-        yield  # loaded already (by another library of the process): too late to choose
+    if not env:
+        yield
         return
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -345,20 +381,28 @@ def _scoped_env(env: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _is_loaded(name: str) -> bool:
-    try:
-        ctypes.CDLL(name, mode=getattr(os, "RTLD_NOLOAD", 4) | getattr(os, "RTLD_NOW", 2))
-    except OSError:
-        return False
-    return True
-
-
 #: OpenMP runtimes a kernel module brings in (GCC's, LLVM's, Intel's). Their worker threads stay
 #: parked inside the library after a launch: unloaded with the last kernel module (Kernel.close,
 #: the module cache's bound), it would leave those threads in unmapped code, and the process
 #: would crash. Each is pinned (never unloaded) once a module has loaded it.
 _THREAD_LIBRARIES = ("libgomp.so.1", "libomp.so.5", "libomp.so", "libiomp5.so")
-_pinned: dict[str, ctypes.CDLL] = {}
+#: what is pinned: a library name, or ``"kb_pin_openmp"`` where modules pinned their own
+_pinned: dict[str, ctypes.CDLL | None] = {}
+
+
+def _pin_openmp(lib: ctypes.CDLL) -> None:
+    """Pin the OpenMP runtime ``lib`` uses: the module does it itself (``kb_pin_openmp``, which
+    finds the runtime by a function's address); where it cannot, each of :data:`_THREAD_LIBRARIES`
+    already loaded is pinned by name (``RTLD_NOLOAD``: each name not loaded costs a search of the
+    library path, ~0.1 ms)."""
+    try:
+        pinned = lib.kb_pin_openmp()
+    except AttributeError:
+        pinned = -1
+    if pinned == 1:
+        _pinned["kb_pin_openmp"] = None
+    elif pinned < 0:
+        _pin_thread_libraries()
 
 
 def _pin_thread_libraries() -> None:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import os
-import platform
 from collections.abc import Sequence
 
 from . import _driver
@@ -18,20 +15,13 @@ DEFAULT_STD = "-std=c++17"
 DEFAULT_ARCH = "-march=native"
 
 
-@functools.cache
 def libmvec(tc: _driver.Toolchain) -> bool:
-    """Whether CUDA kernels may call glibc's vector math (libmvec): GCC on x86-64 with a glibc
-    whose libmvec has the AVX2 single-precision functions kb_cpu_cuda.h declares (2.35 and
-    later: tanhf arrived then). ``KERNELBAY_CPU_VECMATH=0`` turns it off."""
+    """Whether CUDA kernels may call glibc's vector math (libmvec): the toolchain probe's answer
+    (:func:`_driver.has_libmvec`, kept with the probe under the C library's version).
+    ``KERNELBAY_CPU_VECMATH=0`` turns it off."""
     if os.environ.get(ENV_VECMATH, "").strip().lower() in ("0", "off", "no", "false"):
         return False
-    if platform.machine() not in ("x86_64", "AMD64") or "clang" in tc.version.lower():
-        return False
-    try:
-        lib = ctypes.CDLL("libmvec.so.1")
-    except OSError:
-        return False
-    return all(hasattr(lib, f"_ZGVdN8v_{f}") for f in ("tanhf", "sinf", "cosf", "erff"))
+    return tc.libmvec
 
 
 def flags(options: Sequence[str], tc: _driver.Toolchain, lang: str = "c++") -> list[str]:

@@ -97,7 +97,7 @@ def _build_runner() -> Any:
             with open(out, "rb") as f:
                 image = f.read()
         store(cache, key, image, {"kind": "graph-runner"})
-    lib = _driver.load_library(image)
+    lib = _driver.load_library(image, kernel=False)  # built without OpenMP
     fn: Any = lib.kb_graph_run  # a ctypes function, given an attribute below
     fn.restype = ctypes.c_int64
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64]

@@ -68,7 +68,7 @@ def kernelbay_devices() -> list[Device]:
     _driver.isolated()  # a bad KERNELBAY_CPU_ISOLATE or _CHECK makes the backend unavailable, saying why
     tc = _driver.toolchain()
     cores = os.cpu_count() or 1
-    nthreads, nthreads_from = _threads.threads()
+    nthreads, nthreads_from = _threads.probe()
     return [
         Device(
             "cpu",

@@ -389,6 +389,19 @@ __attribute__((visibility("default"))) void kb_set_threads(int n) { kb_cpu::n_th
 __attribute__((visibility("default"))) void kb_set_timeout(long ms) { kb_cpu::timeout_ms = ms; }
 __attribute__((visibility("default"))) const char* kb_error_message() { return kb_cpu::error_message; }
 __attribute__((visibility("default"))) void* kb_fault_address() { return kb_cpu::fault_address; }
+// The OpenMP runtime this module uses, made never to unload (RTLD_NODELETE): its worker threads
+// stay parked inside it after a launch, so unloading it with the last kernel module would leave
+// them in unmapped code. Found by the address of one of its functions, so it costs no search of
+// the library path. 1: pinned; 0: this module has no OpenMP; -1: not found (the caller probes).
+__attribute__((visibility("default"))) int kb_pin_openmp() {
+#ifdef _OPENMP
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(&omp_get_max_threads), &info) == 0 || info.dli_fname == nullptr) return -1;
+    return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) != nullptr ? 1 : -1;
+#else
+    return 0;
+#endif
+}
 __attribute__((visibility("default"))) int kb_set_runtime(const kb_cpu::Runtime* r) {
     if (r == nullptr || r->version != KB_CPU_RT_VERSION) return -1;
     kb_cpu::rt = r;
