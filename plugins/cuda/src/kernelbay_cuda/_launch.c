@@ -125,6 +125,8 @@ static PyObject *stream_closed(PyObject *mod, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+#define NOTED 8
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -141,6 +143,10 @@ typedef struct {
     unsigned long long fs_epoch; /* stream_epoch when it was read */
     PyObject *fs_key;         /* its CUstream as an int (the allocator pool's key for it) */
     PyObject *pool;           /* the device allocator's Pool (note_use), or NULL */
+    /* The first NOTED pointer arguments' last note_use that left (pointer, stream) in the pool's
+     * uses, and the pool's uses_gen then: the same pair at the same gen needs no note again. */
+    unsigned long long noted_p[NOTED], noted_gen[NOTED];
+    void *noted_s[NOTED];
     long long index;
     PyObject *dev;
     PyObject *types; /* tuple of exact types, one per argument */
@@ -381,9 +387,20 @@ static PyObject *fl_call(FastLaunch *self, PyObject *const *a, size_t nargsf, Py
                 return fl_slow(self, a);
             }
             unsigned long long p = PyLong_AsUnsignedLongLong(h);
-            if (pool && !(p == (unsigned long long)-1 && PyErr_Occurred()) && note_use(pool, h, skey) < 0) {
-                Py_DECREF(h);
-                return fl_slow(self, a);
+            if (pool && !(p == (unsigned long long)-1 && PyErr_Occurred())) {
+                int k = (int)i; /* noted on this stream since the pool last dropped a use: done */
+                if (k >= NOTED || self->noted_p[k] != p || self->noted_s[k] != sh || self->noted_gen[k] != pool->uses_gen) {
+                    int r = note_use(pool, h, skey);
+                    if (r < 0) {
+                        Py_DECREF(h);
+                        return fl_slow(self, a);
+                    }
+                    if (r == 1 && k < NOTED) {
+                        self->noted_p[k] = p;
+                        self->noted_s[k] = sh;
+                        self->noted_gen[k] = pool->uses_gen;
+                    }
+                }
             }
             Py_DECREF(h);
             if (p == (unsigned long long)-1 && PyErr_Occurred()) return fl_slow(self, a);
@@ -449,6 +466,7 @@ static int FastLaunch_init(FastLaunch *self, PyObject *args, PyObject *kw) {
                           &self->cell, &self->name, &fixed, &self->shm_base, &pool))
         return -1;
     Py_CLEAR(self->pool);
+    memset(self->noted_p, 0, sizeof self->noted_p); /* a pool of its own: nothing noted there yet */
     if (pool != Py_None) {
         if (Py_TYPE(pool) != &PoolType) {
             PyErr_SetString(PyExc_TypeError, "FastLaunch: pool must be a Pool or None");

@@ -102,6 +102,9 @@ typedef struct {
     Bin *c_def[NCACHE], *c_user[NCACHE]; /* recent bins of malloc and malloc_on (owned), or NULL */
     long long active, peak, cached, limit; /* limit < 0: none */
     Py_ssize_t homed;
+    /* Bumped whenever a stream may leave a block's entry in `uses` (take_uses, rehome): a caller
+     * that saw (pointer, stream) noted at one value knows it is still noted while it holds. */
+    unsigned long long uses_gen;
 } Pool;
 
 static long long size_class(long long n) {
@@ -128,6 +131,7 @@ static int Pool_init(Pool *self, PyObject *args, PyObject *kw) {
     if (!self->free_lists || !self->live || !self->stream_lists || !self->uses || !self->blocking) return -1;
     self->active = self->peak = self->cached = 0;
     self->homed = 0;
+    self->uses_gen++;
     self->limit = limit;
     return 0;
 }
@@ -278,8 +282,9 @@ static PyObject *Pool_malloc_on(Pool *self, PyObject *const *args, Py_ssize_t na
     return q;
 }
 
-/* Note that work on `stream` (0: the legacy default stream) uses live block `p`; 0 or -1 with
- * an exception. Nothing is noted for work on p's home stream. (CUDA orders the legacy default
+/* Note that work on `stream` (0: the legacy default stream) uses live block `p`: 1 when
+ * (p, stream) is in `uses` now, 0 when nothing needs noting (not a live block of this pool, or
+ * work on its home stream), -1 with an exception. (CUDA orders the legacy default
  * stream with blocking streams, but not transitively: a block the default stream freed may go to
  * a blocking stream not ordered with a third stream that used it. So every other stream counts.) */
 static int note_use(Pool *self, PyObject *p, PyObject *stream) {
@@ -301,8 +306,8 @@ static int note_use(Pool *self, PyObject *p, PyObject *stream) {
         if (rc < 0) return -1;
     }
     int has = PySequence_Contains(lst, stream);
-    if (has != 0) return has < 0 ? -1 : 0;
-    return PyList_Append(lst, stream);
+    if (has != 0) return has < 0 ? -1 : 1;
+    return PyList_Append(lst, stream) < 0 ? -1 : 1;
 }
 
 /* Whether work on `stream` (a CUstream; NULL: the legacy default) with blocks of this pool may
@@ -336,6 +341,7 @@ static PyObject *Pool_take_uses(Pool *self, PyObject *p) {
         return PyList_New(0);
     }
     Py_INCREF(lst);
+    self->uses_gen++;
     if (PyDict_DelItem(self->uses, p) < 0) {
         Py_DECREF(lst);
         return NULL;
@@ -360,6 +366,7 @@ static PyObject *Pool_set_blocking(Pool *self, PyObject *const *args, Py_ssize_t
  * its handle is destroyed and may be reused). */
 static PyObject *Pool_rehome(Pool *self, PyObject *home) {
     int any = 0;
+    self->uses_gen++; /* the stream leaves every block's uses below */
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     PyObject *bins = PyDict_GetItemWithError(self->stream_lists, home);
