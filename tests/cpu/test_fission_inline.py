@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from kernelbay_cpu import analysis
 from kernelbay_cpu.fission_inline import inline_helpers
+from kernelbay_cpu.reach import Program
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 KEEP_FIBERS = "volatile int keep_fibers = 0; (void)keep_fibers;"
@@ -191,3 +192,75 @@ def test_llm_c_layernorm_kernel6_runs_as_loops_with_the_fiber_runners_bits(cpu):
     s = 1 / np.sqrt(((x64 - m) ** 2).mean(1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(outs[0][1][0].reshape(n, c), (x64 - m) * s * w + b, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(outs[0][1][1], m.ravel(), rtol=1e-5, atol=1e-6)
+
+
+THREAD_HELPERS = r"""
+__device__ unsigned flat_tid() { return threadIdx.y * blockDim.x + threadIdx.x; }
+__device__ float mirrored(const float* s, unsigned n) {
+    unsigned t = threadIdx.y * blockDim.x + threadIdx.x;
+    return s[n - 1 - t];
+}
+__global__ void k(const float* x, float* y) {
+    __shared__ float s[128];
+    unsigned t = flat_tid();
+    unsigned i = blockIdx.x * 128 + t;
+    s[t] = x[i];
+    __syncthreads();
+    float v = mirrored(s, 128) * 2.0f;
+    y[i] = v;
+}
+__global__ void k2(const float* x, float* y) {
+    __shared__ float s[128];
+    s[flat_tid()] = x[blockIdx.x * 128 + flat_tid()];
+    __syncthreads();
+    y[blockIdx.x * 128 + flat_tid()] = s[127 - flat_tid()];
+}
+"""
+
+
+def test_helpers_reading_threadidx_inlined_run_as_loops_with_the_fiber_runners_bits(cpu):
+    """A helper that reads threadIdx, inlined, reads the loop path's per-thread index; called
+    where a call is not inlined (``s[flat_tid()] = ...``) it keeps its kernel on fibers."""
+    plan = analysis.plan_cuda(kb.Source(THREAD_HELPERS, lang="cuda", name="k"), ["k", "k2"])
+    assert plan.runners == {"k": "run_blocks", "k2": "run_fibers"}, plan.why
+    assert plan.why["k2"].endswith("not as loops: a function it calls reads threadIdx")
+    x = np.random.default_rng(4).standard_normal(3 * 128).astype(np.float32)
+    want = (x.reshape(3, 128)[:, ::-1] * 2).ravel()
+    at = THREAD_HELPERS.index("{", THREAD_HELPERS.index("void k(")) + 1
+    for t, fibers in ((THREAD_HELPERS, False), (THREAD_HELPERS[:at] + KEEP_FIBERS + THREAD_HELPERS[at:], True)):
+        y = kb.zeros(3 * 128, "float32", device=cpu)
+        k = kb.compile(kb.Source(t, lang="cuda", name="k"), cpu)
+        k.launch(3, (32, 4), (kb.asarray(x, device=cpu), y))
+        assert k.handle.fibers == fibers
+        np.testing.assert_array_equal(y.numpy(), want)
+
+
+def test_helpers_with_volatile_or_template_shapes_keep_their_kernels_on_fibers():
+    """What is not inlined, and why those kernels keep fibers: the scan sample's helpers take a
+    ``volatile uint*`` and a ``cg::thread_block`` and call each other (and their ``cg::sync(cta)``
+    is a block operation reach.py sees in a callee); reduce7's ``warpReduceSum<T>`` is a template,
+    whose shuffles inside ``if (tid < shmem_extent)`` take a ballot's mask."""
+    scan = (CORPUS / "cuda_samples" / "scan.cu").read_text()
+    headers = {"scan_common.h": (CORPUS / "cuda_samples" / "scan_common.h").read_text()}
+    assert inline_helpers(scan, list(headers.values())) == scan
+    plan = _plan(scan, "scanExclusiveShared", headers)
+    assert plan.runners == {"scanExclusiveShared": "run_fibers"}
+    assert plan.why["scanExclusiveShared"].endswith(
+        "not as loops: a block operation outside the kernel's body (a function it calls, a macro, file scope)"
+    )
+    red = (CORPUS / "cuda_samples" / "reduction_kernel.cu").read_text()
+    assert "mySum = warpReduceSum<T>(mask, mySum);" in inline_helpers(red)
+
+
+def test_reach_sees_a_namespace_collective_on_a_group_passed_to_a_helper():
+    text = """
+    namespace cg = cooperative_groups;
+    __device__ void step(cg::thread_block g, float* s) { s[0] = 1.0f; cg::sync(g); }
+    __device__ float total(cg::thread_block_tile<32> w, float v) { return cg::reduce(w, v, cg::plus<float>()); }
+    __global__ void k(float* s) { step(cg::this_thread_block(), s); }
+    __global__ void k2(float* s) { s[0] = total(cg::tiled_partition<32>(cg::this_thread_block()), 1.0f); }
+    """
+    prog = Program([("kernel.cu", text)])
+    for name in ("k", "k2"):
+        fname, fn = prog.kernel(name)
+        assert prog.reach(fname, fn).block_outside, name

@@ -1,5 +1,7 @@
-"""Helper device functions with warp operations, inlined where a kernel calls them as a whole
-statement, so that barrier loop fission sees the warp operations in the kernel's body. llm.c's
+"""Helper device functions with warp operations, or that read ``threadIdx`` (or ``blockIdx``,
+``blockDim``, ``gridDim``), inlined where a kernel calls them, so that barrier loop fission sees
+the warp operations in the kernel's body, and the loop path's per-thread ``threadIdx`` serves the
+helper's reads (a call keeps its kernel off the loop path). llm.c's
 ``maxval = warpReduceMax(maxval);`` with
 
     __device__ float warpReduceMax(float val) {
@@ -10,12 +12,15 @@ statement, so that barrier loop fission sees the warp operations in the kernel's
 
 becomes, on the call's line, ``float kb_h0_val = (maxval); for (int kb_h0_offset = 16; ...)
 kb_h0_val = fmaxf(kb_h0_val, __shfl_down_sync(0xFFFFFFFF, kb_h0_val, kb_h0_offset)); maxval =
-(kb_h0_val);``. What is inlined: a free ``__device__`` function defined once in the kernel's own
-text, not a template, whose parameters are arithmetic or pointer values, whose locals are
-declared with such types, whose one ``return`` is its last statement, and which calls a warp
-operation or a barrier; the call: ``[T] a = f(args);`` at the top level of a kernel's body, or of
-a ``for`` loop's there. The meaning is the same (arguments evaluated once, in order, into the
-parameters), for every runner; other calls stay calls (and keep such a kernel on fibers)."""
+((float)(kb_h0_val));``. What is inlined: a free ``__device__`` function defined once in the
+kernel's own text or its headers, not a template, whose parameters are arithmetic or pointer
+values, whose locals are declared with such types, whose one ``return`` is its last statement.
+The call: the only one of a helper in a statement ``[T] a = ...;`` or ``a op= ...;`` at the top
+level of a kernel's body, or inside the braces of a ``for``, an ``if``/``else`` or a block there;
+the whole right side (``maxval = f(x);``), or a part of it whose other parts may run after the
+helper's body (:func:`_sequenced`: ``v = warpReduceSum(v) / C;``), the call's value then used in
+its place. The meaning is the same (arguments evaluated once, in order, into the parameters),
+for every runner; other calls stay calls (and keep such a kernel on fibers)."""
 
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from kernelbay.csource import Function, find_functions, find_kernels, strip_comm
 
 from .fission_scan import arguments, closing, skip_ws, statements
 from .fission_state import TYPE
+from .reach import BUILTIN_RE
 
 _WARP = re.compile(
     r"\b(?:__syncthreads|__syncwarp|__shfl_(?:up_|down_|xor_)?sync|__ballot_sync|__any_sync|__all_sync)\s*\("
@@ -66,7 +72,9 @@ def _helper(text: str, code: str, fn: Function) -> _Helper | None:
         return None
     a, b = fn.body[0] + 1, fn.body[1]
     body = code[a:b]
-    if not _WARP.search(body) or re.search(r"\b(?:__shared__|static|auto|goto|asm|volatile)\b|::|<[^<=]", body):
+    if not (_WARP.search(body) or BUILTIN_RE.search(body)) or re.search(
+        r"\b(?:__shared__|static|auto|goto|asm|volatile)\b|::|<[^<=]", body
+    ):
         return None
     head = re.sub(
         r"\b(?:__device__|__host__|__forceinline__|__noinline__|inline|static|extern)\b",
@@ -107,7 +115,7 @@ def _captured(h: _Helper, code: str, kernel: Function) -> bool:
     kernel declares: inlined, it would read the kernel's."""
     if kernel.body is None:
         return True
-    words = set(re.findall(r"\b[A-Za-z_]\w*\b", h.body + " " + h.ret)) - set(h.names)
+    words = set(re.findall(r"(?<![.\w])(?<!->)[A-Za-z_]\w*\b", h.body + " " + h.ret)) - set(h.names)  # (not members)
     mine = {p.text.split()[-1].strip("*&") for p in kernel.params if p.text.split()}
     body = code[kernel.body[0] : kernel.body[1]]
     return any(w in mine or re.search(rf"[\w*&>]\s+\**{w}\s*[=;,\[)]", body) for w in words)
@@ -174,7 +182,7 @@ def inline_helpers(text: str, headers: list[str] | None = None) -> str:
     """``text`` with calls of helpers (module docstring; defined in ``text`` or one of the
     ``headers`` it may include) inlined; ``text`` itself where none is."""
     code = strip_comments_and_strings(text)
-    if not _WARP.search(code):
+    if not any(_WARP.search(t) or BUILTIN_RE.search(t) for t in [code, *(headers or [])]):
         return text
     texts = [text, *(headers or [])]
     helpers: dict[str, _Helper] = {}
