@@ -6,7 +6,8 @@ fission, and each again on fibers (the same kernel kept there by a ``volatile`` 
 loop path never takes: what ran before warp operations split loops); and llm.c's layernorm
 (``layernorm_forward_kernel5``, cooperative groups) and softmax (``softmax_forward_kernel2``,
 shared-memory trees) forward kernels, and the kernels of a warp per row that return early
-(``if (idx >= N) return;``: ``layernorm_forward_kernel3``, ``softmax_forward_online_kernel8``)
+(``if (idx >= N) return;``: ``layernorm_forward_kernel3``, ``softmax_forward_online_kernel8``;
+``layernorm_forward_kernel6``, whose ``warpReduceSum`` calls are inlined, one inside an expression)
 or may (``softmax_forward_kernel7``, a row per block), verbatim from tests/corpus/llm_c, over
 B*T = 4096 rows of C = 768, against numpy's expressions. One thread and all threads (``KERNELBAY_CPU_THREADS`` is
 read when a module loads: each setting runs in a child)."""
@@ -32,6 +33,7 @@ SOFTMAX = "runners: llm.c softmax_forward_kernel2, 4096 x 768 float32 (launch + 
 LAYERNORM3 = "runners: llm.c layernorm_forward_kernel3, 4096 x 768 float32 (launch + synchronize)"
 SOFTMAX7 = "runners: llm.c softmax_forward_kernel7, 4096 x 768 float32 (launch + synchronize)"
 ONLINE8 = "runners: llm.c softmax_forward_online_kernel8, 4096 x 768 float32 (launch + synchronize)"
+LAYERNORM6 = "runners: llm.c layernorm_forward_kernel6, 4096 x 768 float32 (launch + synchronize)"
 _REDUCTIONS = {"tree": TREE, "shfl": SHFL, "cg": CG}
 #: key -> (group, the numpy expression's key)
 _ROWS = {
@@ -40,6 +42,7 @@ _ROWS = {
     "layernorm3": (LAYERNORM3, "layernorm"),
     "softmax7": (SOFTMAX7, "softmax"),
     "online8": (ONLINE8, "softmax"),
+    "layernorm6": (LAYERNORM6, "layernorm"),
 }
 _LLMC = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "llm_c"
 
@@ -144,6 +147,8 @@ for name, file, kernel, launch in (
      lambda k: run(k, rows, 256, (out, dx, rows, cols), 2 * 256 // 32 * 4)),
     ("online8", "softmax_forward.cu", "softmax_forward_online_kernel8",
      lambda k: run(k, (rows * 32 + 255) // 256, 256, (out, dx, rows, cols))),
+    ("layernorm6", "layernorm_forward.cu", "layernorm_forward_kernel6",
+     lambda k: run(k, (rows + 3) // 4, (32, 4), (out, mean, rstd, dx, dw, db, rows, cols), (2 + 4) * cols * 4)),
 ):
     text = (llmc / file).read_text()
     at = text.index("{", text.index("void " + kernel + "(")) + 1

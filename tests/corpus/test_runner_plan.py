@@ -71,6 +71,9 @@ ON_LOOPS = {
     # shuffles of full masks inside `if (i < nrows)`, i a warp's row: each thread's test, whole
     # warps agreeing at run time
     "kernel_tuner/spmv:spmv_kernel",
+    # a helper's call inside an expression (`v = warpReduceSum(v) / C;`) inlined; `x128* s_in`, a
+    # pointer to a type a header names, stored per thread
+    "llm_c/layernorm_forward:layernorm_forward_kernel6",
 }
 
 

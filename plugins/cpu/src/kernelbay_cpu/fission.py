@@ -60,7 +60,7 @@ from .fission_lanes import lanes
 from .fission_params import constants, copy_params, param_copies
 from .fission_pp import active_body, defines
 from .fission_ranges import pure_read
-from .fission_scan import CG_METHODS, closing, line_of, skip_ws, statements
+from .fission_scan import CG_METHODS, closing, line_of, named_types, skip_ws, statements
 from .fission_shadow import rename_shadows
 from .fission_state import KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
 from .fission_strided import strided
@@ -151,13 +151,16 @@ def split(
         )
     try:
         consts = constants(text, code, fn, macros, list(headers.values()))
-        return _rewrite(text, code, fn, a, b, consts, values), ""
+        types = frozenset(named_types([code, *(strip_comments_and_strings(h) for h in headers.values())]))
+        return _rewrite(text, code, fn, a, b, consts, values, types), ""
     except Giveup as e:
         return None, str(e) or "its shape is not one the loop path takes"
 
 
-def _rewrite(text: str, code: str, fn: Function, a: int, b: int, consts: set[str], values: frozenset[str]) -> str:
-    rw = Rewrite(text, code, fn, a, b, consts, values)
+def _rewrite(
+    text: str, code: str, fn: Function, a: int, b: int, consts: set[str], values: frozenset[str], types: frozenset[str]
+) -> str:
+    rw = Rewrite(text, code, fn, a, b, consts, values, types)
     body_code = rw.body_code
     # Each CUDA thread has its own copy of the parameters: one the body assigns is a per-thread local.
     param_copies(rw, fn)

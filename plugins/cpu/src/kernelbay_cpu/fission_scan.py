@@ -191,3 +191,15 @@ def _jump_in(code: str, s: int, e: int, brk: bool, cont: bool) -> int:
         if not (brk if j.group(1) == "break" else cont):
             return j.start()
     return -1
+
+
+_NAMED_TYPE = re.compile(
+    r"\btypedef\b[^;{}()]*?\b([A-Za-z_]\w*)\s*;|\busing\s+([A-Za-z_]\w*)\s*="
+    r"|\b(?:struct|class|union)\s+(?:(?:__align__|alignas)\s*\(\s*\w+\s*\)\s*)?([A-Za-z_]\w*)\s*[{:]"
+)
+
+
+def named_types(codes: list[str]) -> set[str]:
+    """The type names ``codes`` (comments and literals blanked) define at any scope: by
+    ``typedef`` (not of a function or an array), ``using N =``, or ``struct``/``class``/``union``."""
+    return {next(g for g in m.groups() if g) for c in codes for m in _NAMED_TYPE.finditer(c)}

@@ -101,19 +101,30 @@ class Rewrite:
     and directives blanked, same offsets)."""
 
     def __init__(
-        self, text: str, code: str, fn: Function, a: int, b: int, consts: set[str], values: frozenset[str] = frozenset()
+        self,
+        text: str,
+        code: str,
+        fn: Function,
+        a: int,
+        b: int,
+        consts: set[str],
+        values: frozenset[str] = frozenset(),
+        types: frozenset[str] = frozenset(),
     ) -> None:
         self.text, self.code = text, code
         self.params = params(fn)
         self.structs = plain_structs(code)
         #: a declaration of locals stored per thread: DECL's, of a struct of plain data, a pointer
         #: to a type parameter of the kernel's template (``T *sdata = SharedMemory<T>();``), or of
-        #: one the entry makes an arithmetic type (``values``: ``T mySum`` of ``reduce3<int>``)
+        #: one the entry makes an arithmetic type (``values``: ``T mySum`` of ``reduce3<int>``), or a
+        #: pointer to a type the source or its headers name (``types``: llm.c's ``x128* s_in``)
         others = [rf"(?:const\s+)?(?:{'|'.join(sorted(self.structs))})(?!\w)"] if self.structs else []
         tparams = [n for n, is_type in template_params(code[fn.start : fn.parens[0]]) if is_type]
         ptr = r"\s*\*+(?:\s*const)?(?:\s*__restrict__)?"
         if tparams:
             others.append(rf"(?:const\s+)?(?:{'|'.join(tparams)})(?!\w){ptr}")
+        if types:
+            others.append(rf"(?:const\s+)?(?:{'|'.join(sorted(types))})(?!\w){ptr}")
         if values & set(tparams):
             others.append(rf"(?:const\s+)?(?:{'|'.join(sorted(values & set(tparams)))})(?!\w)(?:{ptr})?")
         self.decl = (

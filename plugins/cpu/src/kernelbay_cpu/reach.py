@@ -25,6 +25,9 @@ BLOCK_RE = re.compile(
     r"|__activemask|__match_\w+|__reduce_\w+_sync|cooperative_groups|this_thread_block|thread_block"
     r"|thread_block_tile|tiled_partition)\b"
     r"|\.\s*(?:sync|shfl\w*|ballot|any|all|match_\w+|thread_rank)\s*\("
+    # a namespace's collective on a group passed in (``cg::sync(cta)``, ``cg::reduce(tile, ...)``
+    # in a helper that declares no group of its own)
+    r"|::\s*(?:sync|reduce|inclusive_scan|exclusive_scan)\s*(?:<[^;{}()]*>\s*)?\("
 )
 #: threadIdx and its kin: a function other than a kernel that reads them keeps its kernel off
 #: the loop path (the loop declares them as locals of the kernel body only).
