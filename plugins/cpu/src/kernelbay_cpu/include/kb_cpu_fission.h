@@ -115,6 +115,17 @@
             for (KbI kb_i = (KbI)kb_ti.x; kb_i < kb_e; kb_i += kb_s) kb_f(kb_ti, kb_tt, kb_i); \
         });                                                                                \
     };                                                                                     \
+    /* each thread's loop as written (fission_lanes.py's blocks of more than one dimension, a */ \
+    /* faulting block again): one plain loop over the threads, the rare case compiled once */    \
+    auto kb_lanes_each = [&](auto&& kb_f) __attribute__((always_inline)) {                 \
+        for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                              \
+            for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y)                          \
+                for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) {                    \
+                    if (__builtin_expect(::kb_diag, 0)) ::kb_cpu::diag_thread(kb_x, kb_y, kb_z); \
+                    kb_f(::kb_cpu::uint3{kb_x, kb_y, kb_z},                                \
+                         (KbT)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x + kb_x));     \
+                }                                                                          \
+    };                                                                                     \
     auto kb_lanes = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
         using KbI = decltype(kb_zero);                                                     \
         if (!__builtin_expect(::kb_diag, 0) && kb_blockDim.y == 1 && kb_blockDim.z == 1 && \
@@ -133,7 +144,7 @@
             }                                                                              \
             return;                                                                        \
         }                                                                                  \
-        kb_region([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
+        kb_lanes_each([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
             kb_f(kb_ti, kb_tt, kb_ti, ::std::false_type{}, (KbI)0);                        \
         });                                                                                \
     };
@@ -189,8 +200,13 @@
         if (__builtin_expect(kb_any_done, 0)) kb_strided(kb_zero, kb_e, kb_s, kb_live(kb_f));     \
         else kb_strided(kb_zero, kb_e, kb_s, kb_f);                                               \
     };                                                                                            \
+    /* once a thread has returned, each thread's loop as written (a block past the rows' end) */ \
     auto kb_lanes_live = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
-        if (__builtin_expect(kb_any_done, 0)) kb_lanes(kb_zero, kb_e, kb_s, kb_live(kb_f));       \
+        using KbI = decltype(kb_zero);                                                            \
+        if (__builtin_expect(kb_any_done, 0))                                                     \
+            kb_lanes_each(kb_live([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
+                kb_f(kb_ti, kb_tt, kb_ti, ::std::false_type{}, (KbI)0);                           \
+            }));                                                                                  \
         else kb_lanes(kb_zero, kb_e, kb_s, kb_f);                                                 \
     };
 #define KB_REGION_LIVE_BEGIN \
