@@ -30,13 +30,13 @@ import re
 from typing import TYPE_CHECKING
 
 from .fission_ranges import PURE_MATH, lane_of, thread_index
-from .fission_scan import CG_METHODS, closing, loose_jump, pad, skip_ws
-from .fission_state import TYPE, UNIFORM_WORDS
+from .fission_scan import CG_METHODS, loose_jump, pad, skip_ws
+from .fission_state import UNIFORM_WORDS
+from .fission_strided import for_loop, writes
 
 if TYPE_CHECKING:
     from .fission_state import Rewrite
 
-_INIT = re.compile(rf"\s*(?P<type>{TYPE})\s+(?P<i>[A-Za-z_]\w*)\s*=(?P<start>.*)", re.S)
 #: the thread's index divided by a warp's 32 threads (``tid / warpSize``, ``threadIdx.x >> 5``)
 _WARP_OF = re.compile(
     r"(?P<x>threadIdx\s*\.\s*x|[A-Za-z_]\w*\s*\.\s*thread_rank\s*\(\s*\)|[A-Za-z_]\w*)"
@@ -47,16 +47,6 @@ _METHOD = re.compile(r"([A-Za-z_]\w*)\s*\.\s*(\w+)\s*\(\s*\)")
 _MEMORY = {"__ldg", "__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__stcs", "__stcg", "__stwt", "__stwb"}
 _SYNTAX = {"if", "for", "while", "switch", "sizeof", "int", "unsigned", "float", "double", "long", "short", "char"}
 _SHARED = re.compile(r"__shared__[^;]*?([A-Za-z_]\w*)\s*\[|\b([A-Za-z_]\w*)\s*=[^;=]*\bdyn_shared\b")
-
-
-def _writes(name: str, code: str) -> bool:
-    return (
-        re.search(
-            rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|(?:\+\+|--|(?<!&)&)\s*{name}\b(?!\s*\[)|\b{name}\s*(?:\+\+|--)",
-            code,
-        )
-        is not None
-    )
 
 
 def _integer(t: str) -> bool:
@@ -172,30 +162,15 @@ def lanes(rw: Rewrite, s: int, e: int) -> bool:
     """Rewrite ``code[s:e]`` as a lane loop's region if it is one (closing the open region
     before it); False where it is not one."""
     code = rw.code
-    if not re.match(r"for\s*\(", code[s:e]):
+    f = for_loop(code, s, e)
+    if f is None or "*" in f.init.group("type") or lane_of(rw, f.init.group("start")) != 32:
         return False
-    paren = code.index("(", s)
-    close = closing(code, paren)
-    if close < 0 or close >= e:
-        return False
-    parts = code[paren + 1 : close].split(";")
-    if len(parts) != 3:
-        return False
-    m = _INIT.fullmatch(parts[0])
-    if not m or "*" in m.group("type") or lane_of(rw, m.group("start")) != 32:
-        return False
-    i = m.group("i")
-    cond = re.fullmatch(rf"\s*{i}\s*<(?!=)(.*)", parts[1], re.S)
-    step = re.fullmatch(rf"\s*(?:{i}\s*\+=(.*)|{i}\s*=\s*{i}\s*\+(.*))", parts[2], re.S)
-    if not cond or not step:
-        return False
-    g = 1 if step.group(1) is not None else 2
-    end, by = cond.group(1), step.group(g)
+    i, end, by, close = f.i, f.end, f.by, f.close
     if not rw.uniform(end) or not _step(rw, by):
         return False
     body = code[close + 1 : e]
     words = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*\b", end + " " + by)) | {i}
-    if any(_writes(w, body) for w in words) or loose_jump(code, close + 1, e) >= 0:
+    if any(writes(w, body) for w in words) or loose_jump(code, close + 1, e) >= 0:
         return False
     uniform = warp_uniform(rw)
     if not _body_ok(rw, body, uniform):
@@ -203,12 +178,8 @@ def lanes(rw: Rewrite, s: int, e: int) -> bool:
     rw.flush()
     rw.strided_starts.append(s)
     text = rw.text
-    p1 = paren + 1 + len(parts[0]) + 1
-    p2 = p1 + len(parts[1]) + 1
-    start_text = text[paren + 1 + m.start("start") : paren + 1 + m.end("start")]
-    end_text = text[p1 + cond.start(1) : p1 + cond.end(1)]
-    by_text = text[p2 + step.start(g) : p2 + step.end(g)]
-    t = " ".join(re.sub(r"\bconst\b", "", m.group("type")).split())
+    start_text, end_text, by_text = f.texts(text)
+    t = " ".join(re.sub(r"\bconst\b", "", f.init.group("type")).split())
     j = skip_ws(code, close + 1, e)
     # the loop as written where each thread runs its own; once, at kb_i, in a warp's vector loop
     loop = (

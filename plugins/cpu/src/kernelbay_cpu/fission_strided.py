@@ -15,6 +15,7 @@ lanes (``for (int i = lane; i < n; i += warpSize)``) is fission_lanes.py's."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .fission_ranges import thread_index
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 _INIT = re.compile(rf"\s*(?P<type>{TYPE})\s+(?P<i>[A-Za-z_]\w*)\s*=(?P<start>.*)", re.S)
 
 
-def _writes(name: str, code: str) -> bool:
+def writes(name: str, code: str) -> bool:
+    """Whether ``code`` assigns ``name``, increments it or takes its address."""
     return (
         re.search(
             rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|(?:\+\+|--|(?<!&)&)\s*{name}\b(?!\s*\[)|\b{name}\s*(?:\+\+|--)",
@@ -37,47 +39,88 @@ def _writes(name: str, code: str) -> bool:
     )
 
 
-def strided(rw: Rewrite, s: int, e: int) -> bool:
-    """Rewrite ``code[s:e]`` as a block-strided loop's region if it is one (closing the open
-    region before it); False where it is not one."""
-    code = rw.code
+@dataclass
+class ForLoop:
+    """A ``for (T i = start; i < end; i += by)`` header at ``code[s:]`` (``i = i + by`` too)."""
+
+    paren: int  # the header's "(" and ")"
+    close: int
+    parts: list[str]  # init; condition; step, as written
+    init: re.Match[str]  # _INIT over parts[0]: type, i, start
+    cond: re.Match[str]  # over parts[1]: group 1 the bound
+    step: re.Match[str]  # over parts[2]: group g the step
+    g: int
+
+    @property
+    def i(self) -> str:
+        return self.init.group("i")
+
+    @property
+    def end(self) -> str:
+        return self.cond.group(1)
+
+    @property
+    def by(self) -> str:
+        return self.step.group(self.g)
+
+    def texts(self, text: str) -> tuple[str, str, str]:
+        """The start, bound and step as they stand in ``text`` (the rewrite's current text, of
+        the same length as the code the header was read from)."""
+        p0 = self.paren + 1
+        p1 = p0 + len(self.parts[0]) + 1
+        p2 = p1 + len(self.parts[1]) + 1
+        return (
+            text[p0 + self.init.start("start") : p0 + self.init.end("start")],
+            text[p1 + self.cond.start(1) : p1 + self.cond.end(1)],
+            text[p2 + self.step.start(self.g) : p2 + self.step.end(self.g)],
+        )
+
+
+def for_loop(code: str, s: int, e: int) -> ForLoop | None:
+    """The counted loop whose statement is ``code[s:e]``, or None where it is not of that form."""
     if not re.match(r"for\s*\(", code[s:e]):
-        return False
+        return None
     paren = code.index("(", s)
     close = closing(code, paren)
     if close < 0 or close >= e:
-        return False
+        return None
     parts = code[paren + 1 : close].split(";")
     if len(parts) != 3:
-        return False
+        return None
     m = _INIT.fullmatch(parts[0])
-    if not m or "*" in m.group("type") or not thread_index(rw, m.group("start"), ranks=False):
-        return False
+    if not m:
+        return None
     i = m.group("i")
     cond = re.fullmatch(rf"\s*{i}\s*<(?!=)(.*)", parts[1], re.S)
     step = re.fullmatch(rf"\s*(?:{i}\s*\+=(.*)|{i}\s*=\s*{i}\s*\+(.*))", parts[2], re.S)
     if not cond or not step:
+        return None
+    return ForLoop(paren, close, parts, m, cond, step, 1 if step.group(1) is not None else 2)
+
+
+def strided(rw: Rewrite, s: int, e: int) -> bool:
+    """Rewrite ``code[s:e]`` as a block-strided loop's region if it is one (closing the open
+    region before it); False where it is not one."""
+    code = rw.code
+    f = for_loop(code, s, e)
+    if f is None or "*" in f.init.group("type") or not thread_index(rw, f.init.group("start"), ranks=False):
         return False
-    g = 1 if step.group(1) is not None else 2
-    end, by = cond.group(1), step.group(g)
+    i, end, by, close = f.i, f.end, f.by, f.close
     body = code[close + 1 : e]
     if not rw.uniform(end) or not rw.uniform(by):
         return False
     # the names it reads (not members: blockDim.x is no local x)
     words = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*\b", end + " " + by)) | {i}
-    if any(_writes(w, body) for w in words):
+    if any(writes(w, body) for w in words):
         return False
     # each (thread, i) is a call of its own: a return or a jump out of the loop stays as written
     if re.search(r"\breturn\b", body) or loose_jump(code, close + 1, e) >= 0:
         return False
     rw.flush()
     rw.strided_starts.append(s)
-    p1 = paren + 1 + len(parts[0]) + 1
-    p2 = p1 + len(parts[1]) + 1
     text = rw.text
-    end_text = text[p1 + cond.start(1) : p1 + cond.end(1)]
-    by_text = text[p2 + step.start(g) : p2 + step.end(g)]
-    t = " ".join(re.sub(r"\bconst\b", "", m.group("type")).split())
+    _, end_text, by_text = f.texts(text)
+    t = " ".join(re.sub(r"\bconst\b", "", f.init.group("type")).split())
     j = skip_ws(code, close + 1, e)
     head = f" KB_STRIDED_BEGIN({t}, {i}, ({end_text}), ({by_text})) {rw.again()} "
     rw.edits.append((s, j, pad(head, text[s:j])))
