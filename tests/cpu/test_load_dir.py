@@ -8,7 +8,7 @@ import os
 
 import kernelbay as kb
 import numpy as np
-from kernelbay_cpu import _driver
+from kernelbay_cpu import _driver, _loader
 
 
 def test_kernels_are_loaded_from_the_cache_directory(tmp_path, monkeypatch) -> None:
@@ -31,4 +31,4 @@ def test_kernels_are_loaded_from_the_cache_directory(tmp_path, monkeypatch) -> N
     # cannot pin its own (RTLD_NOLOAD), libmvec (the toolchain probe's question, where it runs).
     files = [p for p in seen if os.sep in p]
     assert files and all(p.startswith(str(cache / "native-load") + os.sep) for p in files), seen
-    assert all(p in (*_driver._THREAD_LIBRARIES, "libmvec.so.1") for p in seen if os.sep not in p), seen
+    assert all(p in (*_loader._THREAD_LIBRARIES, "libmvec.so.1") for p in seen if os.sep not in p), seen

@@ -329,13 +329,13 @@ def test_a_kernel_module_pins_its_own_openmp_runtime() -> None:
     # Found by the address of an OpenMP function: no search of the library path by name (each
     # name not loaded cost ~0.1 ms of a fresh process's disk-cache hit).
     import kernelbay as kb
-    from kernelbay_cpu import _driver
+    from kernelbay_cpu import _driver, _loader
 
     code = "__global__ void pin_probe(int* y) { y[threadIdx.x] = 1; }"
     k = kb.compile(kb.Source(code, lang="cuda", name="pin_probe"), "cpu")
     if _driver.toolchain().openmp:
         assert k.handle.lib.kb_pin_openmp() == 1
-        assert "kb_pin_openmp" in _driver._pinned
+        assert "kb_pin_openmp" in _loader._pinned
     plain = kb.compile(kb.Source(code, lang="cuda", name="pin_probe", options=("-fno-openmp",)), "cpu")
     assert plain.handle.lib.kb_pin_openmp() == 0  # no OpenMP in it: nothing to pin
 

@@ -16,7 +16,7 @@ import threading
 
 from kernelbay.cache import lookup, make_key, store
 
-from . import _driver, _headers, _threads, buildmemo
+from . import _driver, _headers, _loader, _threads, buildmemo
 
 log = logging.getLogger("kernelbay.cpu")
 
@@ -107,7 +107,7 @@ def api() -> int | None:
             return None
         if _api is None and not _failed:
             try:
-                lib = _driver.load_library(_build(_driver.toolchain()), kernel=False)
+                lib = _loader.load_library(_build(_driver.toolchain()), kernel=False)
                 lib.kb_rt_api.restype = ctypes.c_void_p
                 lib.kb_rt_install_fatal()
                 lib.kb_rt_install_fork()

@@ -25,7 +25,7 @@ from kernelbay.cache import CacheEntry, locked, lookup, make_key, recheck, store
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
 
-from . import _driver, _headers, buildmemo
+from . import _driver, _headers, _loader, buildmemo
 from .analysis import FILES, Plan, check_features, entries, plan_cuda
 from .cxx import run_compiler
 from .deps import deps_unchanged
@@ -203,7 +203,7 @@ def build(source: Source) -> Built:
             if img is not None:
                 for n in names:
                     _log.info("cpu kernel %s runs on %s", n, got["notes"][n].removeprefix("cpu: "))
-                return Built(_driver.load_library(img[0]), names, img[1], None, got["runners"], got["notes"])
+                return Built(_loader.load_library(img[0]), names, img[1], None, got["runners"], got["notes"])
     text, runners = source.text, dict.fromkeys(names, "run_blocks")
     notes = dict.fromkeys(names, "cpu: one call per block (a c++ kernel runs its block's threads itself)")
     if source.lang == "cuda":
@@ -224,7 +224,7 @@ def build(source: Source) -> Built:
     image, deps, key = _image(tc, plain, fl, source, text, names, fname, main, pre)
     if memo is not None:
         buildmemo.remember(mcache, memo, key, runners, notes)
-    lib = _driver.load_library(image)
+    lib = _loader.load_library(image)
     remote = None
     if _driver.isolated():
         # Isolated mode only: the worker client brings in sockets, pickling and shared memory.

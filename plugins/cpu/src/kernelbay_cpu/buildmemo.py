@@ -34,13 +34,25 @@ def package_stamp() -> str:
         here = os.path.dirname(os.path.abspath(__file__))
         parts = []
         for sub in ("", "include/"):
-            with os.scandir(os.path.join(here, sub)) as it:
-                for e in it:
-                    if not e.name.endswith((".pyc", ".so")) and e.is_file():
-                        st = e.stat()
-                        parts.append(f"{sub}{e.name}:{st.st_size}:{st.st_mtime_ns}")
+            for name, st in _files(os.path.join(here, sub)):
+                if not name.endswith((".pyc", ".so")):
+                    parts.append(f"{sub}{name}:{st.st_size}:{st.st_mtime_ns}")
         _stamp = "\n".join(sorted(parts))
     return _stamp
+
+
+def _files(path: str) -> list[tuple[str, os.stat_result]]:
+    """The regular files in ``path`` with their stats; listed through a descriptor where the
+    platform can, so each stat resolves the name alone, not the whole path again (~70 us)."""
+    if os.scandir not in os.supports_fd:
+        with os.scandir(path) as it:
+            return [(e.name, e.stat()) for e in it if e.is_file()]
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        with os.scandir(fd) as it:
+            return [(e.name, e.stat()) for e in it if e.is_file()]
+    finally:
+        os.close(fd)
 
 
 def key(tc: _driver.Toolchain, argv: Sequence[str], fl: list[str], source: Source, names: list[str]) -> str:

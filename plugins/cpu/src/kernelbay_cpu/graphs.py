@@ -21,7 +21,7 @@ from kernelbay.errors import LaunchError, UnsupportedError
 from kernelbay.graphs import Step, pointer_access
 from kernelbay.types import Device, Kernel
 
-from . import _driver, launcher, streams
+from . import _driver, _loader, launcher, streams
 
 RUNNER_SRC = r"""
 #include <stdint.h>
@@ -97,7 +97,7 @@ def _build_runner() -> Any:
             with open(out, "rb") as f:
                 image = f.read()
         store(cache, key, image, {"kind": "graph-runner"})
-    lib = _driver.load_library(image, kernel=False)  # built without OpenMP
+    lib = _loader.load_library(image, kernel=False)  # built without OpenMP
     fn: Any = lib.kb_graph_run  # a ctypes function, given an attribute below
     fn.restype = ctypes.c_int64
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64]
