@@ -331,7 +331,7 @@ def kernelbay_host_empty(device: Device, nbytes: int) -> np.ndarray | None:
     memory its copies fill fastest (CUDA: page-locked memory from a pool). The array goes to
     the user as an ordinary numpy array: writable, C-contiguous, owned by the user as long as
     any view of it lives, and safe to keep after the device is gone (no use of it may need the
-    backend again). Fallback (left out, or ``None`` returned): ``np.empty``.
+    backend again). The fallback (left out, or ``None`` returned): ``np.empty``.
 
     :param device: the device the copy comes from.
     :param nbytes: the size in bytes (the core views it as the array's shape and dtype).
