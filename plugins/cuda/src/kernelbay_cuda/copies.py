@@ -8,7 +8,8 @@ pinned buffers: several threads (the calling thread and the native helper's C th
 chunks of up to 1 MiB between the numpy array and their own pinned buffers while the DMA engine
 moves the previous chunks on the thread's stream; each thread starts on its own span of the array
 and then takes over what is left of the others'. Pinned host arrays (:func:`pinned_empty`) go straight
-to ``cuMemcpy*Async``.
+to ``cuMemcpy*Async``; so do copies into the pooled page-locked arrays ``a.numpy()`` returns
+(hostpool.py), while uploads from those are staged like any pageable array's.
 """
 
 from __future__ import annotations
