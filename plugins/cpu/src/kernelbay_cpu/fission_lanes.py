@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from .fission_ranges import PURE_MATH, lane_of, thread_index
 from .fission_scan import CG_METHODS, loose_jump, pad, skip_ws
 from .fission_state import UNIFORM_WORDS
-from .fission_strided import for_loop, writes
+from .fission_strided import for_loop
 
 if TYPE_CHECKING:
     from .fission_state import Rewrite
@@ -169,8 +169,7 @@ def lanes(rw: Rewrite, s: int, e: int) -> bool:
     if not rw.uniform(end) or not _step(rw, by):
         return False
     body = code[close + 1 : e]
-    words = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*\b", end + " " + by)) | {i}
-    if any(writes(w, body) for w in words) or loose_jump(code, close + 1, e) >= 0:
+    if f.control_written(body) or loose_jump(code, close + 1, e) >= 0:
         return False
     uniform = warp_uniform(rw)
     if not _body_ok(rw, body, uniform):
@@ -179,7 +178,7 @@ def lanes(rw: Rewrite, s: int, e: int) -> bool:
     rw.strided_starts.append(s)
     text = rw.text
     start_text, end_text, by_text = f.texts(text)
-    t = " ".join(re.sub(r"\bconst\b", "", f.init.group("type")).split())
+    t = f.type
     j = skip_ws(code, close + 1, e)
     # the loop as written where each thread runs its own; once, at kb_i, in a warp's vector loop
     loop = (

@@ -63,6 +63,17 @@ class ForLoop:
     def by(self) -> str:
         return self.step.group(self.g)
 
+    @property
+    def type(self) -> str:
+        """The loop variable's type without ``const`` (it is assigned in the rewritten loop)."""
+        return " ".join(re.sub(r"\bconst\b", "", self.init.group("type")).split())
+
+    def control_written(self, body: str) -> bool:
+        """Whether ``body`` writes the loop variable or a name the bound or step reads (not
+        members: ``blockDim.x`` is no local ``x``)."""
+        words = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*\b", self.end + " " + self.by)) | {self.i}
+        return any(writes(w, body) for w in words)
+
     def texts(self, text: str) -> tuple[str, str, str]:
         """The start, bound and step as they stand in ``text`` (the rewrite's current text, of
         the same length as the code the header was read from)."""
@@ -109,9 +120,7 @@ def strided(rw: Rewrite, s: int, e: int) -> bool:
     body = code[close + 1 : e]
     if not rw.uniform(end) or not rw.uniform(by):
         return False
-    # the names it reads (not members: blockDim.x is no local x)
-    words = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*\b", end + " " + by)) | {i}
-    if any(writes(w, body) for w in words):
+    if f.control_written(body):
         return False
     # each (thread, i) is a call of its own: a return or a jump out of the loop stays as written
     if re.search(r"\breturn\b", body) or loose_jump(code, close + 1, e) >= 0:
@@ -120,7 +129,7 @@ def strided(rw: Rewrite, s: int, e: int) -> bool:
     rw.strided_starts.append(s)
     text = rw.text
     _, end_text, by_text = f.texts(text)
-    t = " ".join(re.sub(r"\bconst\b", "", f.init.group("type")).split())
+    t = f.type
     j = skip_ws(code, close + 1, e)
     head = f" KB_STRIDED_BEGIN({t}, {i}, ({end_text}), ({by_text})) {rw.again()} "
     rw.edits.append((s, j, pad(head, text[s:j])))
