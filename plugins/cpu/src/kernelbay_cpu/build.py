@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import attrs
-from kernelbay.cache import CacheEntry, locked, lookup, make_key, recheck, store
+from kernelbay.cache import CacheEntry, locked, lookup, recheck, store
 from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
 
@@ -249,21 +249,14 @@ def _image(
 ) -> tuple[bytes, dict[str, str], str]:
     """The image (from the disk cache, else compiled and stored), the files outside the source
     the compiler read, and the image's cache key."""
-    key = make_key(
-        backend="cpu",
-        compiler=" ".join(argv),
-        compiler_version=tc.version,
-        arch=tc.arch(fl),
-        options=fl,
-        source=source.text,
-        entries=names,
-        extra={
-            "lang": source.lang,
-            "main": main.linked,
-            "text": text,
-            **{f"prelude:{k}": v for k, v in pre.items()},
-            **{f"header:{k}": v for k, v in source.headers.items()},
-        },
+    key = buildmemo.build_key(
+        "cpu",
+        tc,
+        argv,
+        fl,
+        source,
+        names,
+        {"main": main.linked, "text": text, **{f"prelude:{k}": v for k, v in pre.items()}},
     )
     cache, hit = lookup(key)
     got = _hit_image(hit)

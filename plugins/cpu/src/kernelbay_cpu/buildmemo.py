@@ -55,22 +55,32 @@ def _files(path: str) -> list[tuple[str, os.stat_result]]:
         os.close(fd)
 
 
-def key(tc: _driver.Toolchain, argv: Sequence[str], fl: list[str], source: Source, names: list[str]) -> str:
-    """The memo's key: the build's raw inputs."""
+def build_key(
+    space: str,
+    tc: _driver.Toolchain,
+    argv: Sequence[str],
+    fl: list[str],
+    source: Source,
+    names: list[str],
+    extra: dict[str, Any],
+) -> str:
+    """A cache key over one build's compiler, flags, target, source, its headers and entries,
+    and ``extra`` (the memo's and the image's keys both: they differ in ``space`` and ``extra``)."""
     return make_key(
-        backend="cpu-memo",
+        backend=space,
         compiler=" ".join(argv),
         compiler_version=tc.version,
         arch=tc.arch(fl),
         options=fl,
         source=source.text,
         entries=names,
-        extra={
-            "lang": source.lang,
-            "package": package_stamp(),
-            **{f"header:{k}": v for k, v in source.headers.items()},
-        },
+        extra={"lang": source.lang, **extra, **{f"header:{k}": v for k, v in source.headers.items()}},
     )
+
+
+def key(tc: _driver.Toolchain, argv: Sequence[str], fl: list[str], source: Source, names: list[str]) -> str:
+    """The memo's key: the build's raw inputs and the backend's own files."""
+    return build_key("cpu-memo", tc, argv, fl, source, names, {"package": package_stamp()})
 
 
 def recall(memo: str) -> tuple[DiskCache | None, dict[str, Any] | None]:
