@@ -1,7 +1,9 @@
 """The native helper's staging threads (``_stage.c``'s ``Stager``) without a GPU: the driver
 functions it calls are ctypes callbacks standing in for it, with host memory as the "device".
-Every chunk must arrive once, in the right place, in both directions, across back-to-back runs,
-a first run right after the threads start, and more workers than chunks."""
+Every sub must arrive once, in the right place, in both directions, across back-to-back runs,
+a first run right after the threads start, fewer subs than threads, and a ring of slots reused
+many times in one run. :class:`LazyDriver` runs the DMAs only when an event is waited for (as a
+real stream may), so a slot reused, or read, before its DMA was waited for shows up as wrong data."""
 
 from __future__ import annotations
 
@@ -83,6 +85,63 @@ def _run(st: Any, *args: Any) -> Any:
     return v
 
 
+class LazyDriver(FakeDriver):
+    """The DMAs queue up and run, in order, when an event recorded after them is synchronised
+    (or at :meth:`flush`, the end of the stream): a stager that reuses a slot before the DMA
+    that reads it ran, or copies a D2H slot out before its DMA ran, moves stale bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue: list[tuple] = []
+        self.lock = threading.Lock()
+        self.dmas: list[tuple[str, int, int]] = []  # (kind, device address, bytes), in queue order
+
+        def h2d(dst, src, n, s):
+            with self.lock:
+                self.calls["h2d"] += 1
+                self.dmas.append(("h2d", dst, n))
+                self.queue.append(("copy", dst, src, n))
+            return 0
+
+        def d2h(dst, src, n, s):
+            with self.lock:
+                self.calls["d2h"] += 1
+                self.dmas.append(("d2h", src, n))
+                self.queue.append(("copy", dst, src, n))
+            return 0
+
+        def record(e, s):
+            with self.lock:
+                self.calls["record"] += 1
+                self.queue.append(("event", e))
+            return 0
+
+        def sync(e):
+            with self.lock:
+                self.calls["sync"] += 1
+                last = max((i for i, q in enumerate(self.queue) if q == ("event", e)), default=-1)
+                self._run_until(last + 1)
+            return 0
+
+        self.keep[2:6] = [
+            ctypes.CFUNCTYPE(_i, _u64, _vp, _sz, _vp)(h2d),
+            ctypes.CFUNCTYPE(_i, _vp, _u64, _sz, _vp)(d2h),
+            ctypes.CFUNCTYPE(_i, _vp, _vp)(record),
+            ctypes.CFUNCTYPE(_i, _vp)(sync),
+        ]
+        self.fns = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self.keep)
+
+    def _run_until(self, k: int) -> None:
+        for q in self.queue[:k]:
+            if q[0] == "copy":
+                ctypes.memmove(q[1], q[2], q[3])
+        del self.queue[:k]
+
+    def flush(self) -> None:
+        with self.lock:
+            self._run_until(len(self.queue))
+
+
 @pytest.fixture
 def stager_type():
     mod = native.module()
@@ -91,84 +150,119 @@ def stager_type():
     return mod.Stager
 
 
-def _workers(n: int, chunk: int, k: int) -> tuple[tuple, list[np.ndarray]]:
-    keep = [np.empty(chunk, np.uint8) for _ in range(n * k)]
-    shares = tuple(
-        (1000 + w, 2000 + w, tuple(b.ctypes.data for b in keep[w * k : (w + 1) * k]), tuple(range(1, k + 1)))
-        for w in range(n)
-    )
-    return shares, keep
+class Ring:
+    """The page-locked slots (here plain host memory) and one event per slot."""
+
+    def __init__(self, nslots: int, piece: int) -> None:
+        self.keep = [np.empty(piece, np.uint8) for _ in range(nslots)]
+        self.slots = tuple(b.ctypes.data for b in self.keep)
+        self.events = tuple(range(100, 100 + nslots))
+
+
+STREAM, DMA, PRE, DONE = 7, 8, 9, 10
+
+
+def _copy(st, drv, ring, h2d, dev, host, nbytes, sub, piece) -> int:
+    args = (h2d, drv.fns, 1, STREAM, DMA, PRE, DONE, dev.ctypes.data, host.ctypes.data, nbytes, sub, piece)
+    return _run(st, *args, ring.slots, ring.events)
 
 
 @pytest.mark.parametrize(
-    ("threads", "chunk", "k", "nbytes"),
+    ("threads", "nbytes", "sub", "piece", "nslots"),
     [
-        (4, 4096, 2, 100_003),
-        (3, 1000, 4, 7000),
-        (8, 1 << 16, 3, 5000),
-        (12, 1000, 2, 13_007),
-        (5, 512, 3, 512 * 7),
-        (8, 128, 3, 200_001),
+        (4, 100_003, 1024, 4096, 8),  # 25 pieces through 8 slots: the ring turns three times
+        (3, 7000, 1000, 1000, 4),  # a sub per piece
+        (8, 200_001, 512, 2048, 3),  # 98 pieces through 3 slots
+        (2, 5000, 4096, 8192, 2),  # one piece, two subs
+        (12, 3000, 4096, 4096, 2),  # one sub: the caller alone
+        (5, 64 * 1024, 256, 1024, 64),  # more slots than pieces
+        (6, 9_000_001, 65536, 262144, 8),  # np.zeros of 9 MB: fresh pages, faulted in by blocks first
     ],
 )
-def test_every_byte_arrives_in_both_directions(stager_type, threads, chunk, k, nbytes) -> None:
-    drv = FakeDriver()
-    shares, keep = _workers(threads, chunk, k)
+@pytest.mark.parametrize("nt", [0, 3])
+@pytest.mark.parametrize("lazy", [False, True])
+def test_every_byte_arrives_in_both_directions(stager_type, threads, nbytes, sub, piece, nslots, nt, lazy) -> None:
+    """Plain and non-temporal host copies; the driver synchronous, or lazy (DMAs run only when
+    waited for): the stager must wait for a slot's DMA before reusing (H2D) or reading (D2H) it."""
+    drv = LazyDriver() if lazy else FakeDriver()
+    ring = Ring(nslots, piece)
     rng = np.random.default_rng(nbytes)
     for _ in range(3):  # a new Stager each time: its first run comes right after its threads start
         st = stager_type(threads)
-        host = rng.integers(0, 255, nbytes, dtype=np.uint8)
-        dev = np.zeros(nbytes, np.uint8)
-        rcs = _run(st, True, drv.fns, 1, 2, dev.ctypes.data, host.ctypes.data, nbytes, chunk, shares)
-        assert rcs == [0] * min(threads, -(-nbytes // chunk))
-        np.testing.assert_array_equal(dev, host)
-        back = np.zeros(nbytes, np.uint8)
-        _run(st, False, drv.fns, 1, 2, dev.ctypes.data, back.ctypes.data, nbytes, chunk, shares)
-        np.testing.assert_array_equal(back, host)
-        for _ in range(5):  # back to back on the same threads
-            host2 = rng.integers(0, 255, nbytes, dtype=np.uint8)
-            _run(st, True, drv.fns, 1, 2, dev.ctypes.data, host2.ctypes.data, nbytes, chunk, shares)
-            np.testing.assert_array_equal(dev, host2)
-    chunks = -(-nbytes // chunk)
-    assert drv.calls["h2d"] == 3 * 6 * chunks and drv.calls["d2h"] == 3 * chunks
-    assert st.threads == threads
-    del keep
+        st.nt = nt
+        for _ in range(4):  # back to back on the same threads and slots
+            host = rng.integers(0, 255, nbytes, dtype=np.uint8)
+            dev = np.zeros(nbytes, np.uint8)
+            assert _copy(st, drv, ring, True, dev, host, nbytes, sub, piece) == 0
+            if lazy:
+                drv.flush()  # the stream's end
+            np.testing.assert_array_equal(dev, host)
+            back = np.zeros(nbytes, np.uint8)
+            assert _copy(st, drv, ring, False, dev, back, nbytes, sub, piece) == 0
+            np.testing.assert_array_equal(back, host)  # D2H: in the host array when run returns
+    pieces = -(-nbytes // piece)
+    assert drv.calls["h2d"] == drv.calls["d2h"] == 3 * 4 * pieces  # one DMA per piece
+    assert st.threads == threads and st.nt == nt
+
+
+def test_a_run_orders_itself_on_the_callers_stream(stager_type) -> None:
+    """An event recorded on the caller's stream first and waited for by the DMA stream; each
+    piece one DMA of its whole length on the DMA stream, in order; at the end the caller's stream
+    made to wait for an event recorded on the DMA stream after the last DMA."""
+    seen: list[tuple] = []
+    drv = LazyDriver()
+    record, wait = drv.keep[4], drv.keep[1]
+
+    def rec(e, s):
+        seen.append(("record", e, s))
+        return record(e, s)
+
+    def wt(s, e, f):
+        seen.append(("wait", s, e))
+        return wait(s, e, f)
+
+    drv.keep += [ctypes.CFUNCTYPE(_i, _vp, _vp)(rec), ctypes.CFUNCTYPE(_i, _vp, _vp, _uint)(wt)]
+    fns = list(drv.fns)
+    fns[4], fns[1] = (ctypes.cast(f, ctypes.c_void_p).value for f in drv.keep[-2:])
+    drv.fns = tuple(fns)
+    st = stager_type(3)
+    ring = Ring(2, 1000)
+    host = np.arange(4500, dtype=np.uint8)
+    dev = np.zeros_like(host)
+    for h2d in (True, False):
+        seen.clear()
+        drv.dmas.clear()
+        buf = host if h2d else np.zeros_like(host)
+        assert _copy(st, drv, ring, h2d, dev, buf, 4500, 250, 1000) == 0
+        drv.flush()
+        np.testing.assert_array_equal(dev if h2d else buf, host)
+        assert seen[:2] == [("record", PRE, STREAM), ("wait", DMA, PRE)]
+        assert seen[-2:] == [("record", DONE, DMA), ("wait", STREAM, DONE)]
+        kind = "h2d" if h2d else "d2h"
+        got = sorted(drv.dmas)
+        want = [(kind, dev.ctypes.data + off, min(1000, 4500 - off)) for off in range(0, 4500, 1000)]
+        assert got == sorted(want)
+        if not h2d:  # the caller queues the first slots' DMAs, in order, before any refill
+            assert drv.dmas[:2] == want[:2]
+    with pytest.raises(ValueError, match="0 to 3"):
+        st.nt = 4
 
 
 def test_a_failed_driver_call_is_reported_and_the_threads_go_on(stager_type) -> None:
     drv = FakeDriver()
-    shares, keep = _workers(2, 1024, 2)
-    st = stager_type(2)
-    host = np.arange(10_000, dtype=np.uint8)
+    st = stager_type(4)
+    ring = Ring(4, 1024)
+    host = np.random.default_rng(3).integers(0, 255, 50_000, dtype=np.uint8)
     dev = np.zeros_like(host)
-    drv.fail_at = 3
-    rcs = _run(st, True, drv.fns, 1, 2, dev.ctypes.data, host.ctypes.data, host.nbytes, 1024, shares)
-    assert 700 in rcs
+    drv.fail_at = 3  # the third DMA fails: the others stop, nobody waits forever for its piece
+    assert _copy(st, drv, ring, True, dev, host, host.nbytes, 256, 1024) == 700
     drv.fail_at = None
-    assert _run(st, True, drv.fns, 1, 2, dev.ctypes.data, host.ctypes.data, host.nbytes, 1024, shares) == [0, 0]
+    assert _copy(st, drv, ring, True, dev, host, host.nbytes, 256, 1024) == 0
     np.testing.assert_array_equal(dev, host)
-    with pytest.raises(ValueError, match="one event per buffer"):
-        _run(st, True, drv.fns, 1, 2, dev.ctypes.data, host.ctypes.data, host.nbytes, 1024, ((1, 2, (3, 4), (5,)),))
+    args = (True, drv.fns, 1, STREAM, DMA, PRE, DONE, dev.ctypes.data, host.ctypes.data, host.nbytes)
+    with pytest.raises(ValueError, match="one event per slot"):
+        _run(st, *args, 256, 1024, ring.slots, ring.events[:3])
     with pytest.raises(ValueError, match="six addresses"):
-        _run(st, True, drv.fns[:5], 1, 2, dev.ctypes.data, host.ctypes.data, host.nbytes, 1024, shares)
-    del keep
-
-
-def test_the_caller_runs_a_share_beside_the_threads(stager_type) -> None:
-    """n threads and n + 1 workers: the calling thread runs the first share itself."""
-    drv = FakeDriver()
-    shares, keep = _workers(4, 1000, 2)
-    st = stager_type(3)
-    host = np.random.default_rng(1).integers(0, 255, 9_500, dtype=np.uint8)
-    dev = np.zeros_like(host)
-    for _ in range(3):
-        dev[:] = 0
-        assert _run(st, True, drv.fns, 1, 2, dev.ctypes.data, host.ctypes.data, host.nbytes, 1000, shares) == [0] * 4
-        np.testing.assert_array_equal(dev, host)
-        back = np.zeros_like(host)
-        _run(st, False, drv.fns, 1, 2, dev.ctypes.data, back.ctypes.data, host.nbytes, 1000, shares)
-        np.testing.assert_array_equal(back, host)
-    one = np.zeros(500, np.uint8)  # one chunk: the caller alone, no thread woken
-    assert _run(st, True, drv.fns, 1, 2, one.ctypes.data, host.ctypes.data, 500, 1000, shares) == [0]
-    np.testing.assert_array_equal(one, host[:500])
-    del keep
+        _run(st, True, drv.fns[:5], *args[2:], 256, 1024, ring.slots, ring.events)
+    with pytest.raises(ValueError, match="multiple of sub"):
+        _run(st, *args, 300, 1024, ring.slots, ring.events)

@@ -2,34 +2,46 @@
  * the device (copies.py's pipeline), run by C threads without the GIL.
  *
  * Stager(nthreads) keeps nthreads threads (started at the first run, again in a fork()ed child).
- * run(h2d, fns, ctx, pre, dptr, hptr, nbytes, chunk, workers) -> [CUresult per share]
- * splits the copy into chunks of `chunk` bytes and the chunks into n shares (n: as many as there
- * are chunks, at most len(workers) and nthreads + 1), share i a span of neighbouring chunks (so
- * that two threads seldom fault in the same page of a fresh destination). `workers` holds one
- * tuple per share: (stream, done event, (pinned buffer addresses), (one event per buffer)). The
- * caller runs share 0 itself (it is awake) and thread t share t + 1. Each makes `ctx` current,
- * waits on its stream for `pre` (recorded on the caller's stream), moves the chunks it claims
- * through its pinned buffers on its stream -- its own span's first, then what is left of the
- * others' (stage_claim: threads wake at different times) -- and records `done`; run() returns
- * when every share's host side is done (the caller spins a little, yielding, before it sleeps
- * on the rest; it then makes its stream wait for each `done`). The GIL is released for the whole
- * run. One run at a time per Stager (copies.py holds its stager's lock around it): the job lives
- * in the Stager while its threads read it.
+ * run(h2d, fns, ctx, stream, dma, pre, done, dptr, hptr, nbytes, sub, piece, slots, events)
+ * -> CUresult moves nbytes between the device address dptr and the pageable host address hptr:
+ *
+ * - the copy is cut into pieces of `piece` bytes, each ONE DMA on the stream `dma`, through one
+ *   of the page-locked `slots` (piece p through slot p % len(slots); `events[i]` is recorded after
+ *   each DMA that reads or writes slot i), and into subs of `sub` bytes (piece a multiple of it),
+ *   the host side's unit: the caller and min(nthreads, subs - 1) threads claim subs in order;
+ * - H2D: a sub is copied into its piece's slot once the slot's previous DMA is done, and whoever
+ *   copies a piece's last sub queues the piece's DMA; D2H: the caller queues the first slots'
+ *   DMAs while the threads wake, a sub is copied out once its piece's DMA is done, and whoever
+ *   copies out a piece's last sub queues the DMA of the piece len(slots) later into that slot.
+ *
+ * So the DMA engine starts after the first piece (H2D) and the host copies after it (D2H), one
+ * DMA of 1 MiB runs at the engine's full rate (where twelve streams of 192 KiB DMAs, one per
+ * thread, ran at half of it), and a slow thread holds back only the subs it claimed. `dma` waits
+ * for `pre` (recorded on the caller's `stream` first) and the caller's stream for `done`
+ * (recorded on `dma` last). run() returns when the host side is done: every sub copied (D2H: the
+ * data is in hptr; H2D: hptr may be reused). The GIL is released for the whole run. One run at a
+ * time per Stager (copies.py holds its stager's lock around it): the job lives in the Stager while
+ * its threads read it. An error stops every thread at its next sub and is returned.
  *
  * fns: the addresses of cuCtxSetCurrent, cuStreamWaitEvent, cuMemcpyHtoDAsync_v2,
  * cuMemcpyDtoHAsync_v2, cuEventRecord and cuEventSynchronize (copies.py takes them from the
- * driver library). A buffer is reused only after its event completed (an event never recorded
+ * driver library). A slot is reused only after its event completed (an event never recorded
  * completes at once), so consecutive runs need no other state.
  *
- * One thread per worker, not Python's: a run of a few MiB took 0.5 ms of thread hand-offs and
- * GIL switches through a Python thread pool, several times the copy itself.
+ * C threads, not Python's: a run of a few MiB took 0.5 ms of thread hand-offs and GIL switches
+ * through a Python thread pool, several times the copy itself.
  */
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
+typedef int (*st_ctx_t)(void *);
 typedef int (*st_wait_t)(void *, void *, unsigned int);
 typedef int (*st_h2d_t)(unsigned long long, const void *, size_t, void *);
 typedef int (*st_d2h_t)(void *, unsigned long long, size_t, void *);
@@ -37,6 +49,7 @@ typedef int (*st_record_t)(void *, void *);
 typedef int (*st_sync_t)(void *);
 
 typedef struct {
+    st_ctx_t set_ctx;
     st_wait_t wait;
     st_h2d_t h2d;
     st_d2h_t d2h;
@@ -44,27 +57,19 @@ typedef struct {
     st_sync_t sync;
 } StageFns;
 
-#define STAGE_MAX_BUFS 16
 #define STAGE_MAX_THREADS 64
-/* how long the caller spins (yielding) for the threads' shares before it sleeps */
+#define STAGE_MAX_SLOTS 1024
+/* D2H into memory not yet faulted in: the threads fault it in by blocks of this size (a huge
+ * page), up to two blocks a thread ahead of the subs being copied out (so that every thread can
+ * be in a page fault of its own at once: the kernel zeroes each new page first) */
+#define STAGE_FAULT_BLOCK (2LL << 20)
+/* how long the caller spins (yielding) for the threads before it sleeps */
 #define STAGE_SPIN_NS 200000LL
-
-typedef int (*st_ctx_t)(void *);
-
-typedef struct {
-    long long next, end; /* the span's chunks not yet claimed: [next, end) */
-} StageSpan;
-
-typedef struct {
-    void *stream, *done;
-    void *bufs[STAGE_MAX_BUFS], *events[STAGE_MAX_BUFS];
-    int k;
-    int rc;
-} StageWorker;
 
 typedef struct {
     PyObject_HEAD
     int nthreads;
+    int nt; /* non-temporal stores in the host copies: 1 H2D, 2 D2H, 3 both (the default) */
     int started; /* threads running in process `pid` */
     pid_t pid;
     pthread_t threads[STAGE_MAX_THREADS];
@@ -73,15 +78,17 @@ typedef struct {
     unsigned long long generation;
     int remaining, stop;
     /* the job of this generation */
-    int h2d, n;
+    int h2d, n, nslots, err;
     StageFns fns;
-    st_ctx_t set_ctx;
-    void *ctx, *pre;
+    void *ctx, *dma;
     unsigned long long dptr;
     char *hptr;
-    long long nbytes, chunk;
-    StageWorker w[STAGE_MAX_THREADS];
-    StageSpan spans[STAGE_MAX_THREADS];
+    long long nbytes, sub, piece, npieces, nsubs, next_sub;
+    long long nfault, next_fault; /* D2H into memory not all resident: blocks to fault in */
+    void *slots[STAGE_MAX_SLOTS], *slot_ev[STAGE_MAX_SLOTS];
+    int *cnt;             /* per piece: subs copied in (H2D) or out (D2H) */
+    unsigned char *ready; /* per piece: its DMA is queued and its slot's event recorded for it */
+    unsigned char *clear; /* per piece: H2D its slot's previous DMA, D2H its own DMA, known done */
 } Stager;
 
 typedef struct {
@@ -89,70 +96,147 @@ typedef struct {
     int i;
 } StageArg;
 
-/* The next chunk for the share `home` (-1: none left): from its own span first, then, once that
- * is done, from the other shares' spans in turn (a thread that woke late finds its span taken
- * over by those that finished theirs: on a virtual machine a thread can take 300 us to wake, as
- * long as the whole copy). Claims only move forward, so once this returns -1 every later call
- * does too. */
-static long long stage_claim(Stager *st, int home, int *cursor) {
-    for (;;) {
-        StageSpan *sp = &st->spans[*cursor];
-        if (__atomic_load_n(&sp->next, __ATOMIC_RELAXED) < sp->end) {
-            long long j = __atomic_fetch_add(&sp->next, 1, __ATOMIC_RELAXED);
-            if (j < sp->end) return j;
+/* memcpy with non-temporal (streaming) stores where the CPU has them: the destination is not
+ * read first (no read-for-ownership), which a pinned staging buffer about to be read by the DMA
+ * engine, or a large destination about to leave the cache anyway, does not need. */
+static void stage_copy(void *dst, const void *src, size_t n, int nt) {
+#if defined(__SSE2__)
+    if (nt && n >= 4096) {
+        char *d = (char *)dst;
+        const char *s = (const char *)src;
+        size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+        memcpy(d, s, head);
+        d += head, s += head, n -= head;
+        for (; n >= 64; d += 64, s += 64, n -= 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+            _mm_stream_si128((__m128i *)d, a);
+            _mm_stream_si128((__m128i *)(d + 16), b);
+            _mm_stream_si128((__m128i *)(d + 32), c);
+            _mm_stream_si128((__m128i *)(d + 48), e);
         }
-        int next = (*cursor + 1) % st->n;
-        if (next == home) return -1;
-        *cursor = next;
+        memcpy(d, s, n);
+        _mm_sfence(); /* the stores are visible before the DMA that reads them is queued */
+        return;
     }
+#else
+    (void)nt;
+#endif
+    memcpy(dst, src, n);
 }
 
-/* H2D: copy each claimed chunk into buffer c % K (after that buffer's previous DMA) and queue its
- * DMA. D2H: queue the DMAs of the first K claimed chunks; then, buffer by buffer in that order,
- * wait for its DMA, copy it out, and queue the next claimed chunk's DMA into it. K buffers keep K
- * DMAs or copies in flight; the host copy of one chunk overlaps the DMA of the next. */
-static int stage_share(Stager *st, int i) {
-    StageWorker *w = &st->w[i];
+/* Wait until `flag` is set (1) or the run failed (0). */
+static int stage_await(Stager *st, unsigned char *flag) {
+    while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE)) {
+        if (__atomic_load_n(&st->err, __ATOMIC_RELAXED)) return 0;
+        sched_yield();
+    }
+    return 1;
+}
+
+/* Keep the run's first error (the others stop at their next sub); returns rc. */
+static int stage_fail(Stager *st, int rc) {
+    int zero = 0;
+    __atomic_compare_exchange_n(&st->err, &zero, rc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    return rc;
+}
+
+static long long stage_piece_len(Stager *st, long long p) {
+    long long off = p * st->piece;
+    return st->nbytes - off < st->piece ? st->nbytes - off : st->piece;
+}
+
+/* Queue piece p's DMA out of (H2D) or into (D2H) its slot on the DMA stream and record the slot's event. */
+static int stage_queue(Stager *st, long long p) {
     const StageFns *f = &st->fns;
-    int k = w->k, cursor = i, rc = st->set_ctx(st->ctx);
-    if (rc == 0) rc = f->wait(w->stream, st->pre, 0);
-    if (rc != 0) return rc;
-    long long chunk = st->chunk, nbytes = st->nbytes, j;
-    if (st->h2d) {
-        for (long long c = 0; (j = stage_claim(st, i, &cursor)) >= 0; c++) {
-            int b = (int)(c % k);
-            long long off = j * chunk;
-            size_t n = (size_t)(nbytes - off < chunk ? nbytes - off : chunk);
-            if ((rc = f->sync(w->events[b])) != 0) return rc; /* the DMA that last read this buffer is done */
-            memcpy(w->bufs[b], st->hptr + off, n);
-            if ((rc = f->h2d(st->dptr + (unsigned long long)off, w->bufs[b], n, w->stream)) != 0) return rc;
-            if ((rc = f->record(w->events[b], w->stream)) != 0) return rc;
+    int s = (int)(p % st->nslots), rc;
+    unsigned long long dev = st->dptr + (unsigned long long)(p * st->piece);
+    size_t n = (size_t)stage_piece_len(st, p);
+    rc = st->h2d ? f->h2d(dev, st->slots[s], n, st->dma) : f->d2h(st->slots[s], dev, n, st->dma);
+    if (rc == 0) rc = f->record(st->slot_ev[s], st->dma);
+    if (rc != 0) return stage_fail(st, rc);
+    __atomic_store_n(&st->ready[p], 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Piece p's slot event done: once per piece (whoever gets there first asks the driver). */
+static int stage_cleared(Stager *st, long long p) {
+    if (__atomic_load_n(&st->clear[p], __ATOMIC_ACQUIRE)) return 1;
+    int rc = st->fns.sync(st->slot_ev[p % st->nslots]);
+    if (rc != 0) {
+        stage_fail(st, rc);
+        return 0;
+    }
+    __atomic_store_n(&st->clear[p], 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* Whether every page of [p, p + n) is resident (mincore; 1 where it cannot tell). */
+static int stage_resident(const char *p, long long n) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return 1;
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(pg - 1), e = (uintptr_t)p + (uintptr_t)n;
+    size_t pages = (e - a + (uintptr_t)pg - 1) / (uintptr_t)pg;
+    unsigned char vec[4096];
+    for (size_t done = 0; done < pages;) {
+        size_t k = pages - done < sizeof vec ? pages - done : sizeof vec;
+        if (mincore((void *)(a + done * (uintptr_t)pg), k * (size_t)pg, vec) != 0) return 1;
+        for (size_t i = 0; i < k; i++)
+            if (!(vec[i] & 1)) return 0;
+        done += k;
+    }
+    return 1;
+}
+
+/* Fault in block b of the D2H destination (its pages first written by the kernel: zeroed, or a
+ * huge page made): one byte a page, its value kept (an atomic OR of 0). Threads fault disjoint
+ * blocks at once, where the in-order subs would have them queue on the same huge page. */
+static void stage_fault(Stager *st, long long b) {
+    uintptr_t base = (uintptr_t)st->hptr & ~(uintptr_t)(STAGE_FAULT_BLOCK - 1);
+    uintptr_t lo = base + (uintptr_t)(b * STAGE_FAULT_BLOCK), hi = lo + (uintptr_t)STAGE_FAULT_BLOCK;
+    uintptr_t start = (uintptr_t)st->hptr, end = start + (uintptr_t)st->nbytes;
+    if (lo < start) lo = start;
+    if (hi > end) hi = end;
+    for (uintptr_t q = lo; q < hi; q = (q | 4095) + 1) __atomic_fetch_or((unsigned char *)q, 0, __ATOMIC_RELAXED);
+}
+
+/* One thread's part of a run (the caller's too): subs claimed in order until none is left. */
+static void stage_work(Stager *st) {
+    int rc = st->fns.set_ctx(st->ctx);
+    if (rc != 0) {
+        stage_fail(st, rc);
+        return;
+    }
+    long long per = st->piece / st->sub;
+    for (;;) {
+        if (__atomic_load_n(&st->err, __ATOMIC_RELAXED)) return;
+        long long b = __atomic_load_n(&st->next_fault, __ATOMIC_RELAXED);
+        if (b < st->nfault &&
+            b * STAGE_FAULT_BLOCK < __atomic_load_n(&st->next_sub, __ATOMIC_RELAXED) * st->sub + 2 * st->n * STAGE_FAULT_BLOCK) {
+            b = __atomic_fetch_add(&st->next_fault, 1, __ATOMIC_RELAXED);
+            if (b < st->nfault) stage_fault(st, b);
+            continue;
         }
-    } else {
-        long long held[STAGE_MAX_BUFS]; /* the chunk whose DMA buffer b holds, or -1 */
-        for (int b = 0; b < k; b++) {
-            held[b] = b == 0 || held[b - 1] >= 0 ? stage_claim(st, i, &cursor) : -1;
-            if (held[b] < 0) continue;
-            long long off = held[b] * chunk;
-            size_t n = (size_t)(nbytes - off < chunk ? nbytes - off : chunk);
-            if ((rc = f->sync(w->events[b])) != 0) return rc; /* a previous call's DMA from it is done */
-            if ((rc = f->d2h(w->bufs[b], st->dptr + (unsigned long long)off, n, w->stream)) != 0) return rc;
-            if ((rc = f->record(w->events[b], w->stream)) != 0) return rc;
-        }
-        for (int b = 0; held[b] >= 0; b = (b + 1) % k) {
-            long long off = held[b] * chunk;
-            size_t n = (size_t)(nbytes - off < chunk ? nbytes - off : chunk);
-            if ((rc = f->sync(w->events[b])) != 0) return rc;
-            memcpy(st->hptr + off, w->bufs[b], n);
-            held[b] = stage_claim(st, i, &cursor);
-            if (held[b] < 0) continue;
-            off = held[b] * chunk;
-            n = (size_t)(nbytes - off < chunk ? nbytes - off : chunk);
-            if ((rc = f->d2h(w->bufs[b], st->dptr + (unsigned long long)off, n, w->stream)) != 0) return rc;
-            if ((rc = f->record(w->events[b], w->stream)) != 0) return rc;
+        long long j = __atomic_fetch_add(&st->next_sub, 1, __ATOMIC_RELAXED);
+        if (j >= st->nsubs) return;
+        long long p = j / per, off = j * st->sub, in = off - p * st->piece;
+        char *slot = (char *)st->slots[p % st->nslots] + in;
+        size_t n = (size_t)(st->nbytes - off < st->sub ? st->nbytes - off : st->sub);
+        long long subs = (stage_piece_len(st, p) + st->sub - 1) / st->sub;
+        if (st->h2d) {
+            /* the slot's last DMA (this run's piece p - nslots, or an earlier run's) is done */
+            if (p >= st->nslots && !stage_await(st, &st->ready[p - st->nslots])) return;
+            if (!stage_cleared(st, p)) return;
+            stage_copy(slot, st->hptr + off, n, st->nt & 1);
+            if (__atomic_add_fetch(&st->cnt[p], 1, __ATOMIC_ACQ_REL) == subs && stage_queue(st, p) != 0) return;
+        } else {
+            if (!stage_await(st, &st->ready[p]) || !stage_cleared(st, p)) return;
+            stage_copy(st->hptr + off, slot, n, st->nt & 2);
+            if (__atomic_add_fetch(&st->cnt[p], 1, __ATOMIC_ACQ_REL) == subs && p + st->nslots < st->npieces &&
+                stage_queue(st, p + st->nslots) != 0)
+                return;
         }
     }
-    return f->record(w->done, w->stream);
 }
 
 static void *stage_thread(void *p) {
@@ -168,9 +252,9 @@ static void *stage_thread(void *p) {
         while (st->generation == seen && !st->stop) pthread_cond_wait(&st->go, &st->mu);
         if (st->stop) break;
         seen = st->generation;
-        int share = i + 1, mine = share < st->n;
+        int mine = i + 1 < st->n; /* the caller is the first of n */
         pthread_mutex_unlock(&st->mu);
-        if (mine) st->w[share].rc = stage_share(st, share);
+        if (mine) stage_work(st);
         pthread_mutex_lock(&st->mu);
         if (mine && __atomic_sub_fetch(&st->remaining, 1, __ATOMIC_RELEASE) == 0) pthread_cond_signal(&st->finished);
     }
@@ -231,6 +315,7 @@ static int Stager_init(Stager *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     self->nthreads = n;
+    self->nt = 3;
     pthread_mutex_init(&self->mu, NULL);
     pthread_cond_init(&self->go, NULL);
     pthread_cond_init(&self->finished, NULL);
@@ -264,93 +349,107 @@ static int stage_ptrs(PyObject *seq, void **out, int max, const char *what) {
 
 static PyObject *Stager_run(Stager *self, PyObject *args) {
     int h2d;
-    PyObject *fns, *workers;
-    unsigned long long ctx, pre, dptr, hptr;
-    long long nbytes, chunk;
-    if (!PyArg_ParseTuple(args, "pO!KKKKLLO!", &h2d, &PyTuple_Type, &fns, &ctx, &pre, &dptr, &hptr, &nbytes, &chunk,
-                          &PyTuple_Type, &workers))
+    PyObject *fns, *slots, *events;
+    unsigned long long ctx, stream, dma, pre, done, dptr, hptr;
+    long long nbytes, sub, piece;
+    if (!PyArg_ParseTuple(args, "pO!KKKKKKKLLLO!O!", &h2d, &PyTuple_Type, &fns, &ctx, &stream, &dma, &pre, &done, &dptr,
+                          &hptr, &nbytes, &sub, &piece, &PyTuple_Type, &slots, &PyTuple_Type, &events))
         return NULL;
     void *fp[6];
     if (stage_ptrs(fns, fp, 6, "fns") != 6) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Stager.run: fns holds six addresses");
         return NULL;
     }
-    if (chunk <= 0 || nbytes <= 0) {
-        PyErr_SetString(PyExc_ValueError, "Stager.run: chunk and nbytes must be > 0");
+    if (sub <= 0 || nbytes <= 0 || piece < sub || piece % sub != 0) {
+        PyErr_SetString(PyExc_ValueError, "Stager.run: sub and nbytes must be > 0, piece a multiple of sub");
+        return NULL;
+    }
+    int nslots = stage_ptrs(slots, self->slots, STAGE_MAX_SLOTS, "slots");
+    if (nslots < 0) return NULL;
+    if (stage_ptrs(events, self->slot_ev, STAGE_MAX_SLOTS, "events") != nslots) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Stager.run: one event per slot");
         return NULL;
     }
     if (stage_start(self) < 0) return NULL;
-    long long chunks = (nbytes + chunk - 1) / chunk;
-    Py_ssize_t nw = PyTuple_GET_SIZE(workers);
-    int n = (int)(chunks < nw ? chunks : nw);
-    if (n > self->nthreads + 1) n = self->nthreads + 1; /* the caller runs one share */
-    if (n > STAGE_MAX_THREADS) n = STAGE_MAX_THREADS;
-    if (n < 1) {
-        PyErr_SetString(PyExc_ValueError, "Stager.run: no workers");
-        return NULL;
+    long long npieces = (nbytes + piece - 1) / piece, nsubs = (nbytes + sub - 1) / sub;
+    int n = (int)(nsubs < self->nthreads + 1 ? nsubs : self->nthreads + 1);
+    int *cnt = calloc((size_t)npieces, sizeof(int));
+    unsigned char *flags = calloc((size_t)npieces * 2, 1);
+    if (cnt == NULL || flags == NULL) {
+        free(cnt);
+        free(flags);
+        return PyErr_NoMemory();
     }
-    for (int i = 0; i < n; i++) {
-        PyObject *t = PyTuple_GET_ITEM(workers, i);
-        PyObject *stream, *done, *bufs, *events;
-        if (!PyArg_ParseTuple(t, "OOO!O!", &stream, &done, &PyTuple_Type, &bufs, &PyTuple_Type, &events)) return NULL;
-        StageWorker *w = &self->w[i];
-        w->stream = PyLong_AsVoidPtr(stream);
-        w->done = PyLong_AsVoidPtr(done);
-        if (PyErr_Occurred()) return NULL;
-        w->k = stage_ptrs(bufs, w->bufs, STAGE_MAX_BUFS, "a worker's buffers");
-        if (w->k < 0) return NULL;
-        if (stage_ptrs(events, w->events, STAGE_MAX_BUFS, "a worker's events") != w->k) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Stager.run: one event per buffer");
-            return NULL;
-        }
-        w->rc = 0;
-    }
+    int rc = 0;
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&self->mu);
-    self->h2d = h2d;
-    self->n = n;
-    for (int i = 0; i < n; i++) {
-        self->spans[i].next = chunks * i / n;
-        self->spans[i].end = chunks * (i + 1) / n;
+    StageFns fv = {(st_ctx_t)fp[0], (st_wait_t)fp[1], (st_h2d_t)fp[2], (st_d2h_t)fp[3], (st_record_t)fp[4], (st_sync_t)fp[5]};
+    /* the DMA stream runs after the work already queued on the caller's stream */
+    rc = fv.record((void *)(uintptr_t)pre, (void *)(uintptr_t)stream);
+    if (rc == 0) rc = fv.wait((void *)(uintptr_t)dma, (void *)(uintptr_t)pre, 0);
+    /* a destination not all faulted in yet (a fresh np.empty): fault it in by blocks, in parallel */
+    long long nfault = 0;
+    if (rc == 0 && !h2d && !stage_resident((const char *)(uintptr_t)hptr, nbytes)) {
+        uintptr_t base = (uintptr_t)hptr & ~(uintptr_t)(STAGE_FAULT_BLOCK - 1);
+        nfault = (long long)(((uintptr_t)hptr + (uintptr_t)nbytes - base + STAGE_FAULT_BLOCK - 1) / STAGE_FAULT_BLOCK);
     }
-    self->fns = (StageFns){(st_wait_t)fp[1], (st_h2d_t)fp[2], (st_d2h_t)fp[3], (st_record_t)fp[4], (st_sync_t)fp[5]};
-    self->set_ctx = (st_ctx_t)fp[0];
-    self->ctx = (void *)(uintptr_t)ctx;
-    self->pre = (void *)(uintptr_t)pre;
-    self->dptr = dptr;
-    self->hptr = (char *)(uintptr_t)hptr;
-    self->nbytes = nbytes;
-    self->chunk = chunk;
-    self->remaining = n - 1;
-    if (n > 1) {
-        self->generation++;
-        pthread_cond_broadcast(&self->go);
+    if (rc == 0) {
+        pthread_mutex_lock(&self->mu);
+        self->h2d = h2d;
+        self->n = n;
+        self->fns = fv;
+        self->ctx = (void *)(uintptr_t)ctx;
+        self->dma = (void *)(uintptr_t)dma;
+        self->dptr = dptr;
+        self->hptr = (char *)(uintptr_t)hptr;
+        self->nbytes = nbytes;
+        self->sub = sub;
+        self->piece = piece;
+        self->npieces = npieces;
+        self->nsubs = nsubs;
+        self->nslots = nslots;
+        self->next_sub = 0;
+        self->nfault = nfault;
+        self->next_fault = 0;
+        self->cnt = cnt;
+        self->ready = flags;
+        self->clear = flags + npieces;
+        self->err = 0;
+        self->remaining = n - 1;
+        if (n > 1) {
+            self->generation++;
+            pthread_cond_broadcast(&self->go);
+        }
+        pthread_mutex_unlock(&self->mu);
+        if (!h2d) /* the first slots' DMAs, while the threads wake */
+            for (long long q = 0; q < npieces && q < nslots; q++)
+                if (stage_queue(self, q) != 0) break;
+        stage_work(self);
+        /* Then wait for the threads: spinning a little first, since a sleeping caller pays a
+         * wake-up again (30-100 us on a virtual machine, as long as a 4 MiB copy's DMA). */
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        while (__atomic_load_n(&self->remaining, __ATOMIC_ACQUIRE) > 0) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) > STAGE_SPIN_NS) break;
+            sched_yield(); /* another runnable thread of the machine goes first */
+        }
+        pthread_mutex_lock(&self->mu);
+        while (self->remaining > 0) pthread_cond_wait(&self->finished, &self->mu);
+        pthread_mutex_unlock(&self->mu);
+        rc = self->err;
+        /* later work on the caller's stream waits for the last DMA */
+        if (rc == 0) rc = fv.record((void *)(uintptr_t)done, (void *)(uintptr_t)dma);
+        if (rc == 0) rc = fv.wait((void *)(uintptr_t)stream, (void *)(uintptr_t)done, 0);
     }
-    pthread_mutex_unlock(&self->mu);
-    /* The caller runs share 0 while the threads wake (a sleeping thread takes 30-100 us and more to
-     * run on a virtual machine, as long as a 4 MiB copy's DMA), then waits for theirs: spinning a
-     * little first, since a sleeping caller pays that wake-up again. */
-    self->w[0].rc = stage_share(self, 0);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (__atomic_load_n(&self->remaining, __ATOMIC_ACQUIRE) > 0) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) > STAGE_SPIN_NS) break;
-        sched_yield(); /* another runnable thread of the machine goes first */
-    }
-    pthread_mutex_lock(&self->mu);
-    while (self->remaining > 0) pthread_cond_wait(&self->finished, &self->mu);
-    pthread_mutex_unlock(&self->mu);
     Py_END_ALLOW_THREADS
-    PyObject *out = PyList_New(n);
-    if (out == NULL) return NULL;
-    for (int i = 0; i < n; i++) PyList_SET_ITEM(out, i, PyLong_FromLong(self->w[i].rc));
-    return out;
+    free(cnt);
+    free(flags);
+    return PyLong_FromLong(rc);
 }
 
 static PyMethodDef Stager_methods[] = {
     {"run", (PyCFunction)Stager_run, METH_VARARGS,
-     "run(h2d, fns, ctx, pre, dptr, hptr, nbytes, chunk, workers) -> [CUresult per share]"},
+     "run(h2d, fns, ctx, stream, dma, pre, done, dptr, hptr, nbytes, sub, piece, slots, events) -> CUresult"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -359,8 +458,27 @@ static PyObject *Stager_get_threads(Stager *self, void *c) {
     return PyLong_FromLong(self->nthreads);
 }
 
+static PyObject *Stager_get_nt(Stager *self, void *c) {
+    (void)c;
+    return PyLong_FromLong(self->nt);
+}
+
+static int Stager_set_nt(Stager *self, PyObject *v, void *c) {
+    (void)c;
+    long x = v == NULL ? -1 : PyLong_AsLong(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (x < 0 || x > 3) {
+        PyErr_SetString(PyExc_ValueError, "Stager.nt: 0 to 3");
+        return -1;
+    }
+    self->nt = (int)x; /* read by the next run (set between runs: copies.py holds the lock) */
+    return 0;
+}
+
 static PyGetSetDef Stager_getset[] = {
     {"threads", (getter)Stager_get_threads, NULL, "the copy threads", NULL},
+    {"nt", (getter)Stager_get_nt, (setter)Stager_set_nt,
+     "non-temporal stores in the host copies: 1 H2D, 2 D2H, 3 both", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

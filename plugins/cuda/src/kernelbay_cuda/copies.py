@@ -3,11 +3,11 @@
 A copy between two GPUs (:class:`_PeerLink`) is ordered with both devices' default streams.
 
 A pageable numpy array of at least :data:`STAGE_MIN` bytes is moved through a pipeline of
-pinned buffers: several threads (the calling thread and the native helper's C threads,
-``_stage.c``, which run the whole copy without the GIL; Python threads without it) each copy
-chunks of up to 1 MiB between the numpy array and their own pinned buffers while the DMA engine
-moves the previous chunks on the thread's stream; each thread starts on its own span of the array
-and then takes over what is left of the others'. Pinned host arrays (:func:`pinned_empty`) go straight
+pinned buffers. With the native helper (``_stage.c``, C threads that run the whole copy without
+the GIL) the copy is a row of 1 MiB DMAs on one stream through a ring of pinned buffers, the
+calling thread and the C threads copying 128 KiB subs between the numpy array and the buffers in
+order: the DMA of one piece overlaps the host copies of the next. Without it, Python threads
+each copy chunks between the array and their own pinned buffers on their own stream. Pinned host arrays (:func:`pinned_empty`) go straight
 to ``cuMemcpy*Async``; so do copies into the pooled page-locked arrays ``a.numpy()`` returns
 (hostpool.py), while uploads from those are staged like any pageable array's.
 """
@@ -32,19 +32,25 @@ from .streams import ctypes_stream
 __all__ = ["copy", "memset", "PinnedMemory", "pinned_empty", "is_pinned"]
 
 STAGE_MIN = 1 << 20
-CHUNK = 1 << 20
-#: Pinned buffers per worker (the native helper keeps one DMA or host copy in flight per buffer;
-#: the Python loop uses two for D2H).
-BUFFERS = 4
+#: The native helper's staging (_stage.c): a copy is cut into pieces of PIECE bytes, each one DMA
+#: on one stream through one of SLOTS page-locked buffers, and into subs of SUB bytes that the
+#: calling thread and up to WORKERS C threads copy in order between the numpy array and the
+#: buffers (with non-temporal stores). H200 host, 4 / 16 / 64 / 256 MiB, x pinned, H2D / D2H:
+#: 0.63 / 0.62, 0.70 / 0.76, 0.75 / 0.80, 0.78 / 0.88; one stream per thread with 192 KiB chunks
+#: (the earlier design) 0.47 / 0.45, 0.66 / 0.53, 0.72 / 0.73, 0.77 / 0.86 in the same run.
+#: 512 KiB pieces fell to 0.45x for D2H at 256 MiB; 64 or 256 KiB subs were no better.
+PIECE = 1 << 20
+SUB = 128 << 10
+SLOTS = 48
 #: Threads that copy between pageable and pinned memory (C threads of the native helper; Python
 #: threads without it). One thread's memcpy from pageable into pinned memory is the limit: about
-#: 7 GB/s on an H200 host (16 cores), against 54 GB/s of DMA. 256 MiB H2D / D2H with 1 MiB chunks
-#: and four buffers a thread, one run: 0.70x / 0.67x pinned with 8 threads, 0.73x / 0.80x with 12,
-#: 0.70x / 0.80x with 16; 64 MiB: 0.50x / 0.60x, 0.53x / 0.64x, 0.49x / 0.61x.
+#: 7 GB/s on an H200 host (16 cores), against 54 GB/s of DMA.
 WORKERS = max(1, min(12, usable_cpus() * 3 // 4))
-#: A copy smaller than WORKERS * PER_WORKER * CHUNK is cut into smaller chunks (down to MIN_CHUNK)
-#: so that every thread has PER_WORKER of them to pipeline: at 4 MiB, 1 MiB chunks kept 8 of 12
-#: threads idle.
+#: Without the native helper, each Python thread has its own stream and BUFFERS buffers of CHUNK
+#: bytes; a copy smaller than WORKERS * PER_WORKER * CHUNK is cut into smaller chunks (down to
+#: MIN_CHUNK) so that every thread has PER_WORKER of them to pipeline.
+CHUNK = 1 << 20
+BUFFERS = 4
 PER_WORKER = 2
 MIN_CHUNK = 128 << 10
 
@@ -310,53 +316,66 @@ def _native_stager(threads: int) -> tuple[Any, tuple[int, ...]]:
 class _Stager:
     def __init__(self, index: int) -> None:
         self.index = index
-        # the settings of this stager's life (its workers' buffers are this size)
-        self.chunk, self.buffers, self.nworkers = CHUNK, max(2, BUFFERS), WORKERS
         self.lock = threading.Lock()
         self.workers: list[_Worker] | None = None
         self.pre = ctypes.c_void_p()
-        self.stage, self.fns = _native_stager(self.nworkers)
-        #: without the native helper: Python threads (the GIL held between driver calls)
+        self.stage, self.fns = _native_stager(WORKERS)
+        # the settings of this stager's life (its buffers are this size)
+        if self.stage is not None:  # one DMA stream through SLOTS buffers, the C threads copying
+            self.chunk, self.buffers, self.nworkers = PIECE, SLOTS, 1
+            self.sub = SUB
+        else:  # Python threads (the GIL held between driver calls), each with its stream and buffers
+            self.chunk, self.buffers, self.nworkers = CHUNK, max(2, BUFFERS), WORKERS
         self.pool = (
             ThreadPoolExecutor(self.nworkers, thread_name_prefix="kernelbay-cuda-copy") if self.stage is None else None
         )
-        self.shares: tuple[tuple[int, int, tuple[int, ...], tuple[int, ...]], ...] = ()
 
     def _setup(self) -> list[_Worker]:
         if self.workers is None:
             _driver.ensure_current(self.index)
             self.workers = [_Worker(self.index, self.chunk, self.buffers) for _ in range(self.nworkers)]
             _driver.check(_lib().cuEventCreate(ctypes.byref(self.pre), 2), "cuEventCreate", self.index)
-            self.shares = tuple(
-                (w.stream.value or 0, w.events[-1].value or 0, w.buf_ptrs, w.event_ptrs) for w in self.workers
-            )
         return self.workers
 
     def _run(self, h2d: bool, dptr: int, hptr: int, nbytes: int, s: Any) -> None:
         with self.lock:
             workers = self._setup()
+            if self.stage is not None:
+                # The whole copy in C threads, without the GIL: it orders itself after the work
+                # queued on the caller's stream and makes that stream wait for its DMAs.
+                w = workers[0]
+                rc = self.stage.run(
+                    h2d,
+                    self.fns,
+                    int(_driver.context(self.index)),
+                    0 if s is None else (s.value or 0),
+                    w.stream.value or 0,
+                    self.pre.value,
+                    w.events[-1].value or 0,
+                    dptr,
+                    hptr,
+                    nbytes,
+                    self.sub,
+                    self.chunk,
+                    w.buf_ptrs,
+                    w.event_ptrs,
+                )
+                if rc:
+                    _driver.check(rc, "staged host-to-device copy" if h2d else "staged device-to-host copy", self.index)
+                return
             lib = _lib()
             # Order after work already queued on the caller's stream.
             _driver.check(lib.cuEventRecord(self.pre, s), "cuEventRecord", self.index)
+            assert self.pool is not None
             chunk = chunk_for(nbytes, len(workers), self.chunk)
             n = min(len(workers), -(-nbytes // chunk))
-            if self.stage is not None:  # the whole copy in C threads, without the GIL
-                ctx = int(_driver.context(self.index))
-                rcs = self.stage.run(h2d, self.fns, ctx, self.pre.value, dptr, hptr, nbytes, chunk, self.shares)
-                n = len(rcs)
-                for rc in rcs:
-                    if rc:
-                        what = "staged host-to-device copy" if h2d else "staged device-to-host copy"
-                        _driver.check(rc, what, self.index)
-            else:
-                assert self.pool is not None
-                chunks = [(off, min(chunk, nbytes - off)) for off in range(0, nbytes, chunk)]
-                fn = self._h2d if h2d else self._d2h
-                futs = [self.pool.submit(fn, workers[w], dptr, hptr, chunks[w::n]) for w in range(n)]
-                errors = [f.exception() for f in futs]
-                for e in errors:
-                    if e is not None:
-                        raise e
+            chunks = [(off, min(chunk, nbytes - off)) for off in range(0, nbytes, chunk)]
+            fn = self._h2d if h2d else self._d2h
+            futs = [self.pool.submit(fn, workers[w], dptr, hptr, chunks[w::n]) for w in range(n)]
+            errors = [f.exception() for f in futs]
+            for e in errors:
+                if e is not None:
+                    raise e
             # Later work on the caller's stream waits for every worker's last DMA.
             for w in workers[:n]:
                 _driver.check(lib.cuStreamWaitEvent(s, w.events[-1], 0), "cuStreamWaitEvent", self.index)
