@@ -545,7 +545,7 @@ def _copies_sizes(quick: bool, dev, out: list[dict]) -> None:
     """Pageable copies against pinned ones at 4 MiB to 256 MiB (issue #27's goal: >= 0.6x pinned
     from 4 MiB): H2D from a numpy array, D2H into one that exists, into a fresh ``np.empty``
     (each call a new array, its pages first touched by the copy), and into the new array
-    ``a.numpy()`` / ``np.asarray(a)`` return (CuPy's ``asnumpy``/``get`` beside them); the
+    ``a.numpy()`` / ``np.asarray(a)`` / ``np.array(a)`` return (CuPy's ``asnumpy``/``get`` beside them); the
     pinned side through ``kb.copy`` too. Each size's cases interleaved."""
     for mb in (4, 16) if quick else (4, 16, 64, 256):
         _copy_size(dev, mb, 5 if quick else (15 if mb >= 64 else 30), out)
@@ -632,6 +632,7 @@ def _copy_size(dev, mb: int, repeat: int, out: list[dict]) -> None:
         "kernelbay-fresh-array": lambda: kb.copy(np.empty(n, np.uint8), a),
         "kernelbay-numpy": a.numpy,  # a new array each call, made by kernelbay (hostpool.py)
         "kernelbay-asarray": lambda: np.asarray(a),
+        "kernelbay-array": lambda: np.array(a),  # __array__(copy=True): numpy copies no further
         "kernelbay-pinned": lambda: kb.copy(pinned, a),
     }
     try:
@@ -867,6 +868,7 @@ def goals(records: list[dict]) -> list[dict]:
                 ("d2h", "kernelbay-fresh-array", "into a fresh np.empty"),
                 ("d2h", "kernelbay-numpy", "into a new array, a.numpy()"),
                 ("d2h", "kernelbay-asarray", "into a new array, np.asarray(a)"),
+                ("d2h", "kernelbay-array", "into a new array, np.array(a)"),
             )
         ],
     ]
