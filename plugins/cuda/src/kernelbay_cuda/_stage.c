@@ -23,6 +23,11 @@
  * time per Stager (copies.py holds its stager's lock around it): the job lives in the Stager while
  * its threads read it. An error stops every thread at its next sub and is returned.
  *
+ * The host copies use streaming stores (stage_copy; attribute `nt`). A D2H destination that
+ * mincore() says is not all resident (a fresh np.empty) is first faulted in by 2 MiB blocks,
+ * each thread its own block, ahead of the subs (stage_fault): in-order subs alone would send
+ * every thread into the same new huge page, which the kernel zeroes while the others wait.
+ *
  * fns: the addresses of cuCtxSetCurrent, cuStreamWaitEvent, cuMemcpyHtoDAsync_v2,
  * cuMemcpyDtoHAsync_v2, cuEventRecord and cuEventSynchronize (copies.py takes them from the
  * driver library). A slot is reused only after its event completed (an event never recorded

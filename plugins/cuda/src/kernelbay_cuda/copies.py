@@ -7,9 +7,10 @@ pinned buffers. With the native helper (``_stage.c``, C threads that run the who
 the GIL) the copy is a row of 1 MiB DMAs on one stream through a ring of pinned buffers, the
 calling thread and the C threads copying 128 KiB subs between the numpy array and the buffers in
 order: the DMA of one piece overlaps the host copies of the next. Without it, Python threads
-each copy chunks between the array and their own pinned buffers on their own stream. Pinned host arrays (:func:`pinned_empty`) go straight
-to ``cuMemcpy*Async``; so do copies into the pooled page-locked arrays ``a.numpy()`` returns
-(hostpool.py), while uploads from those are staged like any pageable array's.
+each copy chunks between the array and their own pinned buffers on their own stream. Pinned
+host arrays (:func:`pinned_empty`) go straight to ``cuMemcpy*Async``; so do copies into the
+pooled page-locked arrays ``a.numpy()`` returns (hostpool.py), while uploads from those are
+staged like any pageable array's.
 """
 
 from __future__ import annotations
