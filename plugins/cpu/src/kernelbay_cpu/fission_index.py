@@ -44,7 +44,21 @@ def _param_type(rw: Rewrite, name: str) -> str:
     return ""
 
 
-def _positive_step(rw: Rewrite, by: str) -> bool:
+def _pointer(rw: Rewrite, name: str) -> bool:
+    """Whether ``name`` is a pointer or array parameter, or a local the loop path declares again
+    (per thread, for the block, or in each region) with a pointer type: a subscript of a class
+    with several ``operator[]`` would not take a 64-bit index alike."""
+    found = [p for p in rw.fn_params if re.search(rf"\b{name}\s*(?:\[[^\]]*\]\s*)*$", p)]
+    if found:
+        return all(re.search(rf"\*\s*(?:(?:const|__restrict__)\s+)*{name}\s*$|{name}\s*\[", p) for p in found)
+    types = [rw.arrays.get(name), rw.block_vars.get(name), rw.remat.get(name, ("", ""))[0]]
+    if any(t and t.rstrip().endswith("*") for t in types):
+        return True
+    decl = rw.hoisted.get(name, "")
+    return re.search(rf"\*\s*(?:const\s+)?{name}\s*=", decl) is not None
+
+
+def _positive_step(rw: Rewrite, by: str, at: int) -> bool:
     """``blockDim.x``, or it times a positive constant."""
     by = by.strip()
     if re.fullmatch(_BD, by):
@@ -52,7 +66,7 @@ def _positive_step(rw: Rewrite, by: str) -> bool:
     m = re.fullmatch(rf"{_BD}\s*\*\s*(.+)|(.+?)\s*\*\s*{_BD}", by, re.S)
     if not m:
         return False
-    k = constant_value(rw, (m.group(1) or m.group(2)).strip())
+    k = constant_value(rw, (m.group(1) or m.group(2)).strip(), at)
     return k is not None and k > 0
 
 
@@ -61,7 +75,7 @@ def indices(rw: Rewrite, f: ForLoop, body_lo: int, body_hi: int) -> None:
     ``code[body_lo:body_hi]`` (applied by :func:`apply` where no other edit touches them)."""
     code = rw.code
     i, end = f.i, f.end.strip()
-    if f.type not in ("int", "signed", "signed int") or not _positive_step(rw, f.by):
+    if f.type not in ("int", "signed", "signed int") or not _positive_step(rw, f.by, f.paren):
         return
     if not re.fullmatch(r"[A-Za-z_]\w*", end) or end not in rw.fixed or end not in rw.params:
         return
@@ -90,11 +104,13 @@ def _loop(rw: Rewrite, i: str, u: str, end: str, lo: int, hi: int) -> None:
         if stop > 0 and not any(writes(w, code[k:stop]) for w in (end, u)):
             guards.append((k, stop))
     clamp = rf"min\s*\(\s*(?:{end}\s*-\s*1\s*,\s*({j})|({j})\s*,\s*{end}\s*-\s*1)\s*\)"
-    for m in re.finditer(rf"\[\s*(?:({clamp})|({j}))\s*\]", code[lo:hi]):
-        s = lo + m.start() + 1
+    for m in re.finditer(rf"\b([A-Za-z_]\w*)\s*\[\s*(?:({clamp})|({j}))\s*\]", code[lo:hi]):
+        if not _pointer(rw, m.group(1)):
+            continue
+        s = lo + m.start() + code[lo + m.start() : lo + m.end()].index("[") + 1
         e = lo + m.end() - 1
         old = rw.text[s:e]
-        if m.group(1):
+        if m.group(2):
             guarded = any(a <= s and e <= b for a, b in guards)
             new = new_j if guarded else f"min((long long)({end}) - 1, {new_j})"
         else:

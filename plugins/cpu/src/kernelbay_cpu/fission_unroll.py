@@ -27,10 +27,11 @@ _INT_TYPE = r"(?:(?:signed|unsigned)\s+)?(?:int|short|long(?:\s+long)?)|signed|u
 _EXPR = re.compile(r"[\w\s()+\-*/%]*")
 
 
-def constant_value(rw: Rewrite, expr: str, depth: int = 0) -> int | None:
-    """The value of ``expr`` where it is an integer constant of the kernel: literals, and names
-    of ``const``/``constexpr`` integer locals the body declares once with such a value, or of
-    object-like macros the source defines once so; with ``+ - * / %`` and parentheses."""
+def constant_value(rw: Rewrite, expr: str, before: int, depth: int = 0) -> int | None:
+    """The value of ``expr`` (at ``code[before]``) where it is an integer constant of the kernel:
+    literals, and names of ``const``/``constexpr`` integer locals the body declares once, before
+    ``before``, with such a value, or of object-like macros the source defines once so; with ``+ -
+    * / %`` and parentheses."""
     if depth > 8 or not _EXPR.fullmatch(expr):
         return None
     out = []
@@ -38,7 +39,7 @@ def constant_value(rw: Rewrite, expr: str, depth: int = 0) -> int | None:
         if tok[0].isdigit():
             out.append(str(int(tok.rstrip("uUlL"))))
         elif tok[0].isalpha() or tok[0] == "_":
-            v = _named(rw, tok, depth)
+            v = _named(rw, tok, depth, before)
             if v is None:
                 return None
             out.append(f"({v})")
@@ -54,17 +55,18 @@ def constant_value(rw: Rewrite, expr: str, depth: int = 0) -> int | None:
     return v if isinstance(v, int) and 0 <= v < 1 << 31 else None
 
 
-def _named(rw: Rewrite, name: str, depth: int) -> int | None:
+def _named(rw: Rewrite, name: str, depth: int, before: int) -> int | None:
     found = re.findall(
-        rf"(?:\bconst(?:expr)?\s+(?:{_INT_TYPE})|(?:{_INT_TYPE})\s+const)\s+{name}\s*=\s*([^;,{{}}]+);", rw.body_code
+        rf"(?:\bconst(?:expr)?\s+(?:{_INT_TYPE})|(?:{_INT_TYPE})\s+const)\s+{name}\s*=\s*([^;,{{}}]+);",
+        rw.body_code[: max(0, before - rw.body_start)],
     )
     declared = re.findall(rf"(?:{_INT_TYPE}|\w)\s+(?:const\s+)?{name}\s*[=;,\[)]", rw.body_code)
     if len(found) == 1 and len(declared) == 1:
-        return constant_value(rw, found[0].strip(), depth + 1)
+        return constant_value(rw, found[0].strip(), before, depth + 1)
     if name in rw.consts and not declared:
         defs = [v for n, v in DEFINE.findall(rw.text) if n == name]
         if len(defs) == 1:
-            return constant_value(rw, defs[0].strip(), depth + 1)
+            return constant_value(rw, defs[0].strip(), before, depth + 1)
     return None
 
 
@@ -90,7 +92,7 @@ def counted(rw: Rewrite, p: int) -> tuple[str, int, int, int] | None:
     step = re.fullmatch(rf"\s*(?:{u}\s*\+\+|\+\+\s*{u}|{u}\s*\+=\s*1|{u}\s*=\s*{u}\s*\+\s*1)\s*", parts[2])
     if not cond or not step:
         return None
-    lo, hi = constant_value(rw, init.group(2).strip()), constant_value(rw, cond.group(1).strip())
+    lo, hi = constant_value(rw, init.group(2).strip(), p), constant_value(rw, cond.group(1).strip(), p)
     if lo is None or hi is None:
         return None
     j = skip_ws(code, close + 1, len(code))
@@ -112,7 +114,7 @@ def unrolls(rw: Rewrite, found: list[tuple[int, str]]) -> None:
         if any(s <= p < e or s == p for s, e, _ in rw.edits):
             continue
         if arg:
-            n = constant_value(rw, arg.strip("() \t"))
+            n = constant_value(rw, arg.strip("() \t"), p)
             if n is None or n < 1:
                 continue
         else:
