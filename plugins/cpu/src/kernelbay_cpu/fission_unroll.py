@@ -3,7 +3,8 @@
 fission_pp.py blanks every ``#pragma`` line of a fissioned body (one before a loop that becomes
 several regions would stand before the wrong statement). A ``#pragma unroll`` before a ``for``
 that stays whole inside a region's statement (a loop over ``u`` in a block-strided loop's body,
-llm.c's softmax kernel7) becomes g++'s ``_Pragma("GCC unroll N")`` there, as nvcc reads it: with
+llm.c's softmax kernel7) becomes ``KB_UNROLL(N)`` there (kb_cpu_cuda.h: g++'s ``#pragma GCC
+unroll N``, clang's ``#pragma unroll N``), as nvcc reads it: with
 a count, that count; without one, the trip count where it is a constant (at most
 :data:`MAX_UNROLL`), else nothing. Unrolled, the loop over the block's threads around it can be
 a vector loop (the per-thread ``reg_array[u]`` become registers)."""
@@ -105,7 +106,7 @@ def counted(rw: Rewrite, p: int) -> tuple[str, int, int, int] | None:
 
 
 def unrolls(rw: Rewrite, found: list[tuple[int, str]]) -> None:
-    """Add ``_Pragma("GCC unroll N")`` edits for the ``#pragma unroll`` lines ``found`` (where
+    """Add ``KB_UNROLL(N)`` edits for the ``#pragma unroll`` lines ``found`` (where
     each ends, what followed ``unroll``) before loops that stay whole (see the module docstring)."""
     for end, arg in found:
         p = skip_ws(rw.code, end, rw.body_end)
@@ -124,4 +125,4 @@ def unrolls(rw: Rewrite, found: list[tuple[int, str]]) -> None:
             n = loop[2] - loop[1]
             if not 1 < n <= MAX_UNROLL:
                 continue
-        rw.edits.append((p, p, f'_Pragma("GCC unroll {min(n, 65534)}") '))
+        rw.edits.append((p, p, f"KB_UNROLL({min(n, 65534)}) "))
