@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import platform
+import re
 import shlex
 import threading
 from collections.abc import Sequence
@@ -42,7 +43,7 @@ DEFAULT_FIBER_STACK = 128 * 1024
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _CANDIDATES = ("c++", "g++", "clang++")
 NO_COMPILER = "no C++ compiler: install g++ or set CXX"
-PROBE_SCHEMA = "2"  # 2: libmvec
+PROBE_SCHEMA = "3"  # 2: libmvec; 3: gathers
 
 
 @attrs.frozen
@@ -57,6 +58,8 @@ class Toolchain:
     :ivar cpu_id: model and feature flags: ``-march=native`` output depends on them.
     :ivar libmvec: whether the C library's vector math has what kb_cpu_cuda.h declares
         (:func:`has_libmvec`; kept with the probe, so a warm process loads no library to ask).
+    :ivar gathers: whether ``-march=native`` builds want ``-mtune-ctrl=use_gather``
+        (:func:`wants_gathers`).
     """
 
     argv: tuple[str, ...]
@@ -66,6 +69,7 @@ class Toolchain:
     cpu_name: str
     cpu_id: str
     libmvec: bool = False
+    gathers: bool = False
 
     def arch(self, flags: Sequence[str]) -> str:
         """What a build with ``flags`` targets, for cache keys: the CPU's identity under
@@ -105,6 +109,28 @@ def has_libmvec(version: str) -> bool:
     except OSError:
         return False
     return all(hasattr(lib, f"_ZGVdN8v_{f}") for f in ("tanhf", "sinf", "cosf", "erff"))
+
+
+def wants_gathers(argv: tuple[str, ...], version: str, cpu_id: str) -> bool:
+    """Whether g++'s ``-march=native`` left the tuning ``generic`` on an AVX-512 x86-64 CPU (a
+    model g++ does not know, e.g. under a hypervisor that hides it): generic tuning turns the
+    vectoriser's gathers off (slow on some AMD parts), which every AVX-512 model g++ knows keeps
+    on. Without them a loop over a block's threads that reads ``x[min(C - 1, j)]`` (llm.c's
+    softmax kernel7) stays scalar. Such builds add ``-mtune-ctrl=use_gather`` (flags.py)."""
+    import subprocess  # only where a compiler runs: importing the plugin stays light
+
+    if platform.machine() not in ("x86_64", "AMD64") or "clang" in version.lower():
+        return False
+    if " avx512f " not in " " + cpu_id.replace("|", " ") + " ":
+        return False
+    try:
+        out = subprocess.run(
+            [*argv, "-march=native", "-Q", "--help=target"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    tune = re.search(r"^\s*-mtune=\s+(\S+)\s*$", out, re.M)
+    return tune is not None and tune.group(1) == "generic"
 
 
 def _libc() -> str:
@@ -175,7 +201,14 @@ def _probe() -> Toolchain:
         try:
             d = json.loads(hit.payload)
             return Toolchain(
-                tuple(argv), argv[0], d["version"], bool(d["openmp"]), cpu_name, cpu_id, bool(d["libmvec"])
+                tuple(argv),
+                argv[0],
+                d["version"],
+                bool(d["openmp"]),
+                cpu_name,
+                cpu_id,
+                bool(d["libmvec"]),
+                bool(d["gathers"]),
             )
         except (ValueError, KeyError, TypeError):
             pass
@@ -196,10 +229,10 @@ def _probe() -> Toolchain:
             f"{NO_COMPILER} ({' '.join(argv)} cannot build a shared library: {_last_probe_log.strip()[:400]})"
         )
     mvec = has_libmvec(version)
-    store(
-        cache, key, json.dumps({"version": version, "openmp": openmp, "libmvec": mvec}).encode(), {"kind": "toolchain"}
-    )
-    return Toolchain(tuple(argv), argv[0], version, openmp, cpu_name, cpu_id, mvec)
+    gathers = wants_gathers(plain, version, cpu_id)
+    payload = {"version": version, "openmp": openmp, "libmvec": mvec, "gathers": gathers}
+    store(cache, key, json.dumps(payload).encode(), {"kind": "toolchain"})
+    return Toolchain(tuple(argv), argv[0], version, openmp, cpu_name, cpu_id, mvec, gathers)
 
 
 def _version(argv: tuple[str, ...]) -> str:

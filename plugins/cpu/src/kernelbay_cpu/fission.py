@@ -56,6 +56,7 @@ from kernelbay.csource import Function, strip_comments_and_strings
 
 from .fission_exit import exits, jumps, lambda_beside_return, spins
 from .fission_if import if_statement, sized
+from .fission_index import apply, indices
 from .fission_lanes import lanes
 from .fission_params import constants, copy_params, param_copies
 from .fission_pp import active_body, defines
@@ -63,7 +64,8 @@ from .fission_ranges import pure_read
 from .fission_scan import CG_METHODS, closing, line_of, named_types, skip_ws, statements
 from .fission_shadow import rename_shadows
 from .fission_state import KEYWORD_START, LOOKS_DECL, TYPE, UNIFORM_WORDS, Giveup, Rewrite
-from .fission_strided import strided
+from .fission_strided import for_loop, strided
+from .fission_unroll import unrolls
 from .fission_warps import reduction_loop, warp_calls, warp_statement
 
 _BARRIER_STMT = re.compile(r"__syncthreads\s*\(\s*\)\s*;")
@@ -128,9 +130,10 @@ def split(
         return None, "its body was not found"
     a, b = fn.body[0] + 1, fn.body[1]
     macros = defines(options)
+    pragmas: list[tuple[int, str]] = []  # the #pragma unroll lines (fission_unroll.py)
     if re.search(r"^[ \t]*#", code[a:b], re.M):
         try:
-            text, code = active_body(text, code, a, b, macros, dict(headers))
+            text, code = active_body(text, code, a, b, macros, dict(headers), pragmas)
         except Giveup as e:
             return None, str(e)
     body = code[a:b]
@@ -152,13 +155,21 @@ def split(
     try:
         consts = constants(text, code, fn, macros, list(headers.values()))
         types = frozenset(named_types([code, *(strip_comments_and_strings(h) for h in headers.values())]))
-        return _rewrite(text, code, fn, a, b, consts, values, types), ""
+        return _rewrite(text, code, fn, a, b, consts, values, types, pragmas), ""
     except Giveup as e:
         return None, str(e) or "its shape is not one the loop path takes"
 
 
 def _rewrite(
-    text: str, code: str, fn: Function, a: int, b: int, consts: set[str], values: frozenset[str], types: frozenset[str]
+    text: str,
+    code: str,
+    fn: Function,
+    a: int,
+    b: int,
+    consts: set[str],
+    values: frozenset[str],
+    types: frozenset[str],
+    pragmas: list[tuple[int, str]],
 ) -> str:
     rw = Rewrite(text, code, fn, a, b, consts, values, types)
     body_code = rw.body_code
@@ -174,6 +185,8 @@ def _rewrite(
     # (fission_shadow.py); one anywhere else keeps fibers. (A local made again in each region,
     # or once for the block, may be shadowed: it is not renamed.)
     rename_shadows(rw)
+    unrolls(rw, pragmas)  # CUDA's #pragma unroll as g++'s, before loops that stay whole
+    apply(rw)  # 64-bit indices in strided loops' vector path (fission_index.py)
     for name in rw.arrays:
         # (`T<U> name`, not a comparison `a > name)`)
         found = re.findall(rf"(?:(?:{TYPE}|\w)\s+\**{name}\s*[=;,\[)]|>\s+\**{name}\s*[=;,\[])", body_code)
@@ -195,6 +208,7 @@ def _statements(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
     if stmts is None:
         raise Giveup("a statement could not be delimited")
     for s, e in stmts:
+        rw.level_starts.add(s)
         st = code[s:e].strip()
         where = f"line {line_of(code, s)}"
         if _BARRIER_STMT.fullmatch(st):
@@ -271,7 +285,12 @@ def _statements(rw: Rewrite, lo: int, hi: int, inside_loop: bool) -> None:
             continue
         if _SPLIT_RE.search(st):
             raise Giveup(f"a barrier or warp operation inside if, switch or a block ({where})")
-        if not rw.guards and (strided(rw, s, e) or lanes(rw, s, e)):
+        if not rw.guards and strided(rw, s, e):
+            f = for_loop(code, s, e)
+            if f is not None:
+                indices(rw, f, f.close + 1, e)
+            continue
+        if not rw.guards and lanes(rw, s, e):
             continue
         if inside_loop and jumps(rw, s, e) >= 0:
             k = jumps(rw, s, e)

@@ -14,6 +14,7 @@ from .fission_state import INDEX_WORDS, TYPE, Giveup, Rewrite
 #: every object-like #define (a function-like one's name is followed by "(" at once), and what
 #: its value may hold to be a constant expression
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(?![\w(])[ \t]*((?:[^\n]|\\\n)*)$", re.M)
+DEFINE = _DEFINE
 _CONSTANT = re.compile(r"[\w \t()+\-*/%<>&|^~.]*")
 
 

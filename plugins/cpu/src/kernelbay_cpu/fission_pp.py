@@ -143,10 +143,18 @@ _CONDITIONAL = ("if", "ifdef", "ifndef", "elif", "else", "endif")
 
 
 def active_body(
-    text: str, code: str, a: int, b: int, start: dict[str, object], headers: dict[str, str]
+    text: str,
+    code: str,
+    a: int,
+    b: int,
+    start: dict[str, object],
+    headers: dict[str, str],
+    unrolls: list[tuple[int, str]] | None = None,
 ) -> tuple[str, str]:
     """``text`` and ``code`` with the preprocessor lines of the body ``code[a:b]`` and the lines
-    of the branches not taken blanked (see the module docstring)."""
+    of the branches not taken blanked (see the module docstring). ``unrolls`` gets where each
+    ``#pragma unroll`` line of a branch taken ends and what follows ``unroll`` on it
+    (fission_unroll.py)."""
     values = dict(start)
     conds = _Conditionals()
     seen: set[str] = set()
@@ -202,6 +210,10 @@ def active_body(
                     raise Giveup(f"a preprocessor condition the build's defines do not decide ({where(s)})")
             elif kind != "pragma" and conds.state is True:
                 raise Giveup(f"a #{kind} line inside the kernel body ({where(s)})")
+            elif unrolls is not None and conds.state is True:
+                u = re.fullmatch(r"\s*unroll\b(.*)", m.group(2))
+                if u:
+                    unrolls.append((e, u.group(1).strip()))
             blank = True
         if blank:
             for k in range(s, min(e, b)):

@@ -113,6 +113,7 @@ class Rewrite:
     ) -> None:
         self.text, self.code = text, code
         self.params = params(fn)
+        self.fn_params = [p.text for p in fn.params]
         self.structs = plain_structs(code)
         #: a declaration of locals stored per thread: DECL's, of a struct of plain data, a pointer
         #: to a type parameter of the kernel's template (``T *sdata = SharedMemory<T>();``), or of
@@ -192,6 +193,8 @@ class Rewrite:
         #: condition, the end of the threads that pass it or None where each thread's test
         #: decided it, the block of their warps), the regions' guard
         self.guards: list[tuple[str, str | None, str]] = []
+        self.level_starts: set[int] = set()  # the statements of the top levels (fission_unroll.py)
+        self.late_edits: list[tuple[int, int, str]] = []  # fission_index.py's, applied last
 
     def assigned(self, name: str) -> bool:
         writes = re.findall(rf"(?<![\w.])(?<!->){name}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", self.body_code)

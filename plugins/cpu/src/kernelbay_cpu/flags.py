@@ -31,6 +31,8 @@ def flags(options: Sequence[str], tc: _driver.Toolchain, lang: str = "c++") -> l
     ``-march=native`` (``-mno-native`` drops it); ``-std=`` replaces ``-std=c++17``;
     ``-fno-openmp`` drops ``-fopenmp``; ``-ftrapping-math`` drops ``-fno-trapping-math`` and, for
     CUDA sources, ``-fmath-errno`` drops ``-fno-math-errno``. Other options are appended.
+    ``-march=native`` on a CPU whose tuning g++ leaves generic adds ``-mtune-ctrl=use_gather``
+    (:func:`_driver.wants_gathers`), unless an option names the tuning (``-mtune=``, ``-mtune-ctrl=``).
     """
     opt, std, arch = DEFAULT_OPT, DEFAULT_STD, DEFAULT_ARCH
     openmp = tc.openmp
@@ -53,6 +55,8 @@ def flags(options: Sequence[str], tc: _driver.Toolchain, lang: str = "c++") -> l
     out = [opt, std]
     if arch:
         out.append(arch)
+    if arch == DEFAULT_ARCH and tc.gathers and not any(o.startswith("-mtune") for o in extra):
+        out.append("-mtune-ctrl=use_gather")
     if openmp:
         out.append("-fopenmp")
     # A GPU raises no floating-point traps: without them the compiler may compute a guarded

@@ -68,6 +68,13 @@ using kb_cpu::uint3;
 #else
 #define KB_SIMD _Pragma("GCC ivdep")
 #endif
+// CUDA's `#pragma unroll` before a loop that stays whole on the loop path (fission_unroll.py).
+#define KB_PRAGMA(x) _Pragma(#x)
+#if defined(__clang__)
+#define KB_UNROLL(n) KB_PRAGMA(unroll n)
+#else
+#define KB_UNROLL(n) KB_PRAGMA(GCC unroll n)
+#endif
 #define KB_THREADS_BEGIN                                                            \
     const ::kb_cpu::dim3 kb_blockDim = ::kb_blockDim, kb_gridDim = ::kb_gridDim;    \
     ::kb_cpu::uint3 kb_blockIdx = ::kb_blockIdx; /* steps over the call's span */   \

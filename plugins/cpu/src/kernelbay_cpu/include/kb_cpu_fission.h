@@ -98,6 +98,21 @@
                 kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, kb_x);                       \
         }                                                                                  \
     };                                                                                     \
+    /* each thread's strided loop as written (kb_fast false: blocks of more dimensions, a */  \
+    /* faulting block again, threads returned): one plain loop over the threads, the rare */   \
+    /* case compiled once */                                                                 \
+    auto kb_strided_each = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
+        using KbI = decltype(kb_zero);                                                     \
+        for (unsigned kb_z = 0; kb_z < kb_blockDim.z; ++kb_z)                              \
+            for (unsigned kb_y = 0; kb_y < kb_blockDim.y; ++kb_y)                          \
+                for (unsigned kb_x = 0; kb_x < kb_blockDim.x; ++kb_x) {                    \
+                    if (__builtin_expect(::kb_diag, 0)) ::kb_cpu::diag_thread(kb_x, kb_y, kb_z); \
+                    const ::kb_cpu::uint3 kb_ti{kb_x, kb_y, kb_z};                         \
+                    const KbT kb_tt = (KbT)((kb_z * kb_blockDim.y + kb_y) * kb_blockDim.x + kb_x); \
+                    for (KbI kb_i = (KbI)kb_x; kb_i < kb_e; kb_i += kb_s)                  \
+                        kb_f(kb_ti, kb_tt, kb_i, ::std::false_type{});                     \
+                }                                                                          \
+    };                                                                                     \
     auto kb_strided = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
         using KbI = decltype(kb_zero);                                                     \
         if (!__builtin_expect(::kb_diag, 0) && kb_blockDim.y == 1 && kb_blockDim.z == 1 && \
@@ -107,13 +122,11 @@
             for (KbI kb_c = 0; kb_c < kb_end; kb_c += kb_step) {                           \
                 const KbI kb_n = kb_end - kb_c < kb_nx ? kb_end - kb_c : kb_nx;            \
                 KB_SIMD for (KbI kb_x = 0; kb_x < kb_n; ++kb_x)                            \
-                    kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, (KbT)kb_x, (KbI)(kb_c + kb_x)); \
+                    kb_f(::kb_cpu::uint3{(unsigned)kb_x, 0u, 0u}, (KbT)kb_x, (KbI)(kb_c + kb_x), ::std::true_type{}); \
             }                                                                              \
             return;                                                                        \
         }                                                                                  \
-        kb_region([&](const ::kb_cpu::uint3 kb_ti, const auto kb_tt) __attribute__((always_inline)) { \
-            for (KbI kb_i = (KbI)kb_ti.x; kb_i < kb_e; kb_i += kb_s) kb_f(kb_ti, kb_tt, kb_i); \
-        });                                                                                \
+        kb_strided_each(kb_zero, kb_e, kb_s, kb_f);                                        \
     };                                                                                     \
     /* each thread's loop as written (fission_lanes.py's blocks of more than one dimension, a */ \
     /* faulting block again): one plain loop over the threads, the rare case compiled once */    \
@@ -151,10 +164,11 @@
 // A block-strided loop (fission_strided.py): `for (I i = threadIdx.x; i < e; i += s)` in each
 // thread, as one vector loop over the threads per chunk of s, where the block has one dimension
 // and s is a multiple of blockDim.x (thread t at i = chunk + t: llm.c's softmax kernel7 steps
-// by blockDim.x * UNROLL_FACTOR); else as written.
+// by blockDim.x * UNROLL_FACTOR); else as written. kb_fast (std::true_type) says the first: there
+// 0 <= i < e <= INT_MAX / 2 for an int i (strided_fits), which fission_index.py's indices rely on.
 #define KB_STRIDED_BEGIN(KbI, i, e, s)                                                             \
     kb_strided((KbI)0, (e), (s),                                                                   \
-               [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i) __attribute__((always_inline)) {
+               [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i, [[maybe_unused]] const auto kb_fast) __attribute__((always_inline)) {
 // A loop over a warp's lanes (fission_lanes.py): `for (I i = lane; i < e; i += 32)` in each
 // thread, as chunks of 32 columns per warp, each a vector loop over the warp's lanes (lane x at
 // i = chunk + x), where the block has one dimension and e is an integer I holds (or a float);
@@ -197,7 +211,9 @@
         else kb_region_range(kb_lo, kb_hi, kb_step, kb_f);                                        \
     };                                                                                            \
     auto kb_strided_live = [&](auto kb_zero, auto kb_e, auto kb_s, auto&& kb_f) __attribute__((always_inline)) { \
-        if (__builtin_expect(kb_any_done, 0)) kb_strided(kb_zero, kb_e, kb_s, kb_live(kb_f));     \
+        /* once a thread has returned, each thread's loop as written (a block past the rows' */  \
+        /* end, kernel7's tid >= C): one vector path less to compile */                          \
+        if (__builtin_expect(kb_any_done, 0)) kb_strided_each(kb_zero, kb_e, kb_s, kb_live(kb_f)); \
         else kb_strided(kb_zero, kb_e, kb_s, kb_f);                                               \
     };                                                                                            \
     /* once a thread has returned, each thread's loop as written (a block past the rows' end) */ \
@@ -216,7 +232,7 @@
                          [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t) __attribute__((always_inline)) {
 #define KB_STRIDED_LIVE_BEGIN(KbI, i, e, s)                                                        \
     kb_strided_live((KbI)0, (e), (s),                                                              \
-                    [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i) __attribute__((always_inline)) {
+                    [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const KbI i, [[maybe_unused]] const auto kb_fast) __attribute__((always_inline)) {
 #define KB_LANES_LIVE_BEGIN(KbI, e, s)                                                             \
     kb_lanes_live((KbI)0, (e), (s),                                                                \
                   [&](const ::kb_cpu::uint3 kb_threadIdx, const auto kb_t, const ::kb_cpu::uint3 kb_ti0, \
