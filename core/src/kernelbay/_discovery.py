@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -260,9 +261,14 @@ def load(rt: Runtime, rec: Backend) -> Binding:
     except Exception as exc:
         raise broken(rec.name, label, f"importing {rec.target} failed", exc) from exc
     pm = rt.pm
+    name = f"backend:{rec.name}"
     try:
-        pm.register(plugin, name=f"backend:{rec.name}")
+        pm.register(plugin, name=name)
     except Exception as exc:
+        # older pluggy (1.5) records the name before it checks the hooks, and leaves it there
+        if pm.get_plugin(name) is plugin:
+            with contextlib.suppress(Exception):
+                pm.unregister(plugin, name=name)
         raise broken(rec.name, label, "its hooks do not match kernelbay's hookspecs", exc) from exc
     try:
         try:
