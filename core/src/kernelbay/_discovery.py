@@ -265,7 +265,7 @@ def load(rt: Runtime, rec: Backend) -> Binding:
     try:
         pm.register(plugin, name=name)
     except Exception as exc:
-        # older pluggy (1.5) records the name before it checks the hooks, and leaves it there
+        # older pluggy (1.5, 1.6) records the name before it checks the hooks, and leaves it there
         if pm.get_plugin(name) is plugin:
             with contextlib.suppress(Exception):
                 pm.unregister(plugin, name=name)
