@@ -23,8 +23,8 @@
  * time per Stager (copies.py holds its stager's lock around it): the job lives in the Stager while
  * its threads read it. An error stops every thread at its next sub and is returned.
  *
- * The host copies use streaming stores (stage_copy; attribute `nt`). A D2H destination that
- * mincore() says is not all resident (a fresh np.empty) is first faulted in by 2 MiB blocks,
+ * The host copies use streaming stores (_hostcopy.c; attribute `nt`). A D2H destination that
+ * host_resident() says is not all resident (a fresh np.empty) is first faulted in by 2 MiB blocks,
  * each thread its own block, ahead of the subs (stage_fault): in-order subs alone would send
  * every thread into the same new huge page, which the kernel zeroes while the others wait.
  *
@@ -41,10 +41,6 @@
 #include <time.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/mman.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 typedef int (*st_ctx_t)(void *);
 typedef int (*st_wait_t)(void *, void *, unsigned int);
@@ -101,35 +97,6 @@ typedef struct {
     int i;
 } StageArg;
 
-/* memcpy with non-temporal (streaming) stores where the CPU has them: the destination is not
- * read first (no read-for-ownership), which a pinned staging buffer about to be read by the DMA
- * engine, or a large destination about to leave the cache anyway, does not need. */
-static void stage_copy(void *dst, const void *src, size_t n, int nt) {
-#if defined(__SSE2__)
-    if (nt && n >= 4096) {
-        char *d = (char *)dst;
-        const char *s = (const char *)src;
-        size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-        memcpy(d, s, head);
-        d += head, s += head, n -= head;
-        for (; n >= 64; d += 64, s += 64, n -= 64) {
-            __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
-            __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
-            _mm_stream_si128((__m128i *)d, a);
-            _mm_stream_si128((__m128i *)(d + 16), b);
-            _mm_stream_si128((__m128i *)(d + 32), c);
-            _mm_stream_si128((__m128i *)(d + 48), e);
-        }
-        memcpy(d, s, n);
-        _mm_sfence(); /* the stores are visible before the DMA that reads them is queued */
-        return;
-    }
-#else
-    (void)nt;
-#endif
-    memcpy(dst, src, n);
-}
-
 /* Wait until `flag` is set (1) or the run failed (0). */
 static int stage_await(Stager *st, unsigned char *flag) {
     while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE)) {
@@ -176,33 +143,14 @@ static int stage_cleared(Stager *st, long long p) {
     return 1;
 }
 
-/* Whether every page of [p, p + n) is resident (mincore; 1 where it cannot tell). */
-static int stage_resident(const char *p, long long n) {
-    long pg = sysconf(_SC_PAGESIZE);
-    if (pg <= 0) return 1;
-    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(pg - 1), e = (uintptr_t)p + (uintptr_t)n;
-    size_t pages = (e - a + (uintptr_t)pg - 1) / (uintptr_t)pg;
-    unsigned char vec[4096];
-    for (size_t done = 0; done < pages;) {
-        size_t k = pages - done < sizeof vec ? pages - done : sizeof vec;
-        if (mincore((void *)(a + done * (uintptr_t)pg), k * (size_t)pg, vec) != 0) return 1;
-        for (size_t i = 0; i < k; i++)
-            if (!(vec[i] & 1)) return 0;
-        done += k;
-    }
-    return 1;
-}
-
-/* Fault in block b of the D2H destination (its pages first written by the kernel: zeroed, or a
- * huge page made): one byte a page, its value kept (an atomic OR of 0). Threads fault disjoint
- * blocks at once, where the in-order subs would have them queue on the same huge page. */
+/* Fault in block b of the D2H destination (the part of the aligned 2 MiB block b inside it).
+ * Threads fault disjoint blocks at once, where the in-order subs would have them queue on the
+ * same huge page. */
 static void stage_fault(Stager *st, long long b) {
     uintptr_t base = (uintptr_t)st->hptr & ~(uintptr_t)(STAGE_FAULT_BLOCK - 1);
     uintptr_t lo = base + (uintptr_t)(b * STAGE_FAULT_BLOCK), hi = lo + (uintptr_t)STAGE_FAULT_BLOCK;
     uintptr_t start = (uintptr_t)st->hptr, end = start + (uintptr_t)st->nbytes;
-    if (lo < start) lo = start;
-    if (hi > end) hi = end;
-    for (uintptr_t q = lo; q < hi; q = (q | 4095) + 1) __atomic_fetch_or((unsigned char *)q, 0, __ATOMIC_RELAXED);
+    host_fault_in(lo < start ? start : lo, hi > end ? end : hi);
 }
 
 /* One thread's part of a run (the caller's too): subs claimed in order until none is left. */
@@ -232,11 +180,11 @@ static void stage_work(Stager *st) {
             /* the slot's last DMA (this run's piece p - nslots, or an earlier run's) is done */
             if (p >= st->nslots && !stage_await(st, &st->ready[p - st->nslots])) return;
             if (!stage_cleared(st, p)) return;
-            stage_copy(slot, st->hptr + off, n, st->nt & 1);
+            host_copy(slot, st->hptr + off, n, st->nt & 1);
             if (__atomic_add_fetch(&st->cnt[p], 1, __ATOMIC_ACQ_REL) == subs && stage_queue(st, p) != 0) return;
         } else {
             if (!stage_await(st, &st->ready[p]) || !stage_cleared(st, p)) return;
-            stage_copy(st->hptr + off, slot, n, st->nt & 2);
+            host_copy(st->hptr + off, slot, n, st->nt & 2);
             if (__atomic_add_fetch(&st->cnt[p], 1, __ATOMIC_ACQ_REL) == subs && p + st->nslots < st->npieces &&
                 stage_queue(st, p + st->nslots) != 0)
                 return;
@@ -393,7 +341,7 @@ static PyObject *Stager_run(Stager *self, PyObject *args) {
     if (rc == 0) rc = fv.wait((void *)(uintptr_t)dma, (void *)(uintptr_t)pre, 0);
     /* a destination not all faulted in yet (a fresh np.empty): fault it in by blocks, in parallel */
     long long nfault = 0;
-    if (rc == 0 && !h2d && !stage_resident((const char *)(uintptr_t)hptr, nbytes)) {
+    if (rc == 0 && !h2d && !host_resident((const char *)(uintptr_t)hptr, nbytes)) {
         uintptr_t base = (uintptr_t)hptr & ~(uintptr_t)(STAGE_FAULT_BLOCK - 1);
         nfault = (long long)(((uintptr_t)hptr + (uintptr_t)nbytes - base + STAGE_FAULT_BLOCK - 1) / STAGE_FAULT_BLOCK);
     }
