@@ -87,8 +87,9 @@ class ForLoop:
         )
 
 
-def for_loop(code: str, s: int, e: int) -> ForLoop | None:
-    """The counted loop whose statement is ``code[s:e]``, or None where it is not of that form."""
+def for_header(code: str, s: int, e: int) -> tuple[int, int, list[str]] | None:
+    """A ``for (init; condition; step)`` header at ``code[s:]`` closing before ``e``: its "(",
+    its ")" and the three parts as written; None where ``code[s:]`` is no such header."""
     if not re.match(r"for\s*\(", code[s:e]):
         return None
     paren = code.index("(", s)
@@ -96,8 +97,15 @@ def for_loop(code: str, s: int, e: int) -> ForLoop | None:
     if close < 0 or close >= e:
         return None
     parts = code[paren + 1 : close].split(";")
-    if len(parts) != 3:
+    return (paren, close, parts) if len(parts) == 3 else None
+
+
+def for_loop(code: str, s: int, e: int) -> ForLoop | None:
+    """The counted loop whose statement is ``code[s:e]``, or None where it is not of that form."""
+    header = for_header(code, s, e)
+    if header is None:
         return None
+    paren, close, parts = header
     m = _INIT.fullmatch(parts[0])
     if not m:
         return None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from .fission_params import DEFINE
 from .fission_scan import closing, skip_ws
-from .fission_strided import writes
+from .fission_strided import for_header, writes
 
 if TYPE_CHECKING:
     from .fission_state import Rewrite
@@ -75,16 +75,10 @@ def counted(rw: Rewrite, p: int) -> tuple[str, int, int, int] | None:
     """``for (int u = A; u < B; u++)`` at ``code[p:]`` (``++u``, ``u += 1`` too), A and B constants
     (:func:`constant_value`) and ``u`` not written in its body: (u, A, B, where the statement ends)."""
     code = rw.code
-    m = re.compile(r"for\s*\(").match(code, p)
-    if not m:
+    header = for_header(code, p, len(code))
+    if header is None:
         return None
-    paren = m.end() - 1
-    close = closing(code, paren)
-    if close < 0:
-        return None
-    parts = code[paren + 1 : close].split(";")
-    if len(parts) != 3:
-        return None
+    _, close, parts = header
     init = re.fullmatch(r"\s*(?:signed\s+)?int\s+([A-Za-z_]\w*)\s*=(.*)", parts[0], re.S)
     if not init:
         return None
