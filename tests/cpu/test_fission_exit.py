@@ -6,6 +6,8 @@ threads reach after others returned) the loop path refuses with the same message
 
 from __future__ import annotations
 
+import re
+
 import kernelbay as kb
 import numpy as np
 import pytest
@@ -260,5 +262,6 @@ def test_llm_c_softmax_kernel7_with_threads_past_the_row_fails_as_on_fibers(cpu)
         inp = kb.asarray(np.ones(4 * 64, np.float32), device=cpu)
         with pytest.raises(kb.LaunchError) as e:
             k.launch(4, 128, (out, inp, 4, 64), shared_mem=2 * 128 // 32 * 4)
-        msgs.append(str(e.value))
+        # the blocks run on several threads: which block reports first differs run to run
+        msgs.append(re.sub(r"block \(\d+,\d+,\d+\)", "block (b)", str(e.value)))
     assert msgs[0] == msgs[1] and "exited without reaching it" in msgs[0]
