@@ -6,12 +6,12 @@
  * -> CUresult moves nbytes between the device address dptr and the pageable host address hptr:
  *
  * - the copy is cut into pieces of `piece` bytes, each ONE DMA on the stream `dma`, through one
- *   of the page-locked `slots` (piece p through slot p % len(slots); `events[i]` is recorded after
- *   each DMA that reads or writes slot i), and into subs of `sub` bytes (piece a multiple of it),
+ *   of the page-locked `slots` (piece p through slot (f + p) % len(slots), f where the last run's
+ *   pieces ended; `events[i]` is recorded after each DMA that reads or writes slot i), and into subs of `sub` bytes (piece a multiple of it),
  *   the host side's unit: the caller and min(nthreads, subs - 1) threads claim subs in order;
  * - H2D: a sub is copied into its piece's slot once the slot's previous DMA is done, and whoever
  *   copies a piece's last sub queues the piece's DMA; D2H: the caller queues the first slots'
- *   DMAs while the threads wake, a sub is copied out once its piece's DMA is done, and whoever
+ *   DMAs, then wakes the threads; a sub is copied out once its piece's DMA is done, and whoever
  *   copies out a piece's last sub queues the DMA of the piece len(slots) later into that slot.
  *
  * So the DMA engine starts after the first piece (H2D) and the host copies after it (D2H), one
@@ -36,11 +36,16 @@
  * C threads, not Python's: a run of a few MiB took 0.5 ms of thread hand-offs and GIL switches
  * through a Python thread pool, several times the copy itself.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
 typedef int (*st_ctx_t)(void *);
 typedef int (*st_wait_t)(void *, void *, unsigned int);
@@ -66,6 +71,33 @@ typedef struct {
 #define STAGE_FAULT_BLOCK (2LL << 20)
 /* how long the caller spins (yielding) for the threads before it sleeps */
 #define STAGE_SPIN_NS 200000LL
+/* Stager.gen: the run counter above the low bits, the threads taking part in the low bits */
+#define STAGE_GEN_STEP 128
+/* Stager.seat: the run (gen / STAGE_GEN_STEP) above these bits, closed, threads inside the run */
+#define SEAT_CLOSED 128u
+#define SEAT_INSIDE 127u
+
+/* Sleep while *w == v; wake every sleeper on w. The threads of a run are woken by one call on
+ * one word, all at once: with a condition variable each woken thread took its mutex in turn,
+ * so the twelfth started one mutex hand-off per thread later (each a wake-up on a VM). */
+#ifdef __linux__
+static void stage_park(int *w, int v) { syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0); }
+static void stage_unpark(int *w) { syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0); }
+#else
+static pthread_mutex_t stage_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t stage_cv = PTHREAD_COND_INITIALIZER;
+static void stage_park(int *w, int v) {
+    pthread_mutex_lock(&stage_mu);
+    while (__atomic_load_n(w, __ATOMIC_ACQUIRE) == v) pthread_cond_wait(&stage_cv, &stage_mu);
+    pthread_mutex_unlock(&stage_mu);
+}
+static void stage_unpark(int *w) {
+    (void)w;
+    pthread_mutex_lock(&stage_mu);
+    pthread_cond_broadcast(&stage_cv);
+    pthread_mutex_unlock(&stage_mu);
+}
+#endif
 
 typedef struct {
     PyObject_HEAD
@@ -74,12 +106,17 @@ typedef struct {
     int started; /* threads running in process `pid` */
     pid_t pid;
     pthread_t threads[STAGE_MAX_THREADS];
-    pthread_mutex_t mu;
-    pthread_cond_t go, finished;
-    unsigned long long generation;
-    int remaining, stop;
+    /* a run: `gen` goes up by STAGE_GEN_STEP, its low bits saying how many threads take part
+     * (n - 1), and every thread is woken at once; a woken thread takes a `seat` in the run
+     * while it is open, and the caller, once every sub is claimed, closes it and waits only for
+     * the threads inside (one that wakes later has no part: on a VM the last of twelve woke
+     * 100-200 us after the first, after a 4 MiB copy was done) */
+    int gen, stop;
+    unsigned int seat;
     /* the job of this generation */
     int h2d, n, nslots, err;
+    int first;  /* the slot of this run's piece 0 */
+    long long next_first; /* the next run's: each run starts where the last one's pieces ended */
     StageFns fns;
     void *ctx, *dma;
     unsigned long long dptr;
@@ -90,6 +127,7 @@ typedef struct {
     int *cnt;             /* per piece: subs copied in (H2D) or out (D2H) */
     unsigned char *ready; /* per piece: its DMA is queued and its slot's event recorded for it */
     unsigned char *clear; /* per piece: H2D its slot's previous DMA, D2H its own DMA, known done */
+    unsigned char *asked; /* per piece: a thread asks the driver whether that DMA is done */
 } Stager;
 
 typedef struct {
@@ -97,11 +135,22 @@ typedef struct {
     int i;
 } StageArg;
 
+/* How many times (some 50-100 us) a thread looks at a flag on its CPU before it yields the CPU
+ * between looks. Yielding at once: on a host whose CPUs are all busy, a yielded thread got its
+ * CPU back only after another's time slice (16 busy loops beside an H200: staged 64 MiB H2D
+ * 4.6 GB/s against 10-40 spinning first). Spinning with PAUSE: on a virtual machine the
+ * hypervisor takes a vCPU that pauses in a loop off its CPU (pause-loop exiting): a 4 MiB D2H
+ * after 1 ms idle at 0.52-0.61x pinned against 0.65-0.66 with plain loads. */
+#define STAGE_SPINS 40000
+
 /* Wait until `flag` is set (1) or the run failed (0). */
 static int stage_await(Stager *st, unsigned char *flag) {
-    while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE)) {
+    for (int i = 0; !__atomic_load_n(flag, __ATOMIC_ACQUIRE);) {
         if (__atomic_load_n(&st->err, __ATOMIC_RELAXED)) return 0;
-        sched_yield();
+        if (i < STAGE_SPINS)
+            i++;
+        else
+            sched_yield();
     }
     return 1;
 }
@@ -118,10 +167,16 @@ static long long stage_piece_len(Stager *st, long long p) {
     return st->nbytes - off < st->piece ? st->nbytes - off : st->piece;
 }
 
+/* The slot of piece p. A run's pieces go through the ring from where the last run's ended, not
+ * from slot 0 each time: a DMA into a slot the host read from in the run before ran at half the
+ * engine's rate (H200 host: the four 1 MiB DMAs of a 4 MiB D2H done 176 us after the first
+ * was queued, 91 us in slots that had rested; the run 224 -> 128 us). */
+static int stage_slot(const Stager *st, long long p) { return (int)((st->first + p) % st->nslots); }
+
 /* Queue piece p's DMA out of (H2D) or into (D2H) its slot on the DMA stream and record the slot's event. */
 static int stage_queue(Stager *st, long long p) {
     const StageFns *f = &st->fns;
-    int s = (int)(p % st->nslots), rc;
+    int s = stage_slot(st, p), rc;
     unsigned long long dev = st->dptr + (unsigned long long)(p * st->piece);
     size_t n = (size_t)stage_piece_len(st, p);
     rc = st->h2d ? f->h2d(dev, st->slots[s], n, st->dma) : f->d2h(st->slots[s], dev, n, st->dma);
@@ -131,10 +186,14 @@ static int stage_queue(Stager *st, long long p) {
     return 0;
 }
 
-/* Piece p's slot event done: once per piece (whoever gets there first asks the driver). */
+/* Piece p's slot event done: once per piece, by whoever gets there first; the others wait for
+ * its answer. (Each asking the driver itself, eight threads in cuEventSynchronize on one event,
+ * some returned 100 us after the first: a 4 MiB D2H's first piece was copied out at 198 us
+ * instead of 81.) */
 static int stage_cleared(Stager *st, long long p) {
     if (__atomic_load_n(&st->clear[p], __ATOMIC_ACQUIRE)) return 1;
-    int rc = st->fns.sync(st->slot_ev[p % st->nslots]);
+    if (__atomic_exchange_n(&st->asked[p], 1, __ATOMIC_ACQ_REL)) return stage_await(st, &st->clear[p]);
+    int rc = st->fns.sync(st->slot_ev[stage_slot(st, p)]);
     if (rc != 0) {
         stage_fail(st, rc);
         return 0;
@@ -173,7 +232,7 @@ static void stage_work(Stager *st) {
         long long j = __atomic_fetch_add(&st->next_sub, 1, __ATOMIC_RELAXED);
         if (j >= st->nsubs) return;
         long long p = j / per, off = j * st->sub, in = off - p * st->piece;
-        char *slot = (char *)st->slots[p % st->nslots] + in;
+        char *slot = (char *)st->slots[stage_slot(st, p)] + in;
         size_t n = (size_t)(st->nbytes - off < st->sub ? st->nbytes - off : st->sub);
         long long subs = (stage_piece_len(st, p) + st->sub - 1) / st->sub;
         if (st->h2d) {
@@ -192,26 +251,36 @@ static void stage_work(Stager *st) {
     }
 }
 
+/* Take a seat in run `run` if it is still open: only then may the thread read its job. */
+static int stage_join(Stager *st, unsigned int run) {
+    unsigned int s = __atomic_load_n(&st->seat, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if (s / 256u != run || (s & SEAT_CLOSED)) return 0;
+        if (__atomic_compare_exchange_n(&st->seat, &s, s + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 1;
+    }
+}
+
 static void *stage_thread(void *p) {
     StageArg *a = (StageArg *)p;
     Stager *st = a->st;
     int i = a->i;
     free(a);
-    /* generation 0 is "no job yet": a run made before this thread first takes the lock still
-     * counts (reading the generation here instead would miss it, and the run would wait forever) */
-    unsigned long long seen = 0;
-    pthread_mutex_lock(&st->mu);
+    /* gen 0 is "no run yet": a run made before this thread first looks still counts (reading
+     * gen here instead would miss it, and the run would wait forever) */
+    int seen = 0;
     for (;;) {
-        while (st->generation == seen && !st->stop) pthread_cond_wait(&st->go, &st->mu);
-        if (st->stop) break;
-        seen = st->generation;
-        int mine = i + 1 < st->n; /* the caller is the first of n */
-        pthread_mutex_unlock(&st->mu);
-        if (mine) stage_work(st);
-        pthread_mutex_lock(&st->mu);
-        if (mine && __atomic_sub_fetch(&st->remaining, 1, __ATOMIC_RELEASE) == 0) pthread_cond_signal(&st->finished);
+        int g;
+        while ((g = __atomic_load_n(&st->gen, __ATOMIC_ACQUIRE)) == seen) stage_park(&st->gen, seen);
+        seen = g;
+        if (__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) break;
+        /* taking part is read from gen itself, not from the job: a thread that wakes late for a
+         * run it has no part in may already see the next run's job being written */
+        if (i < g % STAGE_GEN_STEP && stage_join(st, (unsigned int)(g / STAGE_GEN_STEP))) {
+            stage_work(st);
+            unsigned int left = __atomic_sub_fetch(&st->seat, 1, __ATOMIC_ACQ_REL);
+            if ((left & SEAT_CLOSED) && !(left & SEAT_INSIDE)) stage_unpark((int *)&st->seat);
+        }
     }
-    pthread_mutex_unlock(&st->mu);
     return NULL;
 }
 
@@ -219,14 +288,11 @@ static void *stage_thread(void *p) {
 static int stage_start(Stager *st) {
     pid_t pid = getpid();
     if (st->started && st->pid == pid) return 0;
-    if (st->started) { /* a child of fork(): the parent's threads and lock state are gone */
-        pthread_mutex_init(&st->mu, NULL);
-        pthread_cond_init(&st->go, NULL);
-        pthread_cond_init(&st->finished, NULL);
-        st->started = 0;
-    }
+    /* (a child of fork(): the parent's threads are gone; their words start again) */
+    st->started = 0;
     st->stop = 0;
-    st->generation = 0;
+    st->gen = 0;
+    st->seat = 0;
     for (int i = 0; i < st->nthreads; i++) {
         StageArg *a = malloc(sizeof(StageArg));
         if (a == NULL) {
@@ -269,18 +335,14 @@ static int Stager_init(Stager *self, PyObject *args, PyObject *kw) {
     }
     self->nthreads = n;
     self->nt = 3;
-    pthread_mutex_init(&self->mu, NULL);
-    pthread_cond_init(&self->go, NULL);
-    pthread_cond_init(&self->finished, NULL);
     return 0;
 }
 
 static void Stager_dealloc(Stager *self) {
     if (self->started && self->pid == getpid()) {
-        pthread_mutex_lock(&self->mu);
-        self->stop = 1;
-        pthread_cond_broadcast(&self->go);
-        pthread_mutex_unlock(&self->mu);
+        __atomic_store_n(&self->stop, 1, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&self->gen, STAGE_GEN_STEP, __ATOMIC_RELEASE);
+        stage_unpark(&self->gen);
         Py_BEGIN_ALLOW_THREADS
         for (int i = 0; i < self->nthreads; i++) pthread_join(self->threads[i], NULL);
         Py_END_ALLOW_THREADS
@@ -327,7 +389,7 @@ static PyObject *Stager_run(Stager *self, PyObject *args) {
     long long npieces = (nbytes + piece - 1) / piece, nsubs = (nbytes + sub - 1) / sub;
     int n = (int)(nsubs < self->nthreads + 1 ? nsubs : self->nthreads + 1);
     int *cnt = calloc((size_t)npieces, sizeof(int));
-    unsigned char *flags = calloc((size_t)npieces * 2, 1);
+    unsigned char *flags = calloc((size_t)npieces * 3, 1);
     if (cnt == NULL || flags == NULL) {
         free(cnt);
         free(flags);
@@ -346,7 +408,7 @@ static PyObject *Stager_run(Stager *self, PyObject *args) {
         nfault = (long long)(((uintptr_t)hptr + (uintptr_t)nbytes - base + STAGE_FAULT_BLOCK - 1) / STAGE_FAULT_BLOCK);
     }
     if (rc == 0) {
-        pthread_mutex_lock(&self->mu);
+        /* the job: read by the threads only after the gen below (release/acquire) */
         self->h2d = h2d;
         self->n = n;
         self->fns = fv;
@@ -360,35 +422,48 @@ static PyObject *Stager_run(Stager *self, PyObject *args) {
         self->npieces = npieces;
         self->nsubs = nsubs;
         self->nslots = nslots;
+        self->first = (int)(self->next_first % nslots);
+        self->next_first = self->first + npieces % nslots;
         self->next_sub = 0;
         self->nfault = nfault;
         self->next_fault = 0;
         self->cnt = cnt;
         self->ready = flags;
         self->clear = flags + npieces;
+        self->asked = flags + 2 * npieces;
         self->err = 0;
-        self->remaining = n - 1;
-        if (n > 1) {
-            self->generation++;
-            pthread_cond_broadcast(&self->go);
-        }
-        pthread_mutex_unlock(&self->mu);
-        if (!h2d) /* the first slots' DMAs, while the threads wake */
-            for (long long q = 0; q < npieces && q < nslots; q++)
+        /* D2H: the first two DMAs before the threads wake, who have nothing to copy out before
+         * the first is done (waking twelve idle CPUs of a VM takes the caller ~20 us); the
+         * rest of the ring's after */
+        long long q = 0;
+        if (!h2d)
+            for (; q < npieces && q < nslots && q < 2; q++)
                 if (stage_queue(self, q) != 0) break;
-        stage_work(self);
-        /* Then wait for the threads: spinning a little first, since a sleeping caller pays a
-         * wake-up again (30-100 us on a virtual machine, as long as a 4 MiB copy's DMA). */
+        if (n > 1) {
+            int g = __atomic_load_n(&self->gen, __ATOMIC_RELAXED);
+            g = (g - g % STAGE_GEN_STEP + STAGE_GEN_STEP) % (INT_MAX - INT_MAX % STAGE_GEN_STEP);
+            g = g ? g : STAGE_GEN_STEP;
+            /* the last run's seat is closed and empty: no thread reads this job before it opens */
+            __atomic_store_n(&self->seat, (unsigned int)(g / STAGE_GEN_STEP) * 256u, __ATOMIC_RELEASE);
+            __atomic_store_n(&self->gen, g + (n - 1), __ATOMIC_RELEASE);
+            stage_unpark(&self->gen);
+        }
+        if (!h2d && !__atomic_load_n(&self->err, __ATOMIC_RELAXED))
+            for (; q < npieces && q < nslots; q++)
+                if (stage_queue(self, q) != 0) break;
+        stage_work(self); /* returns once every sub is claimed (or the run failed) */
+        /* Close the run to threads not in it yet and wait for those inside: spinning a little
+         * first, since a sleeping caller pays a wake-up again (30-100 us on a virtual machine,
+         * as long as a 4 MiB copy's DMA). */
+        unsigned int seat = __atomic_or_fetch(&self->seat, SEAT_CLOSED, __ATOMIC_ACQ_REL);
         struct timespec t0, t;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        while (__atomic_load_n(&self->remaining, __ATOMIC_ACQUIRE) > 0) {
+        while ((seat = __atomic_load_n(&self->seat, __ATOMIC_ACQUIRE)) & SEAT_INSIDE) {
             clock_gettime(CLOCK_MONOTONIC, &t);
             if ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) > STAGE_SPIN_NS) break;
             sched_yield(); /* another runnable thread of the machine goes first */
         }
-        pthread_mutex_lock(&self->mu);
-        while (self->remaining > 0) pthread_cond_wait(&self->finished, &self->mu);
-        pthread_mutex_unlock(&self->mu);
+        while ((seat = __atomic_load_n(&self->seat, __ATOMIC_ACQUIRE)) & SEAT_INSIDE) stage_park((int *)&self->seat, (int)seat);
         rc = self->err;
         /* later work on the caller's stream waits for the last DMA */
         if (rc == 0) rc = fv.record((void *)(uintptr_t)done, (void *)(uintptr_t)dma);
