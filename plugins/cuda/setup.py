@@ -2,7 +2,7 @@
 
 The platform wheel carries ``kernelbay_cuda._kbcuda_native``, compiled from ``_native.c``
 (which includes ``_pool.c``, ``_graphentry.c``, ``_direct.c``, ``_launch.c``, ``_timer.c``,
-``_cupti.c``, ``_hostcopy.c`` and ``_stage.c``). The extension is optional: where no compiler is
+``_cupti.c``, ``_hostcopy.c``, ``_stage.c`` and ``_stagerun.c``). The extension is optional: where no compiler is
 found (an sdist installed on a slim image) the wheel is made without it and the helpers are built at
 first use instead (``kernelbay.native``). ``KERNELBAY_CUDA_PURE=1`` makes a pure
 ``py3-none-any`` wheel on purpose, for a Python this platform wheel does not fit.
@@ -24,6 +24,7 @@ SOURCES = (
     "_cupti.c",
     "_hostcopy.c",
     "_stage.c",
+    "_stagerun.c",
 )  # the order kernelbay_cuda/native.py joins them in
 
 

@@ -1,6 +1,6 @@
 /* The compiled form of kernelbay-cuda's native helpers, built by setup.py into the platform
  * wheel as kernelbay_cuda._kbcuda_native: _pool.c, _graphentry.c, _direct.c, _launch.c, _timer.c,
- * _cupti.c, _hostcopy.c and _stage.c as one translation unit, in the order native.py joins them
+ * _cupti.c, _hostcopy.c, _stage.c and _stagerun.c as one translation unit, in the order native.py joins them
  * for the first-use build, plus SOURCE_SHA256 (the hash of that joined text, given by setup.py)
  * so that native.py can tell a prebuilt module whose sources have since changed (an editable
  * install after an edit) and build the current ones instead.
@@ -14,6 +14,7 @@
 #include "_cupti.c"
 #include "_hostcopy.c"
 #include "_stage.c"
+#include "_stagerun.c"
 #undef PyInit__kbcuda_native
 
 #ifndef KB_SOURCE_SHA256
