@@ -19,11 +19,11 @@ enum { F_ALLOCATE = 1, F_FREE = 2, F_LAUNCH = 4 };
 
 static PyTypeObject *KernelT, *BufferT, *ArrayT, *DeviceT, *BindingT, *StreamT, *ConfigT, *GraphT;
 static Py_ssize_t k_handle, k_binding, b_device, b_nbytes, b_handle, b_binding, a_shape, a_dtype, d_backend,
-    g_allocate, g_free, g_launch, g_fronts, g_graph_replay, s_is_default, s_handle, c_grid, c_block, c_shared;
+    g_allocate, g_free, g_launch, g_fronts, g_graph_replay, s_is_default, s_handle, c_grid, c_block, c_shared,
+    gr_fast, gr_binding, gr_device, gr_handle;
 static PyObject *streams_ns, *memory_ns, *kernel_ns, *runtime_ns, *dtypes; /* module dicts, vars(runtime), _api._dtypes */
 static long long max_nbytes;
 static PyObject *str_intercept, *str_closes, *str_bindings, *str_itemsize, *str_float32, *zero, *one, *empty_tuple;
-static PyObject *str_fast, *str_binding_, *str_device, *str_handle_;
 static PyObject *kw_launch[8], *kw_buffer[2], *kw_empty[3], *kw_replay[1];
 
 /* ---- helpers ---- */
@@ -371,36 +371,24 @@ static PyObject *replay(PyObject *front, PyObject *const *args, size_t nargsf, P
     long long m = closes_of(memory_ns), k = closes_of(kernel_ns);
     if (m < 0 || k < 0)
         goto python;
-    PyObject *fast = PyObject_GetAttr(self, str_fast);
-    if (fast == NULL) {
-        PyErr_Clear();
+    /* the graph's slots (Graph.__slots__): NULL where one was never set, then the twin decides */
+    PyObject *fast = SLOT(self, gr_fast), *b = SLOT(self, gr_binding);
+    PyObject *dev = SLOT(self, gr_device), *h = SLOT(self, gr_handle);
+    if (fast == NULL || b == NULL || dev == NULL || h == NULL || !PyLong_CheckExact(fast))
         goto python;
-    }
-    int same = PyLong_CheckExact(fast) && PyLong_AsLongLong(fast) == m + k;
-    Py_DECREF(fast);
-    PyErr_Clear();
-    if (!same)
-        goto python;
-    PyObject *b = PyObject_GetAttr(self, str_binding_);
-    if (b == NULL) {
+    int overflow;
+    long long f = PyLong_AsLongLongAndOverflow(fast, &overflow);
+    if (overflow || f != m + k) {
         PyErr_Clear();
         goto python;
     }
     PyObject *fn = Py_TYPE(b) == BindingT ? SLOT(b, g_graph_replay) : NULL;
-    if (fn == NULL) {
-        Py_DECREF(b);
+    if (fn == NULL)
         goto python;
-    }
+    /* hold what the call uses: the hook may replace the graph's attributes */
     Py_INCREF(fn);
-    Py_DECREF(b);
-    PyObject *dev = PyObject_GetAttr(self, str_device);
-    PyObject *h = dev == NULL ? NULL : PyObject_GetAttr(self, str_handle_);
-    if (h == NULL) {
-        PyErr_Clear();
-        Py_XDECREF(dev);
-        Py_DECREF(fn);
-        goto python;
-    }
+    Py_INCREF(dev);
+    Py_INCREF(h);
     PyObject *call[3] = {dev, h, stream};
     PyObject *r = PyObject_Vectorcall(fn, call, 3, NULL);
     Py_DECREF(fn);
@@ -512,6 +500,8 @@ static PyObject *init(PyObject *mod, PyObject *cfg) {
     OFF(DeviceT, "backend", d_backend); OFF(BindingT, "allocate", g_allocate); OFF(BindingT, "free", g_free);
     OFF(BindingT, "launch", g_launch); OFF(BindingT, "fronts", g_fronts); OFF(StreamT, "is_default", s_is_default); OFF(StreamT, "handle", s_handle);
     OFF(BindingT, "graph_replay", g_graph_replay);
+    OFF(GraphT, "_fast", gr_fast); OFF(GraphT, "_binding", gr_binding); OFF(GraphT, "device", gr_device);
+    OFF(GraphT, "_handle", gr_handle);
     /* LaunchConfig is frozen: its slots are read only, through the offsets of its own descriptors */
     OFF(ConfigT, "grid", c_grid); OFF(ConfigT, "block", c_block); OFF(ConfigT, "shared_mem", c_shared);
     PyObject *py_launch, *py_buffer, *py_empty, *py_close, *py_del, *py_replay;
@@ -530,10 +520,9 @@ static PyObject *init(PyObject *mod, PyObject *cfg) {
         if ((kw_launch[i] = PyUnicode_InternFromString(launch_names[i])) == NULL)
             return NULL;
     PyObject **strs[] = {&kw_buffer[0], &kw_buffer[1], &kw_empty[0], &kw_empty[1], &kw_empty[2], &str_intercept,
-                         &str_closes, &str_bindings, &str_itemsize, &str_float32, &kw_replay[0], &str_fast,
-                         &str_binding_, &str_device, &str_handle_};
+                         &str_closes, &str_bindings, &str_itemsize, &str_float32, &kw_replay[0]};
     const char *texts[] = {"nbytes", "device", "shape", "dtype", "device", "intercept", "closes", "bindings",
-                           "itemsize", "float32", "stream", "_fast", "_binding", "device", "_handle"};
+                           "itemsize", "float32", "stream"};
     for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
         if ((*strs[i] = PyUnicode_InternFromString(texts[i])) == NULL)
             return NULL;

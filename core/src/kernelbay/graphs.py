@@ -98,6 +98,27 @@ class Graph:
     the block see the data as it was before the graph runs.
     """
 
+    # Slots, so that the C front of replay (kernelbay._fronts) reads _fast, _binding, device and
+    # _handle at fixed offsets (a generic attribute lookup from C cost ~40 ns each, more than the
+    # Python twin's specialised loads); __dict__ keeps other attributes (subclasses, users) working.
+    __slots__ = (
+        "device",
+        "_binding",
+        "serial",
+        "steps",
+        "_handle",
+        "_built",
+        "_recording",
+        "_extra",
+        "_waits",
+        "_buffers",
+        "_checked",
+        "_fast",
+        "closed",
+        "__dict__",
+        "__weakref__",
+    )
+
     def __init__(self, device: Device, binding: Binding, serial: bool = False) -> None:
         self.device = device
         self._binding = binding
