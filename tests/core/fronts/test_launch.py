@@ -168,6 +168,31 @@ def test_graph_replay_front_runs_the_backends_replay_with_no_python_frame(dev, k
     assert front == python and front[:2] == ("raised", kb.UseAfterFreeError)
 
 
+def test_graph_replay_front_reads_slots_and_leaves_what_it_does_not_serve_to_python(dev, k, be):
+    """kb.Graph has __slots__ (the front reads them by offset) and a __dict__: a user's attribute
+    stays; a subclass's graph, and one whose slots say nothing was checked, go to the twin."""
+    a = kb.zeros(8, "float32", dev)
+    with dev.graph() as g:
+        k.launch(1, 8, (a, *SCALARS))
+    g.note = "mine"  # an attribute of the user's own
+    assert g.note == "mine" and "note" in vars(g)
+    g.replay()
+    assert python_frames(g.replay) == []
+    g._fast = None  # as before any checked replay: the twin checks, then the front serves again
+    assert python_frames(g.replay)
+    assert python_frames(g.replay) == []
+
+    class Mine(kb.Graph):
+        pass
+
+    with dev.graph() as g2:
+        k.launch(1, 8, (a, *SCALARS))
+    g2.__class__ = Mine
+    g2.replay()
+    assert python_frames(g2.replay)  # not exactly a kb.Graph: the Python function
+    a.close()
+
+
 class Watcher:
     """An extension wrapping the hot hooks through pluggy."""
 
