@@ -360,8 +360,12 @@ def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
             for replay, sync in cases.values():
                 replay()
                 sync()
-        for _ in range(20 if quick else 200):
-            for name, (replay, sync) in cases.items():
+        names = list(cases)
+        for i in range(20 if quick else 200):
+            # the order turns each round: no case always follows the same one (a replay after
+            # another library's launch and wait on the same device)
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                replay, sync = cases[name]
                 t0 = time.perf_counter()
                 replay()
                 t1 = time.perf_counter()
