@@ -200,18 +200,24 @@ static __attribute__((noinline)) void assert_again(const Grid& g, const char* fi
     record_error(stop_assert ? stop_message : kept);
 }
 
+// After a stop (stop_with): recorded as the launch's error, as run_block's catch did.
+static void stopped(const Grid& g) {
+    if (stop_assert && !thread_known && !::kb_diag) assert_again(g, stop_message);
+    else record_error(stop_message);
+}
+
+// One block, its stops caught (find_thread's re-run of a faulting block).
 static void run_block(const Grid& g, uint3 bi) {
     void** const outer = stop_target;
     void* jb[5];
     stop_target = jb;
-    if (__builtin_expect(__builtin_setjmp(jb) == 0, 1)) {
+    if (__builtin_setjmp(jb) == 0) {
         block_body(g, bi);
         stop_target = outer;
         return;
     }
-    stop_target = outer;  // stopped (stop_with): the kernel's frames are left behind
-    if (stop_assert && !thread_known && !::kb_diag) assert_again(g, stop_message);
-    else record_error(stop_message);
+    stop_target = outer;  // stopped: the kernel's frames are left behind
+    stopped(g);
 }
 #endif
 
@@ -305,7 +311,11 @@ static bool run_blocks_in(const Grid& g, long b, long end, const long* irq, long
             if (n > span_max) n = span_max;
             ::kb_span = (unsigned)n;
         }
+#if defined(__cpp_exceptions)
         run_block(g, uint3{x, y, z});
+#else
+        block_body(g, uint3{x, y, z});  // a stop leaves through run_chunk
+#endif
         if (n > 1 && ::kb_span != 0) n = 1;  // not a KB_THREADS kernel: it ran one block
         b += n;
         x += (unsigned)n - 1;
@@ -318,6 +328,28 @@ static bool run_blocks_in(const Grid& g, long b, long end, const long* irq, long
         }
     }
     return true;
+}
+
+// Blocks [b, end) (run_blocks_in), with a target for their stops. Without exceptions one per
+// chunk, not per block (run_block): a setjmp per block cost the per-thread runner 10 ns a block
+// (8192 blocks of 32 threads, y[i] += 1: 0.29 -> 0.39 ms). After a stop the chunk ends as it
+// did when run_block recorded the error (run_blocks_in returns at the next block's check).
+static bool run_chunk(const Grid& g, long b, long end, const long* irq, long irq0, const int* cancel) {
+#if defined(__cpp_exceptions)
+    return run_blocks_in(g, b, end, irq, irq0, cancel);
+#else
+    void** const outer = stop_target;
+    void* jb[5];
+    stop_target = jb;
+    if (__builtin_expect(__builtin_setjmp(jb) == 0, 1)) {
+        const bool done = run_blocks_in(g, b, end, irq, irq0, cancel);
+        stop_target = outer;
+        return done;
+    }
+    stop_target = outer;
+    stopped(g);
+    return true;
+#endif
 }
 
 // The loop runners keep the thread index in a local: to name the faulting thread, run the
@@ -350,7 +382,7 @@ static const int not_cancelled = 0;
 static bool run_range(const Grid& g, long b, long end, const long* irq, long irq0, const int* cancel) {
     if (__builtin_expect(!thread_ready, 0)) setup_thread();
     const Runtime* const r = rt;
-    if (r == nullptr) return run_blocks_in(g, b, end, irq, irq0, cancel);
+    if (r == nullptr) return run_chunk(g, b, end, irq, irq0, cancel);
     sigjmp_buf jb;
     Fault f{};
     if (__builtin_expect(sigsetjmp(jb, 0) != 0, 0)) {
@@ -369,7 +401,7 @@ static bool run_range(const Grid& g, long b, long end, const long* irq, long irq
         return true;
     }
     r->protect(&jb, &f, cancel);
-    const bool done = run_blocks_in(g, b, end, irq, irq0, cancel);
+    const bool done = run_chunk(g, b, end, irq, irq0, cancel);
     r->protect(nullptr, nullptr, nullptr);
     return done;
 }
