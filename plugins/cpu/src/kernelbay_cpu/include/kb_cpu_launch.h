@@ -147,9 +147,9 @@ void record_error(const char* what);
 // (a source that uses them: flags.py), it throws std::runtime_error (a failed assert:
 // DeviceAssert) and the runner catches it, as it always did. Built without them (-fno-exceptions:
 // such a module links neither libstdc++ nor libgcc_s), a fiber switches back to its scheduler
-// (kb_cpu_fiber.h, fail_here), and the loop and per-thread runners jump back to the block's start
-// (run_block, kb_cpu_launch.cpp): the kernel's frames are left without running destructors, as
-// a fault leaves them.
+// (kb_cpu_fiber.h, fail_here), and the loop and per-thread runners jump back to where their chunk
+// of blocks started (run_chunk, kb_cpu_launch.cpp), which records it: the kernel's frames are
+// left without running destructors, as a fault leaves them.
 [[noreturn]] void stop(const char* what);
 
 #if defined(__cpp_exceptions)
