@@ -67,8 +67,8 @@ static const char* fault_what(const Fault& f) {
 #if defined(__cpp_exceptions)
 [[noreturn]] void stop(const char* what) { throw std::runtime_error(what); }
 #else
-// Without C++ exceptions: where the loop and per-thread runners' block starts (run_block), the
-// stop's message, and whether it was a failed device assert.
+// Without C++ exceptions: where a stop on the loop and per-thread runners goes (run_chunk, or
+// run_block for a re-run), its message, and whether it was a failed device assert.
 static KB_CPU_TLS void** stop_target = nullptr;
 static KB_CPU_TLS char stop_message[512];
 static KB_CPU_TLS bool stop_assert = false;
@@ -83,7 +83,7 @@ static KB_CPU_TLS bool stop_assert = false;
     std::strncpy(stop_message, what, sizeof(stop_message) - 1);
     stop_message[sizeof(stop_message) - 1] = 0;
     stop_assert = assert;
-    if (stop_target == nullptr) {  // kernel code always runs inside run_block: never met
+    if (stop_target == nullptr) {  // kernel code always runs inside run_chunk or run_block: never met
         std::fprintf(stderr, "kernelbay: %s, outside a block\n", what);
         std::abort();
     }
@@ -387,7 +387,7 @@ static bool run_range(const Grid& g, long b, long end, const long* irq, long irq
     Fault f{};
     if (__builtin_expect(sigsetjmp(jb, 0) != 0, 0)) {
 #if !defined(__cpp_exceptions)
-        stop_target = nullptr;  // the jump left run_block's frame (and its jump buffer) behind
+        stop_target = nullptr;  // the jump left run_chunk's frame (and its jump buffer) behind
 #endif
         if (r->stop_signal != 0 && f.sig == r->stop_signal) {  // Ctrl-C or a deadline: left where it was
             after_jump(f.sig);
