@@ -118,6 +118,19 @@ def check_features(source: Source) -> None:
         )
 
 
+#: C++ exceptions in a source: it is compiled with them (flags.py), as before.
+_EXCEPTIONS_RE = re.compile(r"\b(?:throw|try|catch)\b")
+
+
+def uses_exceptions(source: Source) -> bool:
+    """Whether the source or one of its headers throws or catches a C++ exception (``throw``,
+    ``try``, ``catch`` outside comments and literals). Files it includes from elsewhere are not
+    read: a build that fails for want of exceptions is built again with them (build.py)."""
+    return any(
+        _EXCEPTIONS_RE.search(t) and _EXCEPTIONS_RE.search(strip_comments_and_strings(t)) for _, t in _texts(source)
+    )
+
+
 def needs_fibers(source: Source) -> bool:
     """Whether a cuda source uses barriers, shared memory, warp operations or cooperative groups."""
     return any(_BLOCK_FEATURES_RE.search(strip_comments_and_strings(t)) for _, t in _texts(source))

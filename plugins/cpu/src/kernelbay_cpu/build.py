@@ -26,10 +26,10 @@ from kernelbay.errors import CompileError, InvalidArgumentError
 from kernelbay.types import Source
 
 from . import _driver, _headers, _loader, buildmemo
-from .analysis import FILES, Plan, check_features, entries, plan_cuda
+from .analysis import FILES, Plan, check_features, entries, plan_cuda, uses_exceptions
 from .cxx import run_compiler
 from .deps import deps_unchanged
-from .flags import flags
+from .flags import NO_EXCEPTIONS, flags
 from .pch import prelude_pch
 from .rewrites import module_globals, rewrite_inline, rewrite_noinline
 from .runners import discard, includes, runner_object
@@ -190,7 +190,7 @@ def build(source: Source) -> Built:
         )
     names = entries(source)
     tc = _driver.toolchain()
-    fl = flags(source.options, tc, source.lang)
+    fl = flags(source.options, tc, source.lang, source.lang == "cuda" and uses_exceptions(source))
     plain = _driver.plain_argv(tc)
     # A module built before, in another process: found without planning it or reading the headers.
     memo = buildmemo.key(tc, plain, fl, source, names) if not _driver.isolated() else None
@@ -221,7 +221,15 @@ def build(source: Source) -> Built:
     main = Main(head + rest, head + includes(_PRELUDE[source.lang]) + rest)
     # In-process images never carry a sanitizer (CXX='g++ -fsanitize=address' would end the
     # interpreter when loaded); checked mode builds a second, sanitized image for the worker.
-    image, deps, key = _image(tc, plain, fl, source, text, names, fname, main, pre)
+    try:
+        image, deps, key = _image(tc, plain, fl, source, text, names, fname, main, pre)
+    except CompileError as exc:
+        # A file the source includes from elsewhere throws or catches (uses_exceptions reads
+        # only the Source): built again with exceptions, and remembered so (buildmemo).
+        if not _wants_exceptions(exc, fl, source):
+            raise
+        fl = flags(source.options, tc, source.lang, True)
+        image, deps, key = _image(tc, plain, fl, source, text, names, fname, main, pre)
     if memo is not None:
         buildmemo.remember(mcache, memo, key, runners, notes)
     lib = _loader.load_library(image)
@@ -234,6 +242,12 @@ def build(source: Source) -> Built:
             image, _, _ = _image(tc, tc.argv, [*fl, *_driver.CHECK_FLAGS], source, text, names, fname, main, pre)
         remote = RemoteModule(image)
     return Built(lib, names, deps, remote, runners, notes)
+
+
+def _wants_exceptions(exc: CompileError, fl: Sequence[str], source: Source) -> bool:
+    """Whether a build failed only because kernelbay turned C++ exceptions off (g++: "exception
+    handling disabled, use -fexceptions to enable")."""
+    return NO_EXCEPTIONS in fl and NO_EXCEPTIONS not in source.options and "exception handling disabled" in exc.log
 
 
 def _image(

@@ -13,6 +13,7 @@ ENV_VECMATH = "KERNELBAY_CPU_VECMATH"
 DEFAULT_OPT = "-O3"
 DEFAULT_STD = "-std=c++17"
 DEFAULT_ARCH = "-march=native"
+NO_EXCEPTIONS = "-fno-exceptions"
 
 
 def libmvec(tc: _driver.Toolchain) -> bool:
@@ -24,7 +25,7 @@ def libmvec(tc: _driver.Toolchain) -> bool:
     return tc.libmvec
 
 
-def flags(options: Sequence[str], tc: _driver.Toolchain, lang: str = "c++") -> list[str]:
+def flags(options: Sequence[str], tc: _driver.Toolchain, lang: str = "c++", exceptions: bool = False) -> list[str]:
     """The compiler flags: defaults, each overridable by an option of the same family.
 
     ``-O*`` replaces ``-O3``; ``-march=``/``-mcpu=``/``-mtune=native`` families replace
@@ -33,6 +34,10 @@ def flags(options: Sequence[str], tc: _driver.Toolchain, lang: str = "c++") -> l
     CUDA sources, ``-fmath-errno`` drops ``-fno-math-errno``. Other options are appended.
     ``-march=native`` on a CPU whose tuning g++ leaves generic adds ``-mtune-ctrl=use_gather``
     (:func:`_driver.wants_gathers`), unless an option names the tuning (``-mtune=``, ``-mtune-ctrl=``).
+    A CUDA source that does not use C++ exceptions itself (``exceptions``: it does; see
+    :func:`analysis.uses_exceptions`) gets ``-fno-exceptions``, unless an option says
+    ``-fexceptions``: its module then links neither libstdc++ nor libgcc_s (:func:`libraries`),
+    which saves a fresh process about 1 ms of loading them (docs/performance-cpu-speed.md).
     """
     opt, std, arch = DEFAULT_OPT, DEFAULT_STD, DEFAULT_ARCH
     openmp = tc.openmp
@@ -71,9 +76,17 @@ def flags(options: Sequence[str], tc: _driver.Toolchain, lang: str = "c++") -> l
         out.append("-fno-math-errno")
     if lang == "cuda" and openmp and libmvec(tc):
         out.append("-DKB_CPU_LIBMVEC=1")
+    # The prelude's device-side stops need no exceptions (kb_cpu_launch.h: stop): only a source
+    # that throws or catches keeps them. c++ sources keep g++'s default.
+    if lang == "cuda" and not exceptions and not {"-fexceptions", "-fno-exceptions"} & set(extra):
+        out.append(NO_EXCEPTIONS)
     return [*out, "-shared", "-fPIC", "-fvisibility=hidden", *extra]
 
 
 def libraries(fl: Sequence[str]) -> list[str]:
-    """What the link needs after the sources, for these flags."""
-    return ["-l:libmvec.so.1"] if "-DKB_CPU_LIBMVEC=1" in fl else []
+    """What the link needs after the sources, for these flags. Without exceptions, the libraries
+    after the sources (libmvec and those g++ adds: libstdc++, libm, libgcc_s) are linked only
+    where the module uses them (``--as-needed``; the user's own ``-l`` options come before and
+    are kept)."""
+    out = ["-Wl,--as-needed"] if NO_EXCEPTIONS in fl else []
+    return [*out, "-l:libmvec.so.1"] if "-DKB_CPU_LIBMVEC=1" in fl else out

@@ -412,8 +412,8 @@ inline unsigned int __uhadd(unsigned a, unsigned b) { return (unsigned)(((unsign
 inline unsigned int __urhadd(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a + b + 1) >> 1); }
 inline void __nanosleep(unsigned) {}
 // A GPU ends the kernel with an error ("unspecified launch failure"): here a LaunchError.
-[[noreturn]] inline void __trap() { throw std::runtime_error("the kernel called __trap()"); }
-[[noreturn]] inline void __brkpt() { throw std::runtime_error("the kernel called __brkpt()"); }
+[[noreturn]] inline void __trap() { kb_cpu::stop("the kernel called __trap()"); }
+[[noreturn]] inline void __brkpt() { kb_cpu::stop("the kernel called __brkpt()"); }
 // A cycle counter stands in for the SM clock: nanoseconds of the monotonic clock.
 inline long long clock64() {
     timespec t;

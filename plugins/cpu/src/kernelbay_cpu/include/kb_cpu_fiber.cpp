@@ -5,9 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <stdexcept>
-#include <string>
+#include <new>
 #include <pthread.h>
 #include <strings.h>
 #if defined(__linux__)
@@ -103,7 +101,9 @@ const char* base_name(const char* f) {
 }
 
 [[noreturn]] void outside_block(const char* what) {
-    throw std::runtime_error(std::string(what) + " was called outside a block run by fibers");
+    char m[512];
+    std::snprintf(m, sizeof(m), "%s was called outside a block run by fibers", what);
+    stop(m);
 }
 
 // --- stacks and the guard page ----------------------------------------------------------------
@@ -198,6 +198,7 @@ static bool ensure_stacks(Sched& s, int n) {
 
 static void fiber_entry() {
     Sched& s = *tls_sched;
+#if defined(__cpp_exceptions)
     try {
         s.body(s.body_ctx);
     } catch (const std::exception& e) {
@@ -207,6 +208,9 @@ static void fiber_entry() {
         std::snprintf(s.msg, sizeof(s.msg), "a kernel threw a C++ exception that is not a std::exception");
         s.failed = true;
     }
+#else
+    s.body(s.body_ctx);  // a stop switches back to the scheduler from where it happens (stop_with)
+#endif
     --s.live;
     if (s.failed) ctx_switch(s.ctx[s.cur], s.main);
     else switch_away(s, F_DONE);
@@ -260,7 +264,14 @@ static void describe_deadlock(Sched& s) {
 void run_block_fibers(void (*body)(void*), void* ctx, uint3 block, unsigned bx, unsigned by, unsigned bz,
                              std::size_t shmem) {
     static KB_CPU_TLS Sched* mine = nullptr;
-    if (mine == nullptr) mine = new Sched();  // kept for the thread's life, as its stacks are
+    if (mine == nullptr) {  // kept for the thread's life, as its stacks are (not `new`: no libstdc++)
+        void* p = std::aligned_alloc(alignof(Sched) > 64 ? alignof(Sched) : 64, (sizeof(Sched) + 63) / 64 * 64);
+        if (p == nullptr) {
+            record_error("could not allocate the fiber scheduler");
+            return;
+        }
+        mine = ::new (p) Sched();
+    }
     Sched& s = *mine;
     const int n = (int)(bx * by * bz);
     if (!ensure_stacks(s, n)) {

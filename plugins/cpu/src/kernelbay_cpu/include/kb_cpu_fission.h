@@ -309,7 +309,7 @@ template <class... KbA>
 [[noreturn]] __attribute__((noinline, cold)) void fail(const char* fmt, KbA... a) {
     char m[480];
     std::snprintf(m, sizeof(m), fmt, a...);
-    throw std::runtime_error(m);
+    stop(m);
 }
 
 // One warp operation's lane arrays: lane t's operand at in[t] and its result at out[t], with room

@@ -9,6 +9,9 @@
 #endif
 
 #include "kb_cpu_launch.h"
+#if defined(__cpp_exceptions)
+#include <stdexcept>
+#endif
 
 #pragma GCC visibility push(hidden)
 
@@ -61,8 +64,43 @@ static const char* fault_what(const Fault& f) {
     }
 }
 
+#if defined(__cpp_exceptions)
+[[noreturn]] void stop(const char* what) { throw std::runtime_error(what); }
+#else
+// Without C++ exceptions: where a stop on the loop and per-thread runners goes (run_chunk, or
+// run_block for a re-run), its message, and whether it was a failed device assert.
+static KB_CPU_TLS void** stop_target = nullptr;
+static KB_CPU_TLS char stop_message[512];
+static KB_CPU_TLS bool stop_assert = false;
+
+[[noreturn]] static void stop_with(const char* what, bool assert) {
+#ifdef KB_CPU_HAS_FIBERS
+    if (Sched* s = tls_sched; s != nullptr && s->in_block) {  // a fiber: back to its scheduler
+        std::snprintf(s->msg, sizeof(s->msg), "%s", what);
+        fail_here(*s);
+    }
+#endif
+    std::strncpy(stop_message, what, sizeof(stop_message) - 1);
+    stop_message[sizeof(stop_message) - 1] = 0;
+    stop_assert = assert;
+    if (stop_target == nullptr) {  // kernel code always runs inside run_chunk or run_block: never met
+        std::fprintf(stderr, "kernelbay: %s, outside a block\n", what);
+        std::abort();
+    }
+    __builtin_longjmp(stop_target, 1);
+}
+
+[[noreturn]] void stop(const char* what) { stop_with(what, false); }
+#endif
+
 [[noreturn]] void assert_fail(const char* cond, const char* file, unsigned line, const char* func) {
+#if defined(__cpp_exceptions)
     DeviceAssert a;
+#else
+    struct {
+        char msg[400];
+    } a;
+#endif
     const uint3 b = ::kb_blockIdx, t = ::kb_threadIdx;
     const char* base = std::strrchr(file, '/');
     char thread[64] = "";
@@ -70,7 +108,11 @@ static const char* fault_what(const Fault& f) {
     const bool lambda = std::strcmp(func, "operator()") == 0;  // the body of a kernel on the loop path
     std::snprintf(a.msg, sizeof(a.msg), "device assert `%s` failed at %s:%u%s%s (block (%u,%u,%u)%s)", cond,
                   base ? base + 1 : file, line, lambda ? "" : " in ", lambda ? "" : func, b.x, b.y, b.z, thread);
+#if defined(__cpp_exceptions)
     throw a;
+#else
+    stop_with(a.msg, true);
+#endif
 }
 
 KB_CPU_TLS char* loop_dyn = nullptr;
@@ -112,6 +154,7 @@ static void block_body(const Grid& g, uint3 bi) {
     }
 }
 
+#if defined(__cpp_exceptions)
 static void run_block(const Grid& g, uint3 bi) {
     try {
         block_body(g, bi);
@@ -135,6 +178,48 @@ static void run_block(const Grid& g, uint3 bi) {
         record_error("a kernel threw a C++ exception that is not a std::exception");
     }
 }
+#else
+// The loop path's failed assert: the block runs again, its threads one by one (::kb_diag), so
+// that the assert's report names the thread; `first` is the report when it does not fail again.
+static __attribute__((noinline)) void assert_again(const Grid& g, const char* first) {
+    char kept[sizeof(stop_message)];
+    std::memcpy(kept, first, sizeof(kept));
+    void** const outer = stop_target;
+    void* jb[5];
+    ::kb_diag = true;
+    stop_target = jb;
+    if (__builtin_setjmp(jb) == 0) {
+        block_body(g, ::kb_blockIdx);  // the block that failed (of a call's span: at_block)
+        stop_target = outer;
+        ::kb_diag = false;
+        record_error(kept);
+        return;
+    }
+    stop_target = outer;
+    ::kb_diag = false;
+    record_error(stop_assert ? stop_message : kept);
+}
+
+// After a stop (stop_with): recorded as the launch's error, as run_block's catch did.
+static void stopped(const Grid& g) {
+    if (stop_assert && !thread_known && !::kb_diag) assert_again(g, stop_message);
+    else record_error(stop_message);
+}
+
+// One block, its stops caught (find_thread's re-run of a faulting block).
+static void run_block(const Grid& g, uint3 bi) {
+    void** const outer = stop_target;
+    void* jb[5];
+    stop_target = jb;
+    if (__builtin_setjmp(jb) == 0) {
+        block_body(g, bi);
+        stop_target = outer;
+        return;
+    }
+    stop_target = outer;  // stopped: the kernel's frames are left behind
+    stopped(g);
+}
+#endif
 
 // After a jump out of the runtime's handler: `sig` (and SIGINT, which Ctrl-C's handler may
 // have jumped from) is still blocked on this thread, and a fiber block was left half-way.
@@ -226,7 +311,11 @@ static bool run_blocks_in(const Grid& g, long b, long end, const long* irq, long
             if (n > span_max) n = span_max;
             ::kb_span = (unsigned)n;
         }
+#if defined(__cpp_exceptions)
         run_block(g, uint3{x, y, z});
+#else
+        block_body(g, uint3{x, y, z});  // a stop leaves through run_chunk
+#endif
         if (n > 1 && ::kb_span != 0) n = 1;  // not a KB_THREADS kernel: it ran one block
         b += n;
         x += (unsigned)n - 1;
@@ -239,6 +328,28 @@ static bool run_blocks_in(const Grid& g, long b, long end, const long* irq, long
         }
     }
     return true;
+}
+
+// Blocks [b, end) (run_blocks_in), with a target for their stops. Without exceptions one per
+// chunk, not per block (run_block): a setjmp per block cost the per-thread runner 10 ns a block
+// (8192 blocks of 32 threads, y[i] += 1: 0.29 -> 0.39 ms). After a stop the chunk ends as it
+// did when run_block recorded the error (run_blocks_in returns at the next block's check).
+static bool run_chunk(const Grid& g, long b, long end, const long* irq, long irq0, const int* cancel) {
+#if defined(__cpp_exceptions)
+    return run_blocks_in(g, b, end, irq, irq0, cancel);
+#else
+    void** const outer = stop_target;
+    void* jb[5];
+    stop_target = jb;
+    if (__builtin_expect(__builtin_setjmp(jb) == 0, 1)) {
+        const bool done = run_blocks_in(g, b, end, irq, irq0, cancel);
+        stop_target = outer;
+        return done;
+    }
+    stop_target = outer;
+    stopped(g);
+    return true;
+#endif
 }
 
 // The loop runners keep the thread index in a local: to name the faulting thread, run the
@@ -271,10 +382,13 @@ static const int not_cancelled = 0;
 static bool run_range(const Grid& g, long b, long end, const long* irq, long irq0, const int* cancel) {
     if (__builtin_expect(!thread_ready, 0)) setup_thread();
     const Runtime* const r = rt;
-    if (r == nullptr) return run_blocks_in(g, b, end, irq, irq0, cancel);
+    if (r == nullptr) return run_chunk(g, b, end, irq, irq0, cancel);
     sigjmp_buf jb;
     Fault f{};
     if (__builtin_expect(sigsetjmp(jb, 0) != 0, 0)) {
+#if !defined(__cpp_exceptions)
+        stop_target = nullptr;  // the jump left run_chunk's frame (and its jump buffer) behind
+#endif
         if (r->stop_signal != 0 && f.sig == r->stop_signal) {  // Ctrl-C or a deadline: left where it was
             after_jump(f.sig);
             return false;
@@ -287,7 +401,7 @@ static bool run_range(const Grid& g, long b, long end, const long* irq, long irq
         return true;
     }
     r->protect(&jb, &f, cancel);
-    const bool done = run_blocks_in(g, b, end, irq, irq0, cancel);
+    const bool done = run_chunk(g, b, end, irq, irq0, cancel);
     r->protect(nullptr, nullptr, nullptr);
     return done;
 }

@@ -142,12 +142,24 @@ extern KB_CPU_TLS char* loop_dyn;
 // The launch's error: the first recorded wins (kb_error_message).
 void record_error(const char* what);
 
+// A device-side stop (__trap, __brkpt, a failed device assert, a misuse the fission or fiber
+// runners find) ends the block, and `what` becomes the launch's error. Built with C++ exceptions
+// (a source that uses them: flags.py), it throws std::runtime_error (a failed assert:
+// DeviceAssert) and the runner catches it, as it always did. Built without them (-fno-exceptions:
+// such a module links neither libstdc++ nor libgcc_s), a fiber switches back to its scheduler
+// (kb_cpu_fiber.h, fail_here), and the loop and per-thread runners jump back to where their chunk
+// of blocks started (run_chunk, kb_cpu_launch.cpp), which records it: the kernel's frames are
+// left without running destructors, as a fault leaves them.
+[[noreturn]] void stop(const char* what);
+
+#if defined(__cpp_exceptions)
 // A failed device assert (include/assert.h): the block stops with this exception, which
 // the runner records as the launch's error.
 struct DeviceAssert : std::exception {
     char msg[400];
     const char* what() const noexcept override { return msg; }
 };
+#endif
 
 [[noreturn]] void assert_fail(const char* cond, const char* file, unsigned line, const char* func);
 
