@@ -31,7 +31,17 @@ __all__ = ["module", "status", "origin", "PyPool", "make_pool", "size_class"]
 
 #: The C sources of the extension, in the order they are joined (_launch.c's init adds the types of
 #: _pool.c, _graphentry.c and _direct.c through pool_add_type, at the end of _direct.c).
-SOURCES = ("_pool.c", "_graphentry.c", "_direct.c", "_launch.c", "_timer.c", "_cupti.c", "_hostcopy.c", "_stage.c", "_stagerun.c")
+SOURCES = (
+    "_pool.c",
+    "_graphentry.c",
+    "_direct.c",
+    "_launch.c",
+    "_timer.c",
+    "_cupti.c",
+    "_hostcopy.c",
+    "_stage.c",
+    "_stagerun.c",
+)
 PREBUILT = "_kbcuda_native"
 
 log = logging.getLogger("kernelbay.native")
