@@ -128,12 +128,20 @@ def images(fresh_cache, monkeypatch) -> list[bytes]:
 
 
 def _links_libstdcxx(images: list[bytes]) -> bool:
-    """Whether each module (one per entry here) NEEDs libstdc++ and libgcc_s."""
-    return bool(images) and all(b"libstdc++.so" in i and b"libgcc_s.so" in i for i in images)
+    """Whether each module (one per entry here) has C++ exceptions: exception tables
+    (``.gcc_except_table``) and the C++ runtime, NEEDed (libstdc++) or linked in by a toolchain
+    that links it statically (its personality routine is then defined inside: a GPU host's g++
+    wrapper does that)."""
+    return bool(images) and all(
+        b".gcc_except_table" in i and (b"libstdc++.so" in i or b"__gxx_personality_v0" in i) for i in images
+    )
 
 
 def _links_neither(images: list[bytes]) -> bool:
-    return bool(images) and not any(b"libstdc++.so" in i or b"libgcc_s.so" in i for i in images)
+    """Whether no module has exception tables or NEEDs libstdc++ or libgcc_s."""
+    return bool(images) and not any(
+        b"libstdc++.so" in i or b"libgcc_s.so" in i or b".gcc_except_table" in i for i in images
+    )
 
 
 def _message(k: kb.Kernel, cpu: kb.Device, block=32, *args) -> str:
