@@ -1,13 +1,13 @@
 """Build the native helpers into the wheel (the metadata is in pyproject.toml).
 
 The platform wheel carries ``kernelbay_cuda._kbcuda_native``, compiled from ``_native.c``
-(which includes ``_pool.c``, ``_graphentry.c``, ``_direct.c``, ``_launch.c``, ``_timer.c``,
-``_cupti.c``, ``_hostcopy.c``, ``_stage.c`` and ``_stagerun.c``). The extension is optional: where no compiler is
-found (an sdist installed on a slim image) the wheel is made without it and the helpers are built at
-first use instead (``kernelbay.native``). ``KERNELBAY_CUDA_PURE=1`` makes a pure
+(which includes the sources ``kernelbay_cuda/native.py`` lists in ``SOURCES``, read from there).
+The extension is optional: where no compiler is found (an sdist installed on a slim image) the
+wheel is made without it and the helpers are built at first use instead (``kernelbay.native``). ``KERNELBAY_CUDA_PURE=1`` makes a pure
 ``py3-none-any`` wheel on purpose, for a Python this platform wheel does not fit.
 """
 
+import ast
 import hashlib
 import os
 
@@ -15,17 +15,20 @@ from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = "src/kernelbay_cuda"
-SOURCES = (
-    "_pool.c",
-    "_graphentry.c",
-    "_direct.c",
-    "_launch.c",
-    "_timer.c",
-    "_cupti.c",
-    "_hostcopy.c",
-    "_stage.c",
-    "_stagerun.c",
-)  # the order kernelbay_cuda/native.py joins them in
+
+
+def _native_sources() -> tuple[str, ...]:
+    """``SOURCES`` of kernelbay_cuda/native.py (read, not imported: the build has no kernelbay),
+    in the order the first-use build joins them: one list for both builds."""
+    with open(os.path.join(HERE, PKG, "native.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SOURCES" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise RuntimeError("kernelbay_cuda/native.py has no SOURCES")
+
+
+SOURCES = _native_sources()
 
 
 def _source_sha256() -> str:

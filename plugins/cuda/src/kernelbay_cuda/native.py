@@ -30,7 +30,8 @@ from kernelbay.native import NativeUnavailable, disabled, load_extension
 __all__ = ["module", "status", "origin", "PyPool", "make_pool", "size_class"]
 
 #: The C sources of the extension, in the order they are joined (_launch.c's init adds the types of
-#: _pool.c, _graphentry.c and _direct.c through pool_add_type, at the end of _direct.c).
+#: _pool.c, _graphentry.c and _direct.c through pool_add_type, at the end of _direct.c). setup.py reads
+#: this list for the platform wheel's build; _native.c includes the same files.
 SOURCES = (
     "_pool.c",
     "_graphentry.c",
