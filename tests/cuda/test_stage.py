@@ -19,9 +19,28 @@ from kernelbay_cuda import native
 _i, _vp, _sz, _u64, _uint = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_uint
 
 
+#: the C signatures of the six driver functions a Stager calls, in the order of its `fns`
+_SIGNATURES = (
+    ctypes.CFUNCTYPE(_i, _vp),  # cuCtxSetCurrent
+    ctypes.CFUNCTYPE(_i, _vp, _vp, _uint),  # cuStreamWaitEvent
+    ctypes.CFUNCTYPE(_i, _u64, _vp, _sz, _vp),  # cuMemcpyHtoDAsync_v2
+    ctypes.CFUNCTYPE(_i, _vp, _u64, _sz, _vp),  # cuMemcpyDtoHAsync_v2
+    ctypes.CFUNCTYPE(_i, _vp, _vp),  # cuEventRecord
+    ctypes.CFUNCTYPE(_i, _vp),  # cuEventSynchronize
+)
+CTX, WAIT, H2D, D2H, RECORD, SYNC = range(6)
+
+
 class FakeDriver:
     """cuCtxSetCurrent, cuStreamWaitEvent, cuMemcpyHtoDAsync_v2, cuMemcpyDtoHAsync_v2,
     cuEventRecord and cuEventSynchronize, synchronous: a "device pointer" is a host address."""
+
+    def set(self, i: int, fn: Any) -> Any:
+        """Make ``fn`` driver function ``i`` (CTX ... SYNC); returns the callback it replaced."""
+        old = self.keep[i]
+        self.keep[i] = _SIGNATURES[i](fn)
+        self.fns = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self.keep)
+        return old
 
     def __init__(self) -> None:
         self.calls = {"h2d": 0, "d2h": 0, "record": 0, "sync": 0, "ctx": 0, "wait": 0}
@@ -55,15 +74,9 @@ class FakeDriver:
             self.calls["sync"] += 1
             return 0
 
-        self.keep = [
-            ctypes.CFUNCTYPE(_i, _vp)(ctx),
-            ctypes.CFUNCTYPE(_i, _vp, _vp, _uint)(wait),
-            ctypes.CFUNCTYPE(_i, _u64, _vp, _sz, _vp)(h2d),
-            ctypes.CFUNCTYPE(_i, _vp, _u64, _sz, _vp)(d2h),
-            ctypes.CFUNCTYPE(_i, _vp, _vp)(record),
-            ctypes.CFUNCTYPE(_i, _vp)(sync),
-        ]
-        self.fns = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self.keep)
+        self.keep: list[Any] = [None] * 6
+        for i, fn in enumerate((ctx, wait, h2d, d2h, record, sync)):
+            self.set(i, fn)
 
 
 def _run(st: Any, *args: Any) -> Any:
@@ -124,13 +137,8 @@ class LazyDriver(FakeDriver):
                 self._run_until(last + 1)
             return 0
 
-        self.keep[2:6] = [
-            ctypes.CFUNCTYPE(_i, _u64, _vp, _sz, _vp)(h2d),
-            ctypes.CFUNCTYPE(_i, _vp, _u64, _sz, _vp)(d2h),
-            ctypes.CFUNCTYPE(_i, _vp, _vp)(record),
-            ctypes.CFUNCTYPE(_i, _vp)(sync),
-        ]
-        self.fns = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self.keep)
+        for i, fn in ((H2D, h2d), (D2H, d2h), (RECORD, record), (SYNC, sync)):
+            self.set(i, fn)
 
     def _run_until(self, k: int) -> None:
         for q in self.queue[:k]:
@@ -213,7 +221,6 @@ def test_a_run_orders_itself_on_the_callers_stream(stager_type) -> None:
     made to wait for an event recorded on the DMA stream after the last DMA."""
     seen: list[tuple] = []
     drv = LazyDriver()
-    record, wait = drv.keep[4], drv.keep[1]
 
     def rec(e, s):
         seen.append(("record", e, s))
@@ -223,10 +230,7 @@ def test_a_run_orders_itself_on_the_callers_stream(stager_type) -> None:
         seen.append(("wait", s, e))
         return wait(s, e, f)
 
-    drv.keep += [ctypes.CFUNCTYPE(_i, _vp, _vp)(rec), ctypes.CFUNCTYPE(_i, _vp, _vp, _uint)(wt)]
-    fns = list(drv.fns)
-    fns[4], fns[1] = (ctypes.cast(f, ctypes.c_void_p).value for f in drv.keep[-2:])
-    drv.fns = tuple(fns)
+    record, wait = drv.set(RECORD, rec), drv.set(WAIT, wt)
     st = stager_type(3)
     ring = Ring(2, 1000)
     host = np.arange(4500, dtype=np.uint8)
@@ -342,16 +346,12 @@ def test_each_run_starts_where_the_last_one_left_the_ring(stager_type) -> None:
     right with the driver lazy, so a slot is still reused only after its last DMA."""
     drv = LazyDriver()
     used: list[int] = []
-    d2h = drv.keep[3]
 
     def logged(dst, src, n, s):
         used.append(dst)
         return d2h(dst, src, n, s)
 
-    drv.keep.append(ctypes.CFUNCTYPE(_i, _vp, _u64, _sz, _vp)(logged))
-    fns = list(drv.fns)
-    fns[3] = ctypes.cast(drv.keep[-1], ctypes.c_void_p).value
-    drv.fns = tuple(fns)
+    d2h = drv.set(D2H, logged)
     ring = Ring(5, 1000)
     st = stager_type(3)
     rng = np.random.default_rng(2)
