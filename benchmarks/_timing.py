@@ -2,7 +2,10 @@
 
 Method: warm up first; time many repetitions in batches; report the median batch (per call)
 and the spread (10th/90th percentiles). Peers that are compared are timed *interleaved* in one
-process -- A, B, C, A, B, C... -- so machine noise hits them alike and the ratio is honest.
+process -- A, B, C, then C, A, B... -- so machine noise hits them alike and the ratio is honest.
+Each round takes the cases in a new order (a seeded shuffle): a case that always ran right
+after the same other one would carry that one's after-effects (on a GPU, the driver's state
+after another library's launch and wait), and a fixed rotation keeps every neighbour.
 
 A benchmark module ``benchmarks/bench_<name>.py`` defines::
 
@@ -15,6 +18,7 @@ A benchmark module ``benchmarks/bench_<name>.py`` defines::
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -107,12 +111,24 @@ def interleaved_samples(
             if after_batch:
                 after_batch()
     samples: dict[str, list[float]] = {k: [] for k in cases}
-    for _ in range(repeat):
-        for name, fn in cases.items():
-            samples[name].append(per_call_us(fn, number))
+    for names in rounds(list(cases), repeat):
+        for name in names:
+            samples[name].append(per_call_us(cases[name], number))
             if after_batch:
                 after_batch()
     return samples
+
+
+def rounds(names: list[str], repeat: int, seed: int = 0) -> list[list[str]]:
+    """``repeat`` orders of ``names``, the first as given, each later one a seeded shuffle (see
+    the module's doc): the same orders on every run, no case always after the same one."""
+    rng = random.Random(seed)
+    out = [list(names)]
+    while len(out) < repeat:
+        order = list(names)
+        rng.shuffle(order)
+        out.append(order)
+    return out[:repeat]
 
 
 def paired_diff(a: list[float], b: list[float]) -> dict[str, float]:

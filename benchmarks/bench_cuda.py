@@ -301,8 +301,9 @@ def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
     and on the legacy default stream, where ``g.replay()`` goes: ``cupy-null-stream``).
     CuPy twice more: one stream captured (``cupy``, one chain)
     and two streams forked and joined inside the capture, launches alternating between them
-    (``cupy-two-streams``: the two-chain shape ``dev.graph()`` gives these launches), so that
-    each kb.Graph form is compared with CuPy's graph of the same shape."""
+    (``cupy-two-streams``: the two-chain shape ``dev.graph()`` gives these launches; also on the
+    legacy default stream, ``cupy-two-streams-null-stream``), so that each kb.Graph form is
+    compared with CuPy's graph of the same shape, on its own stream and on the same stream."""
     import time
 
     import kernelbay as kb
@@ -354,17 +355,19 @@ def _graph_peers(quick: bool, dev, out: list[dict]) -> None:
             cases["cupy-blocking-stream"] = (lambda cg=cg, cb=cb: cg.launch(cb), cb.synchronize)
             null = cp.cuda.Stream.null  # the legacy default stream, where kb's default-stream replay goes
             cases["cupy-null-stream"] = (lambda cg=cg, null=null: cg.launch(null), null.synchronize)
+            # the two-chain graph on the legacy default stream too: kb's g.replay() goes there,
+            # and a launch there costs the driver more than on a non-blocking stream
+            cases["cupy-two-streams-null-stream"] = (lambda cg2=cg2, null=null: cg2.launch(null), null.synchronize)
         samples: dict[str, list[float]] = {n: [] for n in cases}
         walls: dict[str, list[float]] = {n: [] for n in cases}
         for _ in range(3):  # warm-up
             for replay, sync in cases.values():
                 replay()
                 sync()
-        names = list(cases)
-        for i in range(20 if quick else 200):
-            # the order turns each round: no case always follows the same one (a replay after
-            # another library's launch and wait on the same device)
-            for name in names[i % len(names) :] + names[: i % len(names)]:
+        # a new order each round: no case always follows the same one (a replay right after
+        # another library's launch and wait is slower or faster by microseconds at 1000 nodes)
+        for names in T.rounds(list(cases), 20 if quick else 200, seed=nodes):
+            for name in names:
                 replay, sync = cases[name]
                 t0 = time.perf_counter()
                 replay()
@@ -585,7 +588,11 @@ def _host_bounds(mb: int, repeat: int, out: list[dict]) -> None:
     arrays on as many threads as the stager uses (each a span; numpy releases the GIL), into an
     existing array and into a fresh ``np.empty`` (its pages first touched by the copy). A staged
     pageable copy moves every byte through such a host copy, so it cannot beat these rows; the
-    fresh-array row bounds D2H into a fresh array (the kernel zeroes each new page first)."""
+    fresh-array row bounds D2H into a fresh array (the kernel zeroes each new page first). And
+    the kernel's share alone: the same threads fault in a fresh array's pages without writing
+    data (``madvise(MADV_POPULATE_WRITE)``, Linux 5.14), the floor of any copy into pages no one
+    touched yet."""
+    import ctypes
     from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np
@@ -607,6 +614,27 @@ def _host_bounds(mb: int, repeat: int, out: list[dict]) -> None:
             f"numpy-copy-{threads}-threads-fresh-array": lambda: spread(np.empty(n, np.uint8)),
             "numpy-copy-1-thread": lambda: np.copyto(dst, src),
         }
+        libc = ctypes.CDLL(None, use_errno=True)
+        madvise = getattr(libc, "madvise", None)
+        populate_write = 23  # MADV_POPULATE_WRITE
+
+        def populate(to: np.ndarray) -> np.ndarray:
+            base = to.ctypes.data
+
+            def span(se: tuple[int, int]) -> None:
+                lo, hi = (base + se[0] + 4095) & ~4095, (base + se[1]) & ~4095
+                if hi > lo and madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), populate_write):
+                    raise OSError(ctypes.get_errno(), "madvise(MADV_POPULATE_WRITE)")
+
+            list(pool.map(span, spans))
+            return to
+
+        try:
+            populate(np.empty(n, np.uint8))
+        except (OSError, TypeError) as exc:  # before Linux 5.14: EINVAL
+            out.append(_skip(f"copy-host-bound-{mb}MiB", f"page-population-{threads}-threads-fresh-array", repr(exc)))
+        else:
+            cases[f"page-population-{threads}-threads-fresh-array"] = lambda: populate(np.empty(n, np.uint8))
         res = T.interleaved(cases, number=1, repeat=repeat)
     for name, st in res.items():
         gbs = {k: (n / (v * 1e3) if k != "n" else v) for k, v in st.items()}
@@ -836,6 +864,18 @@ def goals(records: list[dict]) -> list[dict]:
             for n in (100, 1000)
         ],
         *[
+            (
+                f"graph-replay-host-{n}",
+                "kernelbay-concurrent",
+                "cupy-two-streams-null-stream",
+                f"kb.Graph replay host time vs CuPy graph launch, {n} nodes, both on the legacy default stream "
+                "(dev.graph(): two chains, CuPy's captured from two streams)",
+                1.1,
+                False,
+            )
+            for n in (100, 1000)
+        ],
+        *[
             (g, "kernelbay", "cupy", f"kb.empty + close vs cp.empty ({what})", 0.6, False)
             for g, what in (
                 ("empty-close-1MiB", "no user stream"),
@@ -889,4 +929,15 @@ def goals(records: list[dict]) -> list[dict]:
         m = med(group, "kernelbay")
         if m is not None:
             out.append(T.goal(text, m, limit))
+    # D2H into a never-touched np.empty against what the host allows into such pages: numpy on the
+    # stager's threads copying into a fresh array (the host-bound rows, at the largest size run)
+    for r in records:
+        if r["group"].startswith("copy-host-bound-") and r["name"].endswith("-threads-fresh-array"):
+            if not r["name"].startswith("numpy-copy-") or not r.get("median"):
+                continue
+            mb = r["group"].removeprefix("copy-host-bound-")
+            mine = med(f"copy-d2h-{mb}", "kernelbay-fresh-array")
+            if mine is not None:
+                text = f"D2H into a fresh np.empty, {mb}, vs numpy's threads copying into a fresh array (host bound)"
+                out.append(T.goal(text, mine / r["median"], 1.0, higher_is_better=True))
     return out

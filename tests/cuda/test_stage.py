@@ -172,8 +172,8 @@ STREAM, DMA, PRE, DONE = 7, 8, 9, 10
 
 
 def _copy(st, drv, ring, h2d, dev, host, nbytes, sub, piece) -> int:
-    args = (h2d, drv.fns, 1, STREAM, DMA, PRE, DONE, dev.ctypes.data, host.ctypes.data, nbytes, sub, piece)
-    return _run(st, *args, ring.slots, ring.events)
+    st.setup(drv.fns, 1, DMA, PRE, DONE, sub, piece, ring.slots, ring.events)  # (the ring's position stays)
+    return _run(st, h2d, STREAM, dev.ctypes.data, host.ctypes.data, nbytes)
 
 
 @pytest.mark.parametrize(
@@ -263,13 +263,22 @@ def test_a_failed_driver_call_is_reported_and_the_threads_go_on(stager_type) -> 
     drv.fail_at = None
     assert _copy(st, drv, ring, True, dev, host, host.nbytes, 256, 1024) == 0
     np.testing.assert_array_equal(dev, host)
-    args = (True, drv.fns, 1, STREAM, DMA, PRE, DONE, dev.ctypes.data, host.ctypes.data, host.nbytes)
+    args = (1, DMA, PRE, DONE)
     with pytest.raises(ValueError, match="one event per slot"):
-        _run(st, *args, 256, 1024, ring.slots, ring.events[:3])
+        st.setup(drv.fns, *args, 256, 1024, ring.slots, ring.events[:3])
     with pytest.raises(ValueError, match="six addresses"):
-        _run(st, True, drv.fns[:5], *args[2:], 256, 1024, ring.slots, ring.events)
+        st.setup(drv.fns[:5], *args, 256, 1024, ring.slots, ring.events)
     with pytest.raises(ValueError, match="multiple of sub"):
-        _run(st, *args, 300, 1024, ring.slots, ring.events)
+        st.setup(drv.fns, *args, 300, 1024, ring.slots, ring.events)
+    with pytest.raises(ValueError, match="nbytes must be > 0"):
+        _run(st, True, STREAM, dev.ctypes.data, host.ctypes.data, 0)
+    with pytest.raises(TypeError, match="run.h2d, stream, dptr, hptr, nbytes"):
+        st.run(True, STREAM, dev.ctypes.data, host.ctypes.data)
+    # a refused setup changed nothing: the last good one still holds
+    assert _run(st, True, STREAM, dev.ctypes.data, host.ctypes.data, host.nbytes) == 0
+    np.testing.assert_array_equal(dev, host)
+    with pytest.raises(RuntimeError, match="before Stager.setup"):
+        _run(stager_type(2), True, STREAM, dev.ctypes.data, host.ctypes.data, host.nbytes)
 
 
 @pytest.mark.parametrize("lazy", [False, True])

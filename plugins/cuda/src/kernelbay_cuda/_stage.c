@@ -2,8 +2,10 @@
  * the device (copies.py's pipeline), run by C threads without the GIL.
  *
  * Stager(nthreads) keeps nthreads threads (started at the first run, again in a fork()ed child).
- * run(h2d, fns, ctx, stream, dma, pre, done, dptr, hptr, nbytes, sub, piece, slots, events)
- * -> CUresult moves nbytes between the device address dptr and the pageable host address hptr:
+ * setup(fns, ctx, dma, pre, done, sub, piece, slots, events) gives it what holds for its life
+ * (the driver's functions, the context, its DMA stream, events and page-locked slots: converted
+ * once, not per copy); then run(h2d, stream, dptr, hptr, nbytes) -> CUresult moves nbytes
+ * between the device address dptr and the pageable host address hptr:
  *
  * - the copy is cut into pieces of `piece` bytes, each ONE DMA on the stream `dma`, through one
  *   of the page-locked `slots` (piece p through slot (f + p) % len(slots), f where the last run's
@@ -87,8 +89,9 @@ typedef struct {
     int h2d, n, nslots, err;
     int first;  /* the slot of this run's piece 0 */
     long long next_first; /* the next run's: each run starts where the last one's pieces ended */
+    int configured;       /* setup() was called: fns to slot_ev below hold for every run */
     StageFns fns;
-    void *ctx, *dma;
+    void *ctx, *dma, *pre, *done;
     unsigned long long dptr;
     char *hptr;
     long long nbytes, sub, piece, npieces, nsubs, next_sub;

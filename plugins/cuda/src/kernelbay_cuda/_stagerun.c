@@ -143,7 +143,7 @@ static void Stager_dealloc(Stager *self) {
 
 static int stage_ptrs(PyObject *seq, void **out, int max, const char *what) {
     if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) < 1 || PyTuple_GET_SIZE(seq) > max) {
-        PyErr_Format(PyExc_ValueError, "Stager.run: %s must be a tuple of 1 to %d addresses", what, max);
+        PyErr_Format(PyExc_ValueError, "Stager.setup: %s must be a tuple of 1 to %d addresses", what, max);
         return -1;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(seq); i++) {
@@ -153,30 +153,69 @@ static int stage_ptrs(PyObject *seq, void **out, int max, const char *what) {
     return (int)PyTuple_GET_SIZE(seq);
 }
 
-static PyObject *Stager_run(Stager *self, PyObject *args) {
-    int h2d;
+/* setup(fns, ctx, dma, pre, done, sub, piece, slots, events): between runs only (copies.py holds
+ * the stager's lock around both); the ring's position stays (taken modulo the new slots). */
+static PyObject *Stager_setup(Stager *self, PyObject *args) {
     PyObject *fns, *slots, *events;
-    unsigned long long ctx, stream, dma, pre, done, dptr, hptr;
-    long long nbytes, sub, piece;
-    if (!PyArg_ParseTuple(args, "pO!KKKKKKKLLLO!O!", &h2d, &PyTuple_Type, &fns, &ctx, &stream, &dma, &pre, &done, &dptr,
-                          &hptr, &nbytes, &sub, &piece, &PyTuple_Type, &slots, &PyTuple_Type, &events))
+    unsigned long long ctx, dma, pre, done;
+    long long sub, piece;
+    if (!PyArg_ParseTuple(args, "O!KKKKLLO!O!", &PyTuple_Type, &fns, &ctx, &dma, &pre, &done, &sub, &piece,
+                          &PyTuple_Type, &slots, &PyTuple_Type, &events))
         return NULL;
-    void *fp[6];
+    if (sub <= 0 || piece < sub || piece % sub != 0) {
+        PyErr_SetString(PyExc_ValueError, "Stager.setup: sub must be > 0, piece a multiple of sub");
+        return NULL;
+    }
+    void *fp[6], *sl[STAGE_MAX_SLOTS], *ev[STAGE_MAX_SLOTS];
     if (stage_ptrs(fns, fp, 6, "fns") != 6) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Stager.run: fns holds six addresses");
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Stager.setup: fns holds six addresses");
         return NULL;
     }
-    if (sub <= 0 || nbytes <= 0 || piece < sub || piece % sub != 0) {
-        PyErr_SetString(PyExc_ValueError, "Stager.run: sub and nbytes must be > 0, piece a multiple of sub");
-        return NULL;
-    }
-    int nslots = stage_ptrs(slots, self->slots, STAGE_MAX_SLOTS, "slots");
+    int nslots = stage_ptrs(slots, sl, STAGE_MAX_SLOTS, "slots");
     if (nslots < 0) return NULL;
-    if (stage_ptrs(events, self->slot_ev, STAGE_MAX_SLOTS, "events") != nslots) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Stager.run: one event per slot");
+    if (stage_ptrs(events, ev, STAGE_MAX_SLOTS, "events") != nslots) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Stager.setup: one event per slot");
+        return NULL;
+    }
+    /* the threads read these only after a run's gen (release/acquire): no run is under way */
+    StageFns fv = {(st_ctx_t)fp[0], (st_wait_t)fp[1], (st_h2d_t)fp[2], (st_d2h_t)fp[3], (st_record_t)fp[4], (st_sync_t)fp[5]};
+    self->fns = fv;
+    self->ctx = (void *)(uintptr_t)ctx;
+    self->dma = (void *)(uintptr_t)dma;
+    self->pre = (void *)(uintptr_t)pre;
+    self->done = (void *)(uintptr_t)done;
+    self->sub = sub;
+    self->piece = piece;
+    self->nslots = nslots;
+    memcpy(self->slots, sl, sizeof(void *) * (size_t)nslots);
+    memcpy(self->slot_ev, ev, sizeof(void *) * (size_t)nslots);
+    self->configured = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Stager_run(Stager *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "Stager.run(h2d, stream, dptr, hptr, nbytes)");
+        return NULL;
+    }
+    if (!self->configured) {
+        PyErr_SetString(PyExc_RuntimeError, "Stager.run before Stager.setup");
+        return NULL;
+    }
+    int h2d = PyObject_IsTrue(args[0]);
+    unsigned long long stream = PyLong_AsUnsignedLongLong(args[1]);
+    unsigned long long dptr = PyLong_AsUnsignedLongLong(args[2]);
+    unsigned long long hptr = PyLong_AsUnsignedLongLong(args[3]);
+    long long nbytes = PyLong_AsLongLong(args[4]);
+    if (h2d < 0 || PyErr_Occurred()) return NULL;
+    if (nbytes <= 0) {
+        PyErr_SetString(PyExc_ValueError, "Stager.run: nbytes must be > 0");
         return NULL;
     }
     if (stage_start(self) < 0) return NULL;
+    long long sub = self->sub, piece = self->piece;
+    int nslots = self->nslots;
+    unsigned long long pre = (uintptr_t)self->pre, done = (uintptr_t)self->done, dma = (uintptr_t)self->dma;
     long long npieces = (nbytes + piece - 1) / piece, nsubs = (nbytes + sub - 1) / sub;
     int n = (int)(nsubs < self->nthreads + 1 ? nsubs : self->nthreads + 1);
     int *cnt = calloc((size_t)npieces, sizeof(int));
@@ -188,7 +227,7 @@ static PyObject *Stager_run(Stager *self, PyObject *args) {
     }
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
-    StageFns fv = {(st_ctx_t)fp[0], (st_wait_t)fp[1], (st_h2d_t)fp[2], (st_d2h_t)fp[3], (st_record_t)fp[4], (st_sync_t)fp[5]};
+    StageFns fv = self->fns;
     /* the DMA stream runs after the work already queued on the caller's stream */
     rc = fv.record((void *)(uintptr_t)pre, (void *)(uintptr_t)stream);
     if (rc == 0) rc = fv.wait((void *)(uintptr_t)dma, (void *)(uintptr_t)pre, 0);
@@ -202,17 +241,11 @@ static PyObject *Stager_run(Stager *self, PyObject *args) {
         /* the job: read by the threads only after the gen below (release/acquire) */
         self->h2d = h2d;
         self->n = n;
-        self->fns = fv;
-        self->ctx = (void *)(uintptr_t)ctx;
-        self->dma = (void *)(uintptr_t)dma;
         self->dptr = dptr;
         self->hptr = (char *)(uintptr_t)hptr;
         self->nbytes = nbytes;
-        self->sub = sub;
-        self->piece = piece;
         self->npieces = npieces;
         self->nsubs = nsubs;
-        self->nslots = nslots;
         self->first = (int)(self->next_first % nslots);
         self->next_first = self->first + npieces % nslots;
         self->next_sub = 0;
@@ -267,8 +300,9 @@ static PyObject *Stager_run(Stager *self, PyObject *args) {
 }
 
 static PyMethodDef Stager_methods[] = {
-    {"run", (PyCFunction)Stager_run, METH_VARARGS,
-     "run(h2d, fns, ctx, stream, dma, pre, done, dptr, hptr, nbytes, sub, piece, slots, events) -> CUresult"},
+    {"setup", (PyCFunction)Stager_setup, METH_VARARGS,
+     "setup(fns, ctx, dma, pre, done, sub, piece, slots, events): what holds for every run (between runs only)"},
+    {"run", (PyCFunction)(void (*)(void))Stager_run, METH_FASTCALL, "run(h2d, stream, dptr, hptr, nbytes) -> CUresult"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -334,8 +334,22 @@ class _Stager:
     def _setup(self) -> list[_Worker]:
         if self.workers is None:
             _driver.ensure_current(self.index)
-            self.workers = [_Worker(self.index, self.chunk, self.buffers) for _ in range(self.nworkers)]
+            workers = [_Worker(self.index, self.chunk, self.buffers) for _ in range(self.nworkers)]
             _driver.check(_lib().cuEventCreate(ctypes.byref(self.pre), 2), "cuEventCreate", self.index)
+            if self.stage is not None:  # what every run uses, given to the C threads once
+                w = workers[0]
+                self.stage.setup(
+                    self.fns,
+                    int(_driver.context(self.index)),
+                    w.stream.value or 0,
+                    self.pre.value or 0,
+                    w.events[-1].value or 0,
+                    self.sub,
+                    self.chunk,
+                    w.buf_ptrs,
+                    w.event_ptrs,
+                )
+            self.workers = workers
         return self.workers
 
     def _run(self, h2d: bool, dptr: int, hptr: int, nbytes: int, s: Any) -> None:
@@ -344,23 +358,7 @@ class _Stager:
             if self.stage is not None:
                 # The whole copy in C threads, without the GIL: it orders itself after the work
                 # queued on the caller's stream and makes that stream wait for its DMAs.
-                w = workers[0]
-                rc = self.stage.run(
-                    h2d,
-                    self.fns,
-                    int(_driver.context(self.index)),
-                    0 if s is None else (s.value or 0),
-                    w.stream.value or 0,
-                    self.pre.value,
-                    w.events[-1].value or 0,
-                    dptr,
-                    hptr,
-                    nbytes,
-                    self.sub,
-                    self.chunk,
-                    w.buf_ptrs,
-                    w.event_ptrs,
-                )
+                rc = self.stage.run(h2d, 0 if s is None else (s.value or 0), dptr, hptr, nbytes)
                 if rc:
                     _driver.check(rc, "staged host-to-device copy" if h2d else "staged device-to-host copy", self.index)
                 return
