@@ -854,6 +854,18 @@ def goals(records: list[dict]) -> list[dict]:
         *[
             (
                 f"graph-replay-host-{n}",
+                "kernelbay-stream",
+                "cupy-blocking-stream",
+                f"kb.Graph replay(stream) host time vs CuPy graph launch, {n} nodes, both on a blocking stream "
+                "(dev.stream(), cp.cuda.Stream(); serial=True)",
+                1.1,
+                False,
+            )
+            for n in (100, 1000)
+        ],
+        *[
+            (
+                f"graph-replay-host-{n}",
                 "kernelbay-concurrent",
                 "cupy-two-streams",
                 f"kb.Graph replay host time vs CuPy graph launch, {n} nodes (dev.graph(): two chains, "
