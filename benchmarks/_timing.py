@@ -2,7 +2,7 @@
 
 Method: warm up first; time many repetitions in batches; report the median batch (per call)
 and the spread (10th/90th percentiles). Peers that are compared are timed *interleaved* in one
-process -- A, B, C, then C, A, B... -- so machine noise hits them alike and the ratio is honest.
+process -- A, B, C, then B, A, C... -- so machine noise hits them alike and the ratio is honest.
 Each round takes the cases in a new order (a seeded shuffle): a case that always ran right
 after the same other one would carry that one's after-effects (on a GPU, the driver's state
 after another library's launch and wait), and a fixed rotation keeps every neighbour.
