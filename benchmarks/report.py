@@ -28,8 +28,9 @@ rendered by `python -m benchmarks.report` from `docs/performance-cpu.json` and
 `docs/performance-gpu.json`; nothing on it is typed in by hand.
 
 How to read the tables: each figure is the median over many batches after a warm-up, with the
-10th–90th percentile spread of the batches. Peers are timed interleaved (A, B, then B, A...: each
-round in a new seeded order) in one process, so a noisy machine slows them alike. *kernelbay ÷ this* is kernelbay's cost as a
+10th–90th percentile spread of the batches. Peers are timed interleaved (A, B, A, B...) in one
+process, so a noisy machine slows them alike; since 2026-11-29's GPU run gpu-20261129-171212 each
+round takes the cases in a new seeded order (the cpu run below is from before: a fixed order). *kernelbay ÷ this* is kernelbay's cost as a
 multiple of that row's: below 1, kernelbay is faster. The bar charts show the same ratios.
 The cpu block-kernel and stream rows measured on 2 quiet cores (the shared development machine
 is rarely quiet) are in [performance-cpu-quiet.md](performance-cpu-quiet.md).
