@@ -144,3 +144,24 @@ def test_report_renders_skips_and_ratios() -> None:
     assert _report.ratios(recs) == [("g", "peer", 0.5), ("bw", "raw", 2.0)]
     md = _report.markdown_tables(recs)
     assert "0.500×" in md and "skipped: cupy is not installed" in md
+
+
+def test_interleaved_rounds_change_every_cases_neighbours() -> None:
+    """Each round of an interleaved timing is a new order: the same on every run (seeded), every
+    round a permutation, the first as listed, and no case always right after the same one (a
+    rotation of the list would keep every neighbour)."""
+    from benchmarks import _timing
+
+    names = ["a", "b", "c", "d", "e"]
+    rounds = _timing.rounds(names, 40)
+    assert rounds == _timing.rounds(names, 40) and len(rounds) == 40
+    assert rounds[0] == names and all(sorted(r) == names for r in rounds)
+    for case in names:
+        before = {r[r.index(case) - 1] if r.index(case) else None for r in rounds}
+        assert len(before) >= 3, (case, before)
+    seen: dict[str, list[str]] = {}
+    samples = _timing.interleaved_samples(
+        {n: (lambda n=n: seen.setdefault("calls", []).append(n)) for n in names}, number=1, repeat=7, warmup=0
+    )
+    assert all(len(v) == 7 for v in samples.values())
+    assert [seen["calls"][i * 5 : i * 5 + 5] for i in range(7)] == _timing.rounds(names, 7)
