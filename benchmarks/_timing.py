@@ -173,6 +173,23 @@ def skipped(group: str, name: str, why: str) -> dict:
     return {"group": group, "name": name, "unit": None, "skipped": why}
 
 
+def run_parts(parts: tuple[Callable[..., object], ...], *args: object, out: list[dict]) -> list[dict]:
+    """Call each ``part(*args, out)`` in turn; one that raises leaves a :func:`skipped` record
+    naming it and the error, and the others go on. Returns ``out``."""
+    for part in parts:
+        try:
+            part(*args, out)
+        except Exception as exc:
+            out.append(skipped(part.__name__.strip("_"), "kernelbay", f"failed: {exc!r}"))
+    return out
+
+
+def median_of(records: list[dict], group: str, name: str) -> float | None:
+    """The median of the record ``(group, name)``, or None when it is missing or skipped."""
+    r = find(records, group, name)
+    return r.get("median") if r else None
+
+
 def is_figure(rec: dict) -> bool:
     """True for a measured record, False for a :func:`skipped` one."""
     return "skipped" not in rec and rec.get("median") is not None

@@ -552,20 +552,14 @@ def run(quick: bool) -> list[dict]:
             "core_fronts": _core_fronts(),
         }
     ]
-    for part in (_launch, _graph, _graph_peers, _alloc, _alloc_streams, _compile):
-        try:
-            part(quick, dev, out)
-        except Exception as exc:
-            out.append(_skip(part.__name__.strip("_"), "kernelbay", f"failed: {exc!r}"))
-    return out
+    return T.run_parts((_launch, _graph, _graph_peers, _alloc, _alloc_streams, _compile), quick, dev, out=out)
 
 
 def goals(records: list[dict]) -> list[dict]:
     out: list[dict] = []
 
     def med(group: str, name: str) -> float | None:
-        r = T.find(records, group, name)
-        return r["median"] if r else None
+        return T.median_of(records, group, name)
 
     forms = (
         "kernelbay-tuple",

@@ -223,20 +223,14 @@ def run(quick: bool) -> list[dict]:
     except kb.BackendError as exc:
         return [_skip("all", "kernelbay", f"no CUDA device: {exc}")]
     out: list[dict] = []
-    for part in (_copies, _copies_sizes, _copies_busy):
-        try:
-            part(quick, dev, out)
-        except Exception as exc:
-            out.append(_skip(part.__name__.strip("_"), "kernelbay", f"failed: {exc!r}"))
-    return out
+    return T.run_parts((_copies, _copies_sizes, _copies_busy), quick, dev, out=out)
 
 
 def goals(records: list[dict]) -> list[dict]:
     out: list[dict] = []
 
     def med(group: str, name: str) -> float | None:
-        r = T.find(records, group, name)
-        return r["median"] if r else None
+        return T.median_of(records, group, name)
 
     ratios = [  # (group, kernelbay's row, peer's row, goal text, limit, higher is better)
         *[
