@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from . import _timing as T
 
@@ -534,14 +535,22 @@ def _compile(quick: bool, dev, out: list[dict]) -> None:
     out.append(T.record("compile-disk-hit-fresh-process", "kernelbay", T.stats(times), unit="ms"))
 
 
-def run(quick: bool) -> list[dict]:
+def cuda_device() -> tuple[Any, list[dict]]:
+    """The CUDA device to time (a fresh compile cache unless KERNELBAY_CACHE_DIR names one), or
+    ``None`` and the skipped record saying why there is none here. The gpu modules' start."""
     import kernelbay as kb
 
     os.environ.setdefault("KERNELBAY_CACHE_DIR", tempfile.mkdtemp(prefix="kbcache-"))
     try:
-        dev = kb.device("cuda")
+        return kb.device("cuda"), []
     except kb.BackendError as exc:
-        return [_skip("all", "kernelbay", f"no CUDA device: {exc}")]
+        return None, [_skip("all", "kernelbay", f"no CUDA device: {exc}")]
+
+
+def run(quick: bool) -> list[dict]:
+    dev, skipped = cuda_device()
+    if dev is None:
+        return skipped
     out: list[dict] = [
         {
             "group": "device",

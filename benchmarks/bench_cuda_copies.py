@@ -12,16 +12,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 from . import _timing as T
+from .bench_cuda import cuda_device
 
 SUITE = "gpu"
-
-
-def _skip(group: str, name: str, why: str) -> dict:
-    return {"group": group, "name": name, "unit": "GB/s", "median": None, "skipped": why}
 
 
 def _copies(quick: bool, dev, out: list[dict]) -> None:
@@ -158,7 +154,9 @@ def _host_bounds(mb: int, repeat: int, out: list[dict]) -> None:
         try:
             populate(np.empty(n, np.uint8))
         except (OSError, TypeError) as exc:  # before Linux 5.14: EINVAL
-            out.append(_skip(f"copy-host-bound-{mb}MiB", f"page-population-{threads}-threads-fresh-array", repr(exc)))
+            out.append(
+                T.skipped(f"copy-host-bound-{mb}MiB", f"page-population-{threads}-threads-fresh-array", repr(exc))
+            )
         else:
             cases[f"page-population-{threads}-threads-fresh-array"] = lambda: populate(np.empty(n, np.uint8))
         res = T.interleaved(cases, number=1, repeat=repeat)
@@ -201,7 +199,7 @@ def _copy_size(dev, mb: int, repeat: int, out: list[dict]) -> None:
         d2h["cupy-asnumpy"] = lambda: cp.asnumpy(ca)
         d2h["cupy-get"] = ca.get
     except Exception as exc:
-        out.append(_skip(f"copy-d2h-{mb}MiB", "cupy", repr(exc)))
+        out.append(T.skipped(f"copy-d2h-{mb}MiB", "cupy", repr(exc)))
     for group, cases in ((f"copy-h2d-{mb}MiB", h2d), (f"copy-d2h-{mb}MiB", d2h)):
         res = T.interleaved(cases, number=1, repeat=repeat)
         for name, st in res.items():
@@ -215,23 +213,14 @@ def _copy_size(dev, mb: int, repeat: int, out: list[dict]) -> None:
 
 
 def run(quick: bool) -> list[dict]:
-    import kernelbay as kb
-
-    os.environ.setdefault("KERNELBAY_CACHE_DIR", tempfile.mkdtemp(prefix="kbcache-"))
-    try:
-        dev = kb.device("cuda")
-    except kb.BackendError as exc:
-        return [_skip("all", "kernelbay", f"no CUDA device: {exc}")]
-    out: list[dict] = []
-    return T.run_parts((_copies, _copies_sizes, _copies_busy), quick, dev, out=out)
+    dev, skipped = cuda_device()
+    if dev is None:
+        return skipped
+    return T.run_parts((_copies, _copies_sizes, _copies_busy), quick, dev, out=[])
 
 
 def goals(records: list[dict]) -> list[dict]:
     out: list[dict] = []
-
-    def med(group: str, name: str) -> float | None:
-        return T.median_of(records, group, name)
-
     ratios = [  # (group, kernelbay's row, peer's row, goal text, limit, higher is better)
         *[
             (f"copy-{g}", "kernelbay", "driver", f"{g} bandwidth vs raw driver copy", 0.95, True)
@@ -269,7 +258,7 @@ def goals(records: list[dict]) -> list[dict]:
             if not r["name"].startswith("numpy-copy-") or not r.get("median"):
                 continue
             mb = r["group"].removeprefix("copy-host-bound-")
-            mine = med(f"copy-d2h-{mb}", "kernelbay-fresh-array")
+            mine = T.median_of(records, f"copy-d2h-{mb}", "kernelbay-fresh-array")
             if mine is not None:
                 text = f"D2H into a fresh np.empty, {mb}, vs numpy's threads copying into a fresh array (host bound)"
                 out.append(T.goal(text, mine / r["median"], 1.0, higher_is_better=True))
